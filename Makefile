@@ -1,0 +1,46 @@
+# Self-documenting: `make help` lists every target with its `## ` comment.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-all test-dist test-gpu lint format bench clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip wheel setuptools
+
+install: $(PY) ## create .venv and install the project with its dev extras (torch pinned to the CPU wheel)
+	$(PY) -m pip install "torch==2.13.0"
+	$(PY) -m pip install -e ".[dev]"
+
+test: ## the fast default tier (CPU, no multi-process, no slow)
+	$(PY) -m pytest $(PYTEST_FAST) -q
+
+test-all: ## every test that can run on this machine (slow and multi-process included)
+	$(PY) -m pytest -m "not gpu" -q
+
+test-dist: ## multi-process gloo tests only
+	$(PY) -m pytest -m dist -q
+
+test-gpu: ## GPU tests (device machine only)
+	$(PY) -m pytest -m gpu -q
+
+lint: ## ruff check and format check
+	$(PY) -m ruff check src tests scripts
+	$(PY) -m ruff format --check src tests scripts
+
+format: ## apply ruff fixes and formatting
+	$(PY) -m ruff check --fix src tests scripts
+	$(PY) -m ruff format src tests scripts
+
+bench: ## run the benchmarks; each prints JSON lines
+	$(PY) scripts/bench/streaming_read.py
+
+clean: ## remove run outputs and caches
+	rm -rf outputs multirun .pytest_cache .ruff_cache .hypothesis

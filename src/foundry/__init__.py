@@ -1,0 +1,1 @@
+"""foundry: MPT models, data loaders, the trainer, checkpoints and ICL evaluation."""
