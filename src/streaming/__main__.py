@@ -1,0 +1,5 @@
+"""Entry point for ``python -m streaming``."""
+
+from streaming.cli import main
+
+raise SystemExit(main())

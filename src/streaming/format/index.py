@@ -1,0 +1,275 @@
+"""``index.json`` v2: the dataset index, validated strictly so that what we write mosaicml-streaming reads.
+
+The upstream reader passes each shard object to its reader class as keyword arguments, so a shard object must
+carry *exactly* the key set of its format (spec: streaming.md §2.2). We therefore model shards as typed
+dataclasses, refuse unknown or missing keys with the file and shard index in the message, and serialize with
+``sort_keys=True`` and Python's default separators to reproduce the reference writer byte for byte.
+The per-shard "config" (the shard object minus its per-file fields) is also what MDS shards embed and what
+``.meta`` files carry, which is what makes ``rebuild-index`` possible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "INDEX_FILENAME",
+    "INDEX_VERSION",
+    "DatasetIndex",
+    "FileInfo",
+    "IndexError_",
+    "ShardInfo",
+    "dump_index",
+    "index_path",
+    "load_index",
+    "parse_index",
+    "write_index",
+]
+
+INDEX_FILENAME = "index.json"
+INDEX_VERSION = 2
+FORMATS = ("mds", "json", "csv", "tsv", "xsv")
+
+_PER_FILE_KEYS = {
+    "mds": ("raw_data", "samples", "zip_data"),
+    "split": ("raw_data", "raw_meta", "samples", "zip_data", "zip_meta"),
+}
+_CONFIG_KEYS = {
+    "mds": ("column_encodings", "column_names", "column_sizes", "compression", "format", "hashes", "size_limit",
+            "version"),
+    "json": ("columns", "compression", "format", "hashes", "newline", "size_limit", "version"),
+    "csv": ("column_encodings", "column_names", "compression", "format", "hashes", "newline", "size_limit",
+            "version"),
+    "tsv": ("column_encodings", "column_names", "compression", "format", "hashes", "newline", "size_limit",
+            "version"),
+    "xsv": ("column_encodings", "column_names", "compression", "format", "hashes", "newline", "separator",
+            "size_limit", "version"),
+}
+
+
+class IndexError_(ValueError):  # noqa: N801 - avoid shadowing the builtin IndexError
+    """A malformed ``index.json`` or shard object; the message names the file and the shard."""
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file of a shard: its basename (relative to the index directory), size and hex digests."""
+
+    basename: str
+    bytes: int
+    hashes: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"basename": self.basename, "bytes": self.bytes, "hashes": dict(self.hashes)}
+
+    @classmethod
+    def from_json(cls, obj: Any, *, where: str) -> FileInfo:
+        if not isinstance(obj, dict) or set(obj) != {"basename", "bytes", "hashes"}:
+            raise IndexError_(f"{where}: a file entry must have exactly the keys basename, bytes, hashes; got {obj!r}")
+        if not isinstance(obj["basename"], str) or not isinstance(obj["bytes"], int) or obj["bytes"] < 0:
+            raise IndexError_(f"{where}: bad file entry {obj!r}")
+        if not isinstance(obj["hashes"], dict):
+            raise IndexError_(f"{where}: 'hashes' must be an object of algorithm -> hex digest")
+        return cls(basename=obj["basename"], bytes=obj["bytes"], hashes=dict(obj["hashes"]))
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard object of ``index.json``.
+
+    ``config`` holds the format's writer config (every key of the shard object except the per-file fields
+    ``samples``, ``raw_data``, ``zip_data``, ``raw_meta`` and ``zip_meta``), exactly as serialized.
+    """
+
+    format: str
+    samples: int
+    raw_data: FileInfo
+    zip_data: FileInfo | None
+    config: dict[str, Any]
+    raw_meta: FileInfo | None = None
+    zip_meta: FileInfo | None = None
+
+    @property
+    def compression(self) -> str | None:
+        return self.config.get("compression")
+
+    @property
+    def hashes(self) -> list[str]:
+        return list(self.config.get("hashes") or [])
+
+    @property
+    def column_names(self) -> list[str]:
+        if self.format == "json":
+            return sorted(self.config["columns"])
+        return list(self.config["column_names"])
+
+    @property
+    def column_encodings(self) -> list[str]:
+        if self.format == "json":
+            return [self.config["columns"][k] for k in sorted(self.config["columns"])]
+        return list(self.config["column_encodings"])
+
+    @property
+    def is_split(self) -> bool:
+        """Split formats keep samples and offsets in two files (data + ``.meta``)."""
+        return self.format != "mds"
+
+    def files(self) -> list[FileInfo]:
+        """Every file entry of this shard (raw and zip, data and meta), skipping absent ones."""
+        return [f for f in (self.raw_data, self.zip_data, self.raw_meta, self.zip_meta) if f is not None]
+
+    def stored_files(self) -> list[FileInfo]:
+        """The files that exist in a dataset as written: the zip forms when compressed, else the raw forms."""
+        if self.zip_data is not None:
+            return [f for f in (self.zip_data, self.zip_meta) if f is not None]
+        return [f for f in (self.raw_data, self.raw_meta) if f is not None]
+
+    def to_json(self) -> dict[str, Any]:
+        obj = dict(self.config)
+        obj["samples"] = self.samples
+        obj["raw_data"] = self.raw_data.to_json()
+        obj["zip_data"] = self.zip_data.to_json() if self.zip_data else None
+        if self.is_split:
+            obj["raw_meta"] = self.raw_meta.to_json() if self.raw_meta else None
+            obj["zip_meta"] = self.zip_meta.to_json() if self.zip_meta else None
+        return obj
+
+    def with_prefix(self, prefix: str) -> ShardInfo:
+        """A copy whose file basenames are prefixed with ``prefix/`` (used by ``merge_index``)."""
+
+        def fix(info: FileInfo | None) -> FileInfo | None:
+            if info is None:
+                return None
+            return FileInfo(basename=f"{prefix}/{info.basename}", bytes=info.bytes, hashes=info.hashes)
+
+        return ShardInfo(
+            format=self.format,
+            samples=self.samples,
+            raw_data=fix(self.raw_data),  # type: ignore[arg-type]
+            zip_data=fix(self.zip_data),
+            config=self.config,
+            raw_meta=fix(self.raw_meta),
+            zip_meta=fix(self.zip_meta),
+        )
+
+    @classmethod
+    def from_json(cls, obj: Any, *, where: str) -> ShardInfo:
+        """Validate one shard object against its format's exact key set."""
+        if not isinstance(obj, dict):
+            raise IndexError_(f"{where}: a shard must be a JSON object, got {type(obj).__name__}")
+        fmt = obj.get("format")
+        if fmt not in FORMATS:
+            raise IndexError_(f"{where}: unknown shard format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        config_keys = _CONFIG_KEYS[fmt]
+        file_keys = _PER_FILE_KEYS["mds" if fmt == "mds" else "split"]
+        expected = set(config_keys) | set(file_keys)
+        missing, extra = sorted(expected - set(obj)), sorted(set(obj) - expected)
+        if missing or extra:
+            parts = [f"missing keys {missing}" if missing else "", f"unexpected keys {extra}" if extra else ""]
+            raise IndexError_(f"{where}: {fmt} shard has {' and '.join(p for p in parts if p)}")
+        if obj["version"] != INDEX_VERSION:
+            raise IndexError_(f"{where}: unsupported shard version {obj['version']!r} (this library reads 2)")
+        samples = obj["samples"]
+        if not isinstance(samples, int) or samples < 0:
+            raise IndexError_(f"{where}: 'samples' must be an int >= 0, got {samples!r}")
+        size_limit = obj["size_limit"]
+        if size_limit is not None and (not isinstance(size_limit, int) or size_limit < 0):
+            raise IndexError_(f"{where}: 'size_limit' must be null or an int >= 0, got {size_limit!r}")
+        if fmt != "json" and len(obj["column_names"]) != len(obj["column_encodings"]):
+            raise IndexError_(f"{where}: column_names and column_encodings differ in length")
+        split = fmt != "mds"
+        zip_data = obj["zip_data"]
+        return cls(
+            format=fmt,
+            samples=samples,
+            raw_data=FileInfo.from_json(obj["raw_data"], where=f"{where} raw_data"),
+            zip_data=FileInfo.from_json(zip_data, where=f"{where} zip_data") if zip_data is not None else None,
+            config={k: obj[k] for k in config_keys},
+            raw_meta=FileInfo.from_json(obj["raw_meta"], where=f"{where} raw_meta") if split else None,
+            zip_meta=(
+                FileInfo.from_json(obj["zip_meta"], where=f"{where} zip_meta")
+                if split and obj["zip_meta"] is not None
+                else None
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class DatasetIndex:
+    """A parsed ``index.json``: its location and shards, with cumulative sample offsets."""
+
+    path: str
+    shards: list[ShardInfo]
+
+    @property
+    def dirname(self) -> str:
+        return os.path.dirname(self.path)
+
+    @property
+    def num_samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shards": [s.to_json() for s in self.shards], "version": INDEX_VERSION}
+
+
+def index_path(dirname: str, split: str | None = None) -> str:
+    """Path of ``index.json`` inside ``dirname[/split]``."""
+    return os.path.join(dirname, split, INDEX_FILENAME) if split else os.path.join(dirname, INDEX_FILENAME)
+
+
+def parse_index(obj: Any, *, path: str) -> DatasetIndex:
+    """Validate a decoded ``index.json`` object."""
+    if not isinstance(obj, dict) or "shards" not in obj or "version" not in obj:
+        raise IndexError_(f"{path}: not a dataset index (expected an object with 'version' and 'shards')")
+    if obj["version"] != INDEX_VERSION:
+        raise IndexError_(
+            f"{path}: unsupported index version {obj['version']!r}; this library reads version {INDEX_VERSION} "
+            "(the format written by mosaicml-streaming >= 0.4)"
+        )
+    if not isinstance(obj["shards"], list):
+        raise IndexError_(f"{path}: 'shards' must be a list")
+    shards = [ShardInfo.from_json(s, where=f"{path} shard {i}") for i, s in enumerate(obj["shards"])]
+    return DatasetIndex(path=path, shards=shards)
+
+
+def load_index(dirname: str, split: str | None = None) -> DatasetIndex:
+    """Read and validate ``dirname[/split]/index.json``.
+
+    Raises:
+        FileNotFoundError: If there is no index; the message says how to create one.
+        IndexError_: If the index is malformed (names the file and shard).
+    """
+    path = index_path(dirname, split)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"no {INDEX_FILENAME} at {path}: write the dataset with MDSWriter/JSONWriter/CSVWriter, or recreate "
+            f"the index from its shards with `python -m streaming rebuild-index {os.path.dirname(path)}`"
+        ) from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise IndexError_(f"{path}: not valid JSON ({err})") from None
+    return parse_index(obj, path=path)
+
+
+def dump_index(obj: dict[str, Any], *, sort_keys: bool = True) -> str:
+    """Serialize an index (or shard config) the way the reference writer does."""
+    return json.dumps(obj, sort_keys=sort_keys)
+
+
+def write_index(index: DatasetIndex | dict[str, Any], path: str) -> None:
+    """Atomically write ``index.json`` at ``path`` (temp file in the same directory, then rename)."""
+    obj = index.to_json() if isinstance(index, DatasetIndex) else index
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(dump_index(obj))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

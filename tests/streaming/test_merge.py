@@ -1,0 +1,37 @@
+"""merge_index: both call forms, basename prefixes, order."""
+
+from __future__ import annotations
+
+import pytest
+
+from streaming import LocalDataset, MDSWriter, merge_index
+from streaming.format.index import load_index
+
+
+def _partitions(root, parts=3, per=7):
+    for p in range(parts):
+        with MDSWriter(out=str(root / str(p)), columns={"x": "int"}, size_limit=150) as w:
+            for i in range(per):
+                w.write({"x": p * 100 + i})
+
+
+def test_merge_listed_indexes(tmp_path):
+    _partitions(tmp_path)
+    merge_index([str(tmp_path / str(p) / "index.json") for p in (2, 0, 1)], str(tmp_path))
+    ds = LocalDataset(str(tmp_path))
+    assert [s["x"] for s in ds] == [200 + i for i in range(7)] + list(range(7)) + [100 + i for i in range(7)]
+    assert load_index(str(tmp_path)).shards[0].raw_data.basename.startswith("2/shard.")
+
+
+def test_merge_by_listing(tmp_path):
+    _partitions(tmp_path, parts=11, per=2)
+    merge_index(str(tmp_path))
+    xs = [s["x"] for s in LocalDataset(str(tmp_path))]
+    assert xs == [p * 100 + i for p in range(11) for i in range(2)]  # numeric order: 2 before 10
+
+
+def test_merge_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        merge_index(str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        merge_index([str(tmp_path / "x" / "index.json")], str(tmp_path))
