@@ -1,0 +1,259 @@
+"""`MPTModel` and `MPTForCausalLM`: MPT as a first-class transformers model (no torch.distributed).
+
+Design note: we subclass transformers' `PreTrainedModel` + `GenerationMixin` so `save_pretrained`,
+`AutoModelForCausalLM.from_pretrained`, `generate()` (with its `DynamicCache`) and lm-eval work unchanged,
+while the math stays ours: one shared attention mask per forward, SDPA everywhere, position tables cached.
+Parameter names follow llm-foundry / HF MPT (`transformer.blocks.N.attn.Wqkv`, ...), so export to the
+HF-native `mpt` format is a rename-free copy. Tied embeddings have no `lm_head` at all (logits use
+`wte.weight` directly), which sidesteps transformers' tying machinery on save/load.
+
+Loss: like HF, labels are shifted inside the model (`labels = input_ids` is fine): position t predicts
+label t+1, the last position has no target, and -100 is ignored; the mean is over counted targets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from foundry.models.mpt.attention import PositionTables, build_attn_mask
+from foundry.models.mpt.blocks import MPTBlock
+from foundry.models.mpt.configuration import MPTConfig
+from foundry.models.mpt.init import init_module_
+from foundry.models.mpt.layers import build_norm
+
+__all__ = ["MPTPreTrainedModel", "MPTModel", "MPTForCausalLM", "shifted_cross_entropy"]
+
+IGNORE_INDEX = -100
+
+
+def shifted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token CE: logits (B, S, V) at t against labels (B, S) at t+1; -100 ignored (0 if none count)."""
+    targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+    losses = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]).float(),
+        targets.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
+    return losses / (targets != IGNORE_INDEX).sum().clamp(min=1)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    device_type = x.device.type
+    if device_type in ("cuda", "cpu") and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return x.dtype
+
+
+class MPTPreTrainedModel(PreTrainedModel):
+    """Shared transformers plumbing: config class, per-module init (llm-foundry schemes)."""
+
+    config_class = MPTConfig
+    base_model_prefix = "transformer"
+    _no_split_modules = ["MPTBlock"]
+    _supports_sdpa = True
+
+    def _init_weights(self, module: nn.Module) -> None:
+        cfg = self.config
+        init_module_(module, cfg=cfg.init, d_model=cfg.d_model, n_layers=cfg.n_layers)
+
+
+class MPTModel(MPTPreTrainedModel):
+    """Embeddings, blocks and the final norm; returns hidden states (and the updated cache)."""
+
+    def __init__(self, config: MPTConfig) -> None:
+        super().__init__(config)
+        attn = config.attn
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        self.wpe = nn.Embedding(config.max_seq_len, config.d_model) if config.learned_pos_emb else None
+        self.emb_drop = nn.Dropout(config.emb_pdrop)
+        self.blocks = nn.ModuleList(MPTBlock(config, layer_idx=i) for i in range(config.n_layers))
+        self.norm_f = build_norm(
+            config.norm_type, config.d_model, eps=config.norm_eps, no_bias=config.no_bias
+        )
+        self.pos = PositionTables(
+            attn, n_heads=config.n_heads, head_dim=config.head_dim, max_seq_len=config.max_seq_len
+        )
+        self.sliding_window = attn.sliding_window_size
+        self.uses_sequence_id = attn.attn_uses_sequence_id
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.wte
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.wte = value
+
+    def _positions(
+        self, attention_mask: torch.Tensor | None, *, past: int, seq: int, device: torch.device
+    ) -> torch.Tensor:
+        """(B|1, S) positions; with a mask, left padding is skipped (first real token is position 0)."""
+        if attention_mask is None:
+            return torch.arange(past, past + seq, device=device)[None]
+        pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        return pos[:, -seq:]
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        sequence_id: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs: Any,  # noqa: ANN401 - transformers passes e.g. cache_position, return_dict
+    ) -> BaseModelOutputWithPast:
+        """Runs the stack.
+
+        Args:
+            input_ids: (B, S) token ids (or `inputs_embeds` (B, S, d_model)).
+            attention_mask: (B, S_past + S) 1 = token, 0 = (left) padding; omit when there is none.
+            sequence_id: (B, S) document ids of packed rows (used when attn_uses_sequence_id).
+            past_key_values: a transformers `Cache`; created when `use_cache` and absent.
+            position_ids: (B, S) explicit positions (learned pos emb / RoPE); derived when omitted.
+            use_cache: return a cache (default `config.use_cache`).
+
+        Returns:
+            `BaseModelOutputWithPast` with `last_hidden_state` (B, S, d_model) and `past_key_values`.
+        """
+        x = self.wte(input_ids) if inputs_embeds is None else inputs_embeds
+        bsz, seq = x.shape[:2]
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        past = 0 if past_key_values is None else past_key_values.get_seq_length()
+        if past + seq > self.config.max_seq_len:
+            raise ValueError(
+                f"sequence length {past + seq} exceeds max_seq_len={self.config.max_seq_len}; "
+                "truncate the input or build the model with a larger max_seq_len"
+            )
+        if position_ids is None and (self.wpe is not None or self.pos.attn.rope):
+            position_ids = self._positions(attention_mask, past=past, seq=seq, device=x.device)
+        if self.wpe is not None:
+            x = x + self.wpe(position_ids)
+        frac = self.config.embedding_fraction
+        if frac != 1.0:
+            x = x * frac + x.detach() * (1 - frac)
+        x = self.emb_drop(x)
+
+        dtype = _compute_dtype(x)
+        key_padding = None
+        if attention_mask is not None and not bool(attention_mask.all()):
+            key_padding = attention_mask.bool()
+        if sequence_id is not None and not self.uses_sequence_id:
+            sequence_id = None
+        attn_mask, is_causal = build_attn_mask(
+            q_len=seq,
+            k_len=past + seq,
+            dtype=dtype,
+            device=x.device,
+            alibi=getattr(self.pos, "alibi", None),
+            sliding_window=self.sliding_window,
+            key_padding=key_padding,
+            sequence_id=sequence_id,
+        )
+        rope = self.pos.rope(position_ids, dtype) if self.pos.attn.rope else None
+        for block in self.blocks:
+            x = block(x, rope=rope, attn_mask=attn_mask, is_causal=is_causal, past_key_values=past_key_values)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm_f(x), past_key_values=past_key_values)
+
+
+class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
+    """MPT with the unembedding (tied to `wte` or a separate `lm_head`), loss, `num_params`, `flops_per_token`."""
+
+    def __init__(self, config: MPTConfig) -> None:
+        super().__init__(config)
+        self.transformer = MPTModel(config)
+        self.lm_head = (
+            None if config.tie_word_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        )
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.transformer.wte
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.transformer.wte = value
+
+    def get_output_embeddings(self) -> nn.Linear | None:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, S, d_model) -> (B, S, V): unembed, then logit_scale and final softcapping if configured."""
+        weight = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(hidden, weight)
+        scale = self.config.logit_scale_value
+        if scale is not None:
+            logits = logits * scale
+        cap = self.config.final_logit_softcapping
+        if cap is not None:
+            logits = cap * torch.tanh(logits / cap)
+        return logits
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        sequence_id: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int = 0,
+        **kwargs: Any,  # noqa: ANN401
+    ) -> CausalLMOutputWithPast:
+        """Forward (see `MPTModel.forward`); `labels` (B, S) are shifted inside (HF convention), -100 ignored.
+
+        Returns:
+            `CausalLMOutputWithPast` with `loss` (when labels), `logits` (B, S, V) and `past_key_values`.
+        """
+        if self.config.attn_config["attn_uses_sequence_id"] and self.training and sequence_id is None:
+            raise ValueError("attn_config.attn_uses_sequence_id=true needs `sequence_id` in training batches")
+        out = self.transformer(
+            input_ids,
+            attention_mask=attention_mask,
+            sequence_id=sequence_id,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            position_ids=position_ids,
+            use_cache=use_cache,
+        )
+        hidden = out.last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = self.logits(hidden)
+        loss = None if labels is None else shifted_cross_entropy(logits, labels)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values)
+
+    def num_params(self, *, exclude_embeddings: bool = False) -> int:
+        """Parameter count (tied weights once); `exclude_embeddings` drops wte and wpe."""
+        total = sum(p.numel() for p in self.parameters())
+        if exclude_embeddings:
+            total -= self.transformer.wte.weight.numel()
+            if self.transformer.wpe is not None:
+                total -= self.transformer.wpe.weight.numel()
+        return total
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (forward + backward), llm-foundry's MFU convention.
+
+        `3 * (2 * N_active + 4 * n_layers * d_model * seq_len)`: N_active is every parameter except an
+        untied input embedding (a lookup, not a matmul); attention counts the full S x S (no causal halving).
+        """
+        n_active = self.num_params()
+        if self.lm_head is not None:
+            n_active -= self.transformer.wte.weight.numel()
+        cfg = self.config
+        return 3.0 * (2.0 * n_active + 4.0 * cfg.n_layers * cfg.d_model * seq_len)
