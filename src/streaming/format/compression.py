@@ -109,11 +109,13 @@ def _zstd_decompress(data: bytes | memoryview) -> bytes:
     except zstandard.ZstdError:
         pass  # no content size in the header, or several frames: decode as a stream
     out = io.BytesIO()
-    obj = dctx.decompressobj(read_across_frames=True)
-    out.write(obj.decompress(data))
-    out.write(obj.flush())
-    if not obj.eof:
-        raise ValueError("zstd data is truncated: the last frame does not end")
+    rest = bytes(data)
+    while rest:
+        obj = dctx.decompressobj()
+        out.write(obj.decompress(rest))
+        if not obj.eof:
+            raise ValueError("zstd data is truncated: its last frame does not end")
+        rest = obj.unused_data
     return out.getvalue()
 
 
