@@ -25,7 +25,12 @@ from streaming import LocalDataset, MDSWriter
 
 # mosaicml-streaming 0.13 on this machine type (perf_anchors.md).
 REFERENCE = {
-    "tok8k": {"seq_samples_per_s": 12068, "dataloader_samples_per_s": 4350, "random_us_mean": 43, "random_us_p50": 23},
+    "tok8k": {
+        "seq_samples_per_s": 12068,
+        "dataloader_samples_per_s": 4350,
+        "random_us_mean": 43,
+        "random_us_p50": 23,
+    },
     "small2m": {"seq_samples_per_s": 13077},
     "tok8k_zstd": {"seq_samples_per_s": 7986},
 }
@@ -51,8 +56,9 @@ def write_dataset(path: str, case: str, n: int) -> float:
         compression = "zstd" if case.endswith("zstd") else None
         # Token ids below 50k as int32: compressible like real token data.
         pool = rng.integers(0, 50_000, size=(256, 2048), dtype=np.int32)
-        with MDSWriter(out=path, columns={"tokens": "bytes", "id": "int"}, compression=compression,
-                       exist_ok=True) as w:
+        with MDSWriter(
+            out=path, columns={"tokens": "bytes", "id": "int"}, compression=compression, exist_ok=True
+        ) as w:
             for i in range(n):
                 w.write({"tokens": pool[i % 256].tobytes(), "id": i})
     else:
@@ -143,8 +149,11 @@ def random_access(ds: LocalDataset, draws: int) -> dict[str, float]:
     for i in idx:
         get(i)
     mean = (time.perf_counter() - start) / draws * 1e6
-    return {"random_us_mean": round(mean, 2), "random_us_p50": round(float(np.median(times)) / 1e3, 2),
-            "random_us_p90": round(float(np.percentile(times, 90)) / 1e3, 2)}
+    return {
+        "random_us_mean": round(mean, 2),
+        "random_us_p50": round(float(np.median(times)) / 1e3, 2),
+        "random_us_p90": round(float(np.percentile(times, 90)) / 1e3, 2),
+    }
 
 
 def run_case(case: str, n: int, root: str, *, loader: bool) -> dict[str, Any]:
@@ -156,9 +165,14 @@ def run_case(case: str, n: int, root: str, *, loader: bool) -> dict[str, Any]:
     sequential(ds, column)  # warm-up pass (decompresses zstd shards into memory once)
     seq_sps, seq_mbps = sequential(ds, column)
     result: dict[str, Any] = {
-        "bench": "streaming_read", "case": case, "samples": n, "raw_mb": round(raw_bytes / 1e6, 1),
-        "write_samples_per_s": round(n / write_s), "write_mb_per_s": round(raw_bytes / write_s / 1e6, 1),
-        "seq_samples_per_s": round(seq_sps), "seq_mb_per_s": round(seq_mbps, 1),
+        "bench": "streaming_read",
+        "case": case,
+        "samples": n,
+        "raw_mb": round(raw_bytes / 1e6, 1),
+        "write_samples_per_s": round(n / write_s),
+        "write_mb_per_s": round(raw_bytes / write_s / 1e6, 1),
+        "seq_samples_per_s": round(seq_sps),
+        "seq_mb_per_s": round(seq_mbps, 1),
         "seq_us_per_sample": round(1e6 / seq_sps, 2),
     }
     result.update(random_access(ds, draws=min(200_000, n)))
@@ -170,7 +184,8 @@ def run_case(case: str, n: int, root: str, *, loader: bool) -> dict[str, Any]:
     ref = REFERENCE.get(case, {})
     result["vs_reference"] = {
         key: round(result[key] / value, 2) if not key.startswith("random") else round(value / result[key], 2)
-        for key, value in ref.items() if key in result
+        for key, value in ref.items()
+        if key in result
     }
     result["machine"] = machine()
     return result

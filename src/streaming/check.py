@@ -100,13 +100,18 @@ def _validate_shard(dirname: str, number: int, shard: ShardInfo, *, decode: bool
     try:
         data = read_file_bytes(dirname, shard.raw_data, shard.zip_data, shard.compression)
         if shard.zip_data is not None and len(data) != shard.raw_data.bytes:
-            return [Problem(number, path, f"decompresses to {len(data)} bytes, index.json says {shard.raw_data.bytes}")]
+            return [
+                Problem(
+                    number, path, f"decompresses to {len(data)} bytes, index.json says {shard.raw_data.bytes}"
+                )
+            ]
         if shard.format == "mds":
             n, offsets, config = parse_mds_header(data, path=path, expected_samples=shard.samples)
             if config != shard.config:
                 return [Problem(number, path, "embedded config differs from the index.json entry")]
-            reason = _check_offsets(offsets, start=4 + 4 * (n + 1) + len(json.dumps(config, sort_keys=True)),
-                                    size=len(data))
+            reason = _check_offsets(
+                offsets, start=4 + 4 * (n + 1) + len(json.dumps(config, sort_keys=True)), size=len(data)
+            )
         else:
             assert shard.raw_meta is not None
             meta = read_file_bytes(dirname, shard.raw_meta, shard.zip_meta, shard.compression)
@@ -192,14 +197,18 @@ def rebuild_index(dirname: str, *, overwrite: bool = False) -> DatasetIndex:
         match = _SHARD_RE.match(name)
         if match is None:
             continue
-        entry = found.setdefault(int(match.group(1)), {"raw": f"shard.{match.group(1)}.{match.group(2)}",
-                                                      "fmt": match.group(2), "ext": None})
+        entry = found.setdefault(
+            int(match.group(1)),
+            {"raw": f"shard.{match.group(1)}.{match.group(2)}", "fmt": match.group(2), "ext": None},
+        )
         if match.group(3):
             entry["ext"] = match.group(3)
     if not found:
         raise FileNotFoundError(f"no shard files (shard.NNNNN.<format>[.<compression>]) in {dirname}")
-    shards = [_rebuild_one(dirname, found[k]['raw'], found[k]['fmt'], found[k]['ext'])  # type: ignore[arg-type]
-              for k in sorted(found)]
+    shards = [
+        _rebuild_one(dirname, found[k]["raw"], found[k]["fmt"], found[k]["ext"])  # type: ignore[arg-type]
+        for k in sorted(found)
+    ]
     index = DatasetIndex(path=target, shards=shards)
     write_index(index, target)
     return index

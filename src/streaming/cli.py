@@ -24,13 +24,17 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"dataset      {info['path']}")
     print(f"format       {', '.join(info['formats']) or '-'}")
     print(f"shards       {info['shards']:,}")
-    print(f"samples      {info['samples']:,}  (per shard {info['samples_per_shard']['min']:,}"
-          f"..{info['samples_per_shard']['max']:,})")
+    print(
+        f"samples      {info['samples']:,}  (per shard {info['samples_per_shard']['min']:,}"
+        f"..{info['samples_per_shard']['max']:,})"
+    )
     print(f"compression  {', '.join(info['compression'])}")
     print(f"hashes       {', '.join(info['hashes']) or '-'}")
     ratio = info["raw_bytes"] / info["stored_bytes"] if info["stored_bytes"] else 0.0
-    print(f"bytes        raw {format_bytes(info['raw_bytes'])}, stored {format_bytes(info['stored_bytes'])}"
-          f" (ratio {ratio:.2f})")
+    print(
+        f"bytes        raw {format_bytes(info['raw_bytes'])}, stored {format_bytes(info['stored_bytes'])}"
+        f" (ratio {ratio:.2f})"
+    )
     for i, columns in enumerate(info["columns"]):
         title = "columns" if len(info["columns"]) == 1 else f"columns #{i}"
         print(title)
@@ -66,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_inspect)
-    p = sub.add_parser("validate", help="check every hash, offset table and sample count; exit 1 on a problem")
+    p = sub.add_parser(
+        "validate", help="check every hash, offset table and sample count; exit 1 on a problem"
+    )
     p.add_argument("dir")
     p.add_argument("--split", default=None)
     p.add_argument("--decode", action="store_true", help="also decode every sample")

@@ -62,7 +62,9 @@ class LocalDataset:
         """The (cached) reader of one shard."""
         reader = self._readers[shard_id]
         if reader is None:
-            reader = open_shard(self.dirname, self.index.shards[shard_id], allow_unsafe_types=self._allow_unsafe)
+            reader = open_shard(
+                self.dirname, self.index.shards[shard_id], allow_unsafe_types=self._allow_unsafe
+            )
             self._readers[shard_id] = reader
         return reader
 

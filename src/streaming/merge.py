@@ -25,7 +25,9 @@ def _partition_dirs(root: str) -> list[str]:
             found.append(os.path.relpath(dirpath, root))
     if not found:
         raise FileNotFoundError(f"merge_index: no partition {INDEX_FILENAME} found under {root}")
-    return sorted(found, key=lambda p: [int(t) if t.isdigit() else t for t in p.replace(os.sep, "/").split("/")])
+    return sorted(
+        found, key=lambda p: [int(t) if t.isdigit() else t for t in p.replace(os.sep, "/").split("/")]
+    )
 
 
 def _local_path(entry: str | tuple[str, str]) -> str:
@@ -56,7 +58,9 @@ def merge_index(*args: object, keep_local: bool = True, download_timeout: float 
     elif len(args) == 2:
         urls, out_arg = args
         if not isinstance(urls, Sequence) or isinstance(urls, str):
-            raise TypeError("merge_index(index_file_urls, out): index_file_urls must be a list of index.json paths")
+            raise TypeError(
+                "merge_index(index_file_urls, out): index_file_urls must be a list of index.json paths"
+            )
         out = _local_path(out_arg)  # type: ignore[arg-type]
         parts = [_local_path(u) for u in urls]  # type: ignore[arg-type]
         prefixes = [os.path.basename(os.path.dirname(os.path.abspath(p))) for p in parts]

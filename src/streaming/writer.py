@@ -101,8 +101,12 @@ class Writer(ABC):
             )
         self.size_limit = limit or None
         if exist_ok and append:
-            raise ValueError("exist_ok=True deletes the existing dataset and append=True extends it: pick one")
-        self._output: Output = resolve_output(out, keep_local=keep_local, retry=retry, max_workers=max_workers)
+            raise ValueError(
+                "exist_ok=True deletes the existing dataset and append=True extends it: pick one"
+            )
+        self._output: Output = resolve_output(
+            out, keep_local=keep_local, retry=retry, max_workers=max_workers
+        )
         self.local = self._output.local
         self._prepare_directory(exist_ok=exist_ok, append=append)
         self._columns = dict(columns)
@@ -162,7 +166,9 @@ class Writer(ABC):
             if self._samples:
                 self.flush_shard()
             if self._shard_bytes + size > MAX_SHARD_BYTES:
-                raise ValueError(f"a sample of {len(data)} bytes cannot fit in a shard below the 4 GiB format limit")
+                raise ValueError(
+                    f"a sample of {len(data)} bytes cannot fit in a shard below the 4 GiB format limit"
+                )
         self._samples.append(data)
         self._shard_bytes += size
         self._progress.update(1)
@@ -187,7 +193,9 @@ class Writer(ABC):
             self.flush_shard()
             while self._pending:
                 self._done.append(self._pending.popleft().result())
-            index = DatasetIndex(path=os.path.join(self.local, INDEX_FILENAME), shards=self._existing + self._done)
+            index = DatasetIndex(
+                path=os.path.join(self.local, INDEX_FILENAME), shards=self._existing + self._done
+            )
             write_index(index, index.path)
             self._output.publish_index(INDEX_FILENAME)
         finally:
@@ -352,7 +360,7 @@ class JSONWriter(_SplitWriter):
     def _init_columns(self, columns: dict[str, str]) -> None:
         if not columns:
             raise ValueError("columns must name at least one column, e.g. {'text': 'str'}")
-        for name, enc in columns.items():
+        for enc in columns.values():
             check_text_encoding(enc)
         self._names = sorted(columns)
 
@@ -406,8 +414,10 @@ class XSVWriter(_SplitWriter):
 
     def _check_text(self, text: str, what: str) -> None:
         if self.separator in text or self.newline in text:
-            raise EncodingError(f"{what} contains the separator {self.separator!r} or the newline; this format "
-                                "has no quoting: use JSONWriter or MDSWriter for such text")
+            raise EncodingError(
+                f"{what} contains the separator {self.separator!r} or the newline; this format "
+                "has no quoting: use JSONWriter or MDSWriter for such text"
+            )
 
     def encode_sample(self, sample: Mapping[str, Any]) -> bytes:
         values = []
@@ -458,5 +468,3 @@ class TSVWriter(XSVWriter):
 
     def __init__(self, *, newline: str = "\n", **kwargs: Any) -> None:
         super().__init__(separator="\t", newline=newline, **kwargs)
-
-

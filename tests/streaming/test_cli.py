@@ -9,15 +9,20 @@ import sys
 import numpy as np
 import pytest
 
-from streaming import LocalDataset, MDSWriter, CSVWriter
+from streaming import CSVWriter, LocalDataset, MDSWriter
 from streaming.cli import main
 
 
 @pytest.fixture
 def dataset(tmp_path):
     out = tmp_path / "ds"
-    with MDSWriter(out=str(out), columns={"tokens": "ndarray:uint16", "id": "int"}, compression="zstd",
-                   hashes=["sha1", "xxh64"], size_limit=1000) as w:
+    with MDSWriter(
+        out=str(out),
+        columns={"tokens": "ndarray:uint16", "id": "int"},
+        compression="zstd",
+        hashes=["sha1", "xxh64"],
+        size_limit=1000,
+    ) as w:
         for i in range(60):
             w.write({"tokens": np.arange(i % 7 + 1, dtype=np.uint16), "id": i})
     return out
@@ -67,8 +72,9 @@ def test_validate_size_mismatch(tmp_path, capsys):
 
 @pytest.mark.parametrize("compression", [None, "gz"])
 def test_rebuild_index(tmp_path, compression):
-    with MDSWriter(out=str(tmp_path), columns={"x": "str"}, size_limit=200, compression=compression,
-                   hashes=["md5"]) as w:
+    with MDSWriter(
+        out=str(tmp_path), columns={"x": "str"}, size_limit=200, compression=compression, hashes=["md5"]
+    ) as w:
         for i in range(30):
             w.write({"x": f"v{i}"})
     original = (tmp_path / "index.json").read_text()
@@ -91,9 +97,14 @@ def test_rebuild_split_format(tmp_path):
 
 
 def test_module_entrypoint(dataset):
-    result = subprocess.run([sys.executable, "-m", "streaming", "inspect", str(dataset), "--json"],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "streaming", "inspect", str(dataset), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(result.stdout)["shards"] > 1
-    missing = subprocess.run([sys.executable, "-m", "streaming", "validate", str(dataset / "nope")],
-                             capture_output=True, text=True)
+    missing = subprocess.run(
+        [sys.executable, "-m", "streaming", "validate", str(dataset / "nope")], capture_output=True, text=True
+    )
     assert missing.returncode == 1 and "no index.json" in missing.stderr

@@ -12,7 +12,9 @@ from streaming import LocalDataset, MDSWriter
 
 @pytest.fixture
 def dataset(tmp_path):
-    with MDSWriter(out=str(tmp_path), columns={"id": "int", "tokens": "ndarray:int32:8"}, size_limit=500) as w:
+    with MDSWriter(
+        out=str(tmp_path), columns={"id": "int", "tokens": "ndarray:int32:8"}, size_limit=500
+    ) as w:
         for i in range(100):
             w.write({"id": i, "tokens": np.full(8, i, np.int32)})
     return str(tmp_path)

@@ -47,7 +47,9 @@ def test_every_hash_recorded_and_validated(tmp_path, algo):
 
 
 def test_index_layout_and_shard_names(tmp_path):
-    with MDSWriter(out=str(tmp_path), columns={"b": "bytes", "a": "int"}, size_limit=400, hashes=["sha1"]) as w:
+    with MDSWriter(
+        out=str(tmp_path), columns={"b": "bytes", "a": "int"}, size_limit=400, hashes=["sha1"]
+    ) as w:
         for i in range(40):
             w.write({"a": i, "b": b"x" * 20})
     raw = json.loads((tmp_path / "index.json").read_text())
@@ -55,8 +57,19 @@ def test_index_layout_and_shard_names(tmp_path):
     text = (tmp_path / "index.json").read_text()
     assert text == json.dumps(raw, sort_keys=True)
     shard0 = raw["shards"][0]
-    assert sorted(shard0) == ["column_encodings", "column_names", "column_sizes", "compression", "format",
-                              "hashes", "raw_data", "samples", "size_limit", "version", "zip_data"]
+    assert sorted(shard0) == [
+        "column_encodings",
+        "column_names",
+        "column_sizes",
+        "compression",
+        "format",
+        "hashes",
+        "raw_data",
+        "samples",
+        "size_limit",
+        "version",
+        "zip_data",
+    ]
     assert shard0["column_names"] == ["a", "b"] and shard0["column_sizes"] == [8, None]
     names = sorted(os.listdir(tmp_path))
     assert names[0] == "index.json" and names[1] == "shard.00000.mds"
@@ -160,15 +173,31 @@ def test_writer_rejects_bad_arguments(tmp_path):
 @pytest.mark.parametrize("compression", [None, "zstd", "gz"])
 def test_json_shards(tmp_path, compression):
     rows = [{"text": f"line {i}", "n": i, "score": i / 3} for i in range(25)]
-    with JSONWriter(out=str(tmp_path), columns={"text": "str", "n": "int", "score": "float"},
-                    compression=compression, size_limit=300) as w:
+    with JSONWriter(
+        out=str(tmp_path),
+        columns={"text": "str", "n": "int", "score": "float"},
+        compression=compression,
+        size_limit=300,
+    ) as w:
         for r in rows:
             w.write(r)
     index = load_index(str(tmp_path))
     assert len(index.shards) > 1
     shard = index.shards[0]
-    assert sorted(shard.to_json()) == ["columns", "compression", "format", "hashes", "newline", "raw_data",
-                                       "raw_meta", "samples", "size_limit", "version", "zip_data", "zip_meta"]
+    assert sorted(shard.to_json()) == [
+        "columns",
+        "compression",
+        "format",
+        "hashes",
+        "newline",
+        "raw_data",
+        "raw_meta",
+        "samples",
+        "size_limit",
+        "version",
+        "zip_data",
+        "zip_meta",
+    ]
     assert list(LocalDataset(str(tmp_path))) == rows
     if compression is None:
         first = (tmp_path / "shard.00000.json").read_bytes().split(b"\n")[0]
@@ -178,12 +207,15 @@ def test_json_shards(tmp_path, compression):
         assert int.from_bytes(meta[4:8], "little") == 0 and n == shard.samples
 
 
-@pytest.mark.parametrize(("cls", "fmt", "kwargs"), [(CSVWriter, "csv", {}), (TSVWriter, "tsv", {}),
-                                                    (XSVWriter, "xsv", {"separator": "|"})])
+@pytest.mark.parametrize(
+    ("cls", "fmt", "kwargs"),
+    [(CSVWriter, "csv", {}), (TSVWriter, "tsv", {}), (XSVWriter, "xsv", {"separator": "|"})],
+)
 def test_xsv_shards(tmp_path, cls, fmt, kwargs):
     rows = [{"word": f"w{i}", "count": i, "p": i / 7} for i in range(20)]
-    with cls(out=str(tmp_path), columns={"word": "str", "count": "int", "p": "float"}, size_limit=200,
-             **kwargs) as w:
+    with cls(
+        out=str(tmp_path), columns={"word": "str", "count": "int", "p": "float"}, size_limit=200, **kwargs
+    ) as w:
         for r in rows:
             w.write(r)
     shard = load_index(str(tmp_path)).shards[0]

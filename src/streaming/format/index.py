@@ -39,15 +39,48 @@ _PER_FILE_KEYS = {
     "split": ("raw_data", "raw_meta", "samples", "zip_data", "zip_meta"),
 }
 _CONFIG_KEYS = {
-    "mds": ("column_encodings", "column_names", "column_sizes", "compression", "format", "hashes", "size_limit",
-            "version"),
+    "mds": (
+        "column_encodings",
+        "column_names",
+        "column_sizes",
+        "compression",
+        "format",
+        "hashes",
+        "size_limit",
+        "version",
+    ),
     "json": ("columns", "compression", "format", "hashes", "newline", "size_limit", "version"),
-    "csv": ("column_encodings", "column_names", "compression", "format", "hashes", "newline", "size_limit",
-            "version"),
-    "tsv": ("column_encodings", "column_names", "compression", "format", "hashes", "newline", "size_limit",
-            "version"),
-    "xsv": ("column_encodings", "column_names", "compression", "format", "hashes", "newline", "separator",
-            "size_limit", "version"),
+    "csv": (
+        "column_encodings",
+        "column_names",
+        "compression",
+        "format",
+        "hashes",
+        "newline",
+        "size_limit",
+        "version",
+    ),
+    "tsv": (
+        "column_encodings",
+        "column_names",
+        "compression",
+        "format",
+        "hashes",
+        "newline",
+        "size_limit",
+        "version",
+    ),
+    "xsv": (
+        "column_encodings",
+        "column_names",
+        "compression",
+        "format",
+        "hashes",
+        "newline",
+        "separator",
+        "size_limit",
+        "version",
+    ),
 }
 
 
@@ -69,7 +102,9 @@ class FileInfo:
     @classmethod
     def from_json(cls, obj: Any, *, where: str) -> FileInfo:
         if not isinstance(obj, dict) or set(obj) != {"basename", "bytes", "hashes"}:
-            raise IndexError_(f"{where}: a file entry must have exactly the keys basename, bytes, hashes; got {obj!r}")
+            raise IndexError_(
+                f"{where}: a file entry must have exactly the keys basename, bytes, hashes; got {obj!r}"
+            )
         if not isinstance(obj["basename"], str) or not isinstance(obj["bytes"], int) or obj["bytes"] < 0:
             raise IndexError_(f"{where}: bad file entry {obj!r}")
         if not isinstance(obj["hashes"], dict):
@@ -169,7 +204,10 @@ class ShardInfo:
         expected = set(config_keys) | set(file_keys)
         missing, extra = sorted(expected - set(obj)), sorted(set(obj) - expected)
         if missing or extra:
-            parts = [f"missing keys {missing}" if missing else "", f"unexpected keys {extra}" if extra else ""]
+            parts = [
+                f"missing keys {missing}" if missing else "",
+                f"unexpected keys {extra}" if extra else "",
+            ]
             raise IndexError_(f"{where}: {fmt} shard has {' and '.join(p for p in parts if p)}")
         if obj["version"] != INDEX_VERSION:
             raise IndexError_(f"{where}: unsupported shard version {obj['version']!r} (this library reads 2)")
@@ -187,7 +225,9 @@ class ShardInfo:
             format=fmt,
             samples=samples,
             raw_data=FileInfo.from_json(obj["raw_data"], where=f"{where} raw_data"),
-            zip_data=FileInfo.from_json(zip_data, where=f"{where} zip_data") if zip_data is not None else None,
+            zip_data=FileInfo.from_json(zip_data, where=f"{where} zip_data")
+            if zip_data is not None
+            else None,
             config={k: obj[k] for k in config_keys},
             raw_meta=FileInfo.from_json(obj["raw_meta"], where=f"{where} raw_meta") if split else None,
             zip_meta=(

@@ -87,7 +87,9 @@ class MDSSchema:
                 except EncodingError as err:
                     raise EncodingError(f"column {name!r} ({enc.name}): {err}") from None
                 except (TypeError, ValueError, OverflowError) as err:
-                    raise EncodingError(f"column {name!r} ({enc.name}): cannot encode {sample[name]!r}: {err}") from None
+                    raise EncodingError(
+                        f"column {name!r} ({enc.name}): cannot encode {sample[name]!r}: {err}"
+                    ) from None
             head = lengths.pack(*(len(parts[i]) for i in var_index)) if var_index else b""
             return head + b"".join(parts)
 
@@ -168,9 +170,9 @@ def build_mds_shard(config: Mapping[str, Any], samples: Sequence[bytes]) -> byte
     return b"".join([_U32.pack(n), offsets.astype("<u4").tobytes(), config_bytes, *samples])
 
 
-def parse_mds_header(buf: memoryview | bytes, *, path: str, expected_samples: int | None = None) -> tuple[
-    int, memoryview, dict[str, Any]
-]:
+def parse_mds_header(
+    buf: memoryview | bytes, *, path: str, expected_samples: int | None = None
+) -> tuple[int, memoryview, dict[str, Any]]:
     """Parse and sanity-check an MDS shard header.
 
     Returns:
@@ -185,10 +187,14 @@ def parse_mds_header(buf: memoryview | bytes, *, path: str, expected_samples: in
         raise ShardFormatError(f"{path}: truncated MDS shard ({size} bytes, header needs at least 8)")
     (n,) = _U32.unpack_from(view, 0)
     if expected_samples is not None and n != expected_samples:
-        raise ShardFormatError(f"{path}: shard header says {n} samples but index.json says {expected_samples}")
+        raise ShardFormatError(
+            f"{path}: shard header says {n} samples but index.json says {expected_samples}"
+        )
     table_end = 4 + 4 * (n + 1)
     if table_end > size:
-        raise ShardFormatError(f"{path}: truncated MDS shard: offset table needs {table_end} bytes, file has {size}")
+        raise ShardFormatError(
+            f"{path}: truncated MDS shard: offset table needs {table_end} bytes, file has {size}"
+        )
     offsets = view[4:table_end].cast("I")
     first, last = offsets[0], offsets[n]
     if first < table_end or last != size:

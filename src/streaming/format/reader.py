@@ -33,7 +33,9 @@ def _map_file(path: str) -> memoryview:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
-def read_file_bytes(dirname: str, raw: FileInfo, zipped: FileInfo | None, compression: str | None) -> memoryview:
+def read_file_bytes(
+    dirname: str, raw: FileInfo, zipped: FileInfo | None, compression: str | None
+) -> memoryview:
     """The raw bytes of one shard file: the mapped raw file if present, else the decompressed zip file."""
     raw_path = os.path.join(dirname, raw.basename)
     if os.path.exists(raw_path):
@@ -77,7 +79,11 @@ class ShardReader:
     """
 
     def __init__(
-        self, *, path: str, num_samples: int, slice_fn: Callable[[int], memoryview],
+        self,
+        *,
+        path: str,
+        num_samples: int,
+        slice_fn: Callable[[int], memoryview],
         decode: Callable[[memoryview], dict[str, Any]],
     ) -> None:
         self.path = path
@@ -137,7 +143,9 @@ def _meta_offsets(meta: memoryview, *, path: str, samples: int, data_size: int) 
         raise ShardFormatError(f"{path}: meta says {n} samples but index.json says {samples}")
     end = 4 + 4 * (n + 1)
     if end > len(meta):
-        raise ShardFormatError(f"{path}: truncated meta file: offset table needs {end} bytes, has {len(meta)}")
+        raise ShardFormatError(
+            f"{path}: truncated meta file: offset table needs {end} bytes, has {len(meta)}"
+        )
     offsets = meta[4:end].cast("I")
     if offsets[n] != data_size:
         raise ShardFormatError(
@@ -175,7 +183,9 @@ def _split_reader(dirname: str, info: ShardInfo) -> ShardReader:
             text = bytes(raw[: len(raw) - nl]).decode("utf-8")
             values = text.split(sep)
             if len(values) != len(names):
-                raise ShardFormatError(f"line has {len(values)} fields, expected {len(names)} ({', '.join(names)})")
+                raise ShardFormatError(
+                    f"line has {len(values)} fields, expected {len(names)} ({', '.join(names)})"
+                )
             return {n: decode_text_value(e, v) for n, e, v in zip(names, encs, values)}
 
     return ShardReader(path=path, num_samples=info.samples, slice_fn=slice_fn, decode=decode)

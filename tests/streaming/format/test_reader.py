@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from streaming import LocalDataset, MDSWriter, JSONWriter
+from streaming import JSONWriter, LocalDataset, MDSWriter
 from streaming.format.index import IndexError_, load_index
 from streaming.format.mds import ShardFormatError
 
