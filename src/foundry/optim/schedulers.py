@@ -368,10 +368,21 @@ def build_scheduler(
     """Wrap :func:`build_lr_lambda` in a ``LambdaLR``; call its ``step()`` once after every optimizer step.
 
     The LR of optimizer step ``k`` (0-based) is ``base_lr · α(k)``; the constructor applies ``α(0)``.
-    Arguments are those of :func:`build_lr_lambda` plus the ``optimizer`` whose groups it drives.
+
+    Args:
+        cfg: A schedule schema.
+        optimizer: The optimizer whose groups' ``lr`` it drives (``base_lr`` = each group's ``initial_lr``).
+        max_steps: Total optimizer steps of the run (after any scale-schedule ratio).
+        steps_per_epoch: Optimizer steps per epoch, for ``ep`` durations.
+        samples_per_step: Global samples per optimizer step, for ``sp`` durations.
+        tokens_per_step: Global tokens per optimizer step, for ``tok`` durations.
+        scale_schedule_ratio: Composer's SSR, see :func:`build_lr_lambda`.
 
     Returns:
         The scheduler; its ``state_dict()`` holds only the step counter (the schedule is rebuilt from ``cfg``).
+
+    Raises:
+        ValueError: As :func:`build_lr_lambda`.
     """
     lr_lambda = build_lr_lambda(
         cfg,
