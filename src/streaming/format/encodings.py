@@ -80,7 +80,11 @@ def _code_table() -> tuple[np.dtype | None, ...]:
     return tuple(table)
 
 
-_CODE_DTYPES = _code_table()  # dtype code byte -> little-endian dtype (None: invalid code)
+_CODE_DTYPES = _code_table()
+# (dtype.kind, itemsize) -> code: dtype.name is slow (microseconds) and byte-order blind anyway.
+_KIND_SIZE_CODES = {
+    (np.dtype(n).kind, np.dtype(n).itemsize): c for n, c in _DTYPE_CODES.items()
+}  # dtype code byte -> little-endian dtype (None: invalid code)
 _SHAPE_CHARS = "BHIQ"  # shape-header k -> struct code of uint8/16/32/64 dims
 _MAX_NDIM = 63
 
@@ -173,9 +177,25 @@ class _Scalar(Encoding):
         super().__init__(name)
         self._dtype = np.dtype(name).newbyteorder("<")
         self._type = self._dtype.type
+        self._native = self._dtype == np.dtype(name)
         self.size = self._dtype.itemsize
+        self._fmax = float(np.finfo(self._dtype).max) if self._dtype.kind == "f" else None
 
     def encode(self, obj: Any) -> bytes:
+        kind = type(obj)
+        fmax = self._fmax
+        # Fast path: Python ints into int dtypes (numpy raises OverflowError itself) and in-range Python
+        # numbers into float dtypes. Everything else goes through numpy with overflow/invalid errors on.
+        if self._native and (
+            (kind is int and fmax is None)
+            or (fmax is not None and (kind is float or kind is int) and not abs(obj) > fmax)
+        ):
+            try:
+                return self._type(obj).tobytes()
+            except OverflowError as err:
+                raise EncodingError(
+                    f"encoding {self.name!r}: cannot store {obj!r} as {self.name} ({err})"
+                ) from None
         try:
             with np.errstate(over="raise", invalid="raise"):
                 return self._type(obj).astype(self._dtype).tobytes()
@@ -254,18 +274,20 @@ class _NDArray(Encoding):
         super().__init__(name)
         self.dtype = np.dtype(dtype).newbyteorder("<") if dtype else None
         self.shape = shape
+        self._key = (self.dtype.kind, self.dtype.itemsize) if self.dtype is not None else None
         if self.dtype is not None and shape is not None:
             self.size = int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
 
     def encode(self, obj: Any) -> bytes:
         self._need(obj, np.ndarray, "a numpy.ndarray")
         dt = obj.dtype
-        code = _DTYPE_CODES.get(dt.name) if dt.kind in "uif" else None
+        key = (dt.kind, dt.itemsize)
+        code = _KIND_SIZE_CODES.get(key)
         if code is None:
             raise EncodingError(
                 f"encoding {self.name!r}: array dtype {dt} is not supported; use one of {', '.join(_DTYPE_CODES)}"
             )
-        if self.dtype is not None and dt.name != self.dtype.name:
+        if self._key is not None and key != self._key:
             raise EncodingError(f"array has dtype {dt.name} but the column is {self.name}")
         if obj.ndim == 0:
             raise EncodingError(

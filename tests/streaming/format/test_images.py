@@ -125,10 +125,10 @@ def test_jpeg_array_empty_is_rejected_both_ways() -> None:
     ("spec", "value", "match"),
     [
         ("pil", np.zeros((2, 2), np.uint8), "needs a PIL.Image.Image, got numpy.ndarray"),
-        ("jpeg", "x.jpg", "needs a PIL.Image.Image, got builtins.str"),
+        ("jpeg", "x.jpg", "needs a PIL.Image.Image, got str"),
         ("png", 3, "needs a PIL.Image.Image"),
         ("jpeg", make("RGBA"), r"cannot save a mode RGBA image as JPEG .*convert\('RGB'\)"),
-        ("list[pil]", make("RGB"), "needs a list of images, got Image"),
+        ("list[pil]", make("RGB"), "needs a list of images, got PIL.Image.Image"),
         ("list[jpeg]", [make("RGB"), make("RGBA")], "element 1: .*cannot save a mode RGBA"),
         ("jpeg_array", "abc", "needs a list of JPEG bytes, got str"),
         ("jpeg_array", [b"x", 5], "element 1: .*needs a PIL.Image.Image"),
