@@ -88,6 +88,9 @@ class MPTConfig(PretrainedConfig):
         attn_config: dict[str, Any] | AttnConfig | None = None,
         ffn_config: dict[str, Any] | FFNConfig | None = None,
         init_config: dict[str, Any] | InitConfig | None = None,
+        pad_token_id: int | None = None,
+        bos_token_id: int | None = None,
+        eos_token_id: int | None = None,
         **kwargs: Any,  # noqa: ANN401
     ) -> None:
         attn = _to_dataclass(AttnConfig, attn_config, name="attn_config")
@@ -113,10 +116,18 @@ class MPTConfig(PretrainedConfig):
         self.use_cache = use_cache
         # v5: PretrainedConfig has no tie_word_embeddings default; set it explicitly or weights untie on reload.
         self.tie_word_embeddings = tie_word_embeddings
+        self.pad_token_id, self.bos_token_id, self.eos_token_id = pad_token_id, bos_token_id, eos_token_id
         self.attn_config = dataclasses.asdict(attn)
         self.ffn_config = dataclasses.asdict(ffn)
         self.init_config = dataclasses.asdict(init)
-        super().__init__(tie_word_embeddings=tie_word_embeddings, use_cache=use_cache, **kwargs)
+        super().__init__(
+            tie_word_embeddings=tie_word_embeddings,
+            use_cache=use_cache,
+            pad_token_id=pad_token_id,
+            bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id,
+            **kwargs,
+        )
         validate_mpt_fields(_FieldView(self, ffn=ffn, attn=attn))
 
     @classmethod

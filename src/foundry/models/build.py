@@ -1,0 +1,105 @@
+"""Building models from their Hydra schemas, and registering schemas / Auto classes explicitly.
+
+Design note: no registry is filled by importing a module. `register_model_configs(cs)` stores the typed
+schema nodes (`model/_mpt`, `model/_hf_causal_lm`) and `register_auto_classes()` tells transformers about
+model_type `foundry_mpt`; both are idempotent and called by whoever needs them (config composition, the
+load helpers here, `build_hf_causal_lm`). Meta-device models are materialised with `materialize_`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from foundry.models.hf_causal_lm import HFCausalLMConfig, build_hf_causal_lm
+from foundry.models.mpt.config import ModelConfig, MPTModelConfig
+
+__all__ = [
+    "build_model",
+    "build_mpt",
+    "materialize_",
+    "register_model_configs",
+    "register_auto_classes",
+    "load_pretrained",
+]
+
+
+def register_model_configs(cs: Any) -> None:  # noqa: ANN401 - hydra's ConfigStore (not imported here)
+    """Stores the `model` group schema nodes `_mpt` and `_hf_causal_lm` in a Hydra `ConfigStore`."""
+    cs.store(group="model", name="_mpt", node=MPTModelConfig)
+    cs.store(group="model", name="_hf_causal_lm", node=HFCausalLMConfig)
+
+
+def register_auto_classes() -> None:
+    """Registers `foundry_mpt` with AutoConfig / AutoModel / AutoModelForCausalLM (idempotent, offline)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    from foundry.models.mpt import MODEL_TYPE, MPTConfig, MPTForCausalLM, MPTModel
+
+    try:
+        AutoConfig.register(MODEL_TYPE, MPTConfig)
+    except ValueError:  # already registered (by us)
+        pass
+    for auto, cls in ((AutoModel, MPTModel), (AutoModelForCausalLM, MPTForCausalLM)):
+        try:
+            auto.register(MPTConfig, cls)
+        except ValueError:
+            pass
+
+
+def build_mpt(cfg: MPTModelConfig, *, vocab_size: int | None = None, device: str | None = None) -> nn.Module:
+    """Builds an `MPTForCausalLM` from its schema.
+
+    Args:
+        cfg: the schema. vocab_size: overrides `cfg.vocab_size` (e.g. the tokenizer's, padded).
+        device: overrides `cfg.init_device` (`cpu`, `cuda`, `meta`).
+    """
+    from foundry.models.mpt import MPTConfig, MPTForCausalLM
+
+    overrides: dict[str, Any] = {} if vocab_size is None else {"vocab_size": vocab_size}
+    config = MPTConfig.from_schema(cfg, **overrides)
+    with torch.device(device or cfg.init_device):
+        return MPTForCausalLM(config)
+
+
+def build_model(cfg: ModelConfig, *, vocab_size: int | None = None, device: str | None = None) -> nn.Module:
+    """Builds the model a `model` group schema describes (MPT or any transformers causal LM).
+
+    Args:
+        cfg: an `MPTModelConfig` or `HFCausalLMConfig` (from `OmegaConf.to_object`, never a DictConfig).
+        vocab_size: the tokenizer's vocabulary size when it should override the config's.
+        device: overrides the schema's `init_device`.
+
+    Returns:
+        A transformers `PreTrainedModel` whose `forward(input_ids, labels=...)` returns `.loss` / `.logits`.
+    """
+    if isinstance(cfg, MPTModelConfig):
+        return build_mpt(cfg, vocab_size=vocab_size, device=device)
+    if isinstance(cfg, HFCausalLMConfig):
+        return build_hf_causal_lm(cfg, vocab_size=vocab_size)
+    raise TypeError(f"build_model got {type(cfg).__name__}; expected MPTModelConfig or HFCausalLMConfig")
+
+
+@torch.no_grad()
+def materialize_(model: nn.Module, *, device: str | torch.device) -> nn.Module:
+    """Allocates a meta-device MPT on `device` and initialises it (weights by init_config, position tables).
+
+    Call after sharding wrappers are applied if you want per-shard allocation; the model module is returned.
+    """
+    from foundry.models.mpt.init import init_model_
+
+    model.to_empty(device=device)
+    cfg = model.config
+    init_model_(model, cfg=cfg.init, d_model=cfg.d_model, n_layers=cfg.n_layers)
+    return model
+
+
+def load_pretrained(path: str | Path, **kwargs: Any) -> nn.Module:  # noqa: ANN401
+    """`AutoModelForCausalLM.from_pretrained(path)` after registering `foundry_mpt` (offline-safe)."""
+    from transformers import AutoModelForCausalLM
+
+    register_auto_classes()
+    return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)

@@ -1,0 +1,167 @@
+"""Export/import between our `foundry_mpt` checkpoints and transformers' built-in `mpt` format.
+
+Design note: transformers' own `MptForCausalLM` implements a narrow slice of MPT (ALiBi with bias max 8,
+no biases, LayerNorm, GELU MLP x4, MHA). Our parameter names already match it, so export is "check the
+options map, build transformers' model, copy the state dict, `save_pretrained`" - loading the weights into
+the real target class is the validation. Configurations outside that slice export in our registered
+`foundry_mpt` format, which `AutoModelForCausalLM` loads after `register_auto_classes()`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from foundry.models.mpt import MPTConfig, MPTForCausalLM
+
+__all__ = ["hf_mpt_incompatibilities", "to_hf_mpt_config", "export_hf", "from_hf_mpt"]
+
+FORMATS = ("auto", "hf_mpt", "foundry")
+
+
+def hf_mpt_incompatibilities(config: MPTConfig) -> list[str]:
+    """Why `config` cannot be expressed as transformers' `MptConfig` (empty list: it can)."""
+    attn, ffn = config.attn, config.ffn
+    checks = [
+        (attn.alibi, "attn_config.alibi must be true (transformers' MPT always uses ALiBi)"),
+        (attn.alibi_bias_max == 8, "attn_config.alibi_bias_max must be 8"),
+        (not config.learned_pos_emb, "learned_pos_emb must be false"),
+        (config.no_bias, "no_bias must be true (transformers' MPT has no Linear/LayerNorm biases)"),
+        (config.norm_type in ("layernorm", "low_precision_layernorm"), "norm_type must be a layernorm"),
+        (ffn.ffn_type == "mptmlp", "ffn_config.ffn_type must be mptmlp"),
+        (
+            ffn.ffn_act_fn.get("name") == "gelu" and ffn.ffn_act_fn.get("approximate", "none") == "none",
+            "ffn_config.ffn_act_fn must be exact gelu",
+        ),
+        (config.ffn_hidden_size == 4 * config.d_model, "the FFN width must be 4 * d_model"),
+        (config.kv_n_heads == config.n_heads, "attention must be multihead (no GQA/MQA)"),
+        (not (attn.qk_ln or attn.qk_gn), "qk_ln / qk_gn must be off"),
+        (attn.sliding_window_size == -1, "attn_config.sliding_window_size must be -1"),
+        (config.logit_scale is None, "logit_scale must be null"),
+        (config.final_logit_softcapping is None, "final_logit_softcapping must be null"),
+    ]
+    return [why for ok, why in checks if not ok]
+
+
+def to_hf_mpt_config(config: MPTConfig) -> Any:  # noqa: ANN401 - transformers.MptConfig
+    """Our config as transformers' `MptConfig`.
+
+    Raises:
+        ValueError: listing every option that does not map.
+    """
+    from transformers import MptConfig
+
+    problems = hf_mpt_incompatibilities(config)
+    if problems:
+        raise ValueError("cannot export to transformers' MPT format: " + "; ".join(problems))
+    attn = config.attn
+    pdrop = attn.attn_pdrop
+    return MptConfig(
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        n_layers=config.n_layers,
+        expansion_ratio=4,
+        max_seq_len=config.max_seq_len,
+        vocab_size=config.vocab_size,
+        layer_norm_epsilon=config.norm_eps,
+        learned_pos_emb=False,
+        no_bias=True,
+        attn_config={
+            "attn_pdrop": int(pdrop) if float(pdrop).is_integer() else pdrop,
+            "clip_qkv": attn.clip_qkv,
+            "softmax_scale": attn.softmax_scale,
+            "alibi": True,
+            "alibi_bias_max": 8,
+        },
+        tie_word_embeddings=config.tie_word_embeddings,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+    )
+
+
+def _state_dict_fp(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to(dtype) for k, v in model.state_dict().items()}
+
+
+def export_hf(
+    model: MPTForCausalLM,
+    out_dir: str | Path,
+    *,
+    tokenizer: Any | None = None,  # noqa: ANN401 - a transformers tokenizer
+    fmt: str = "auto",
+    dtype: torch.dtype = torch.float32,
+) -> str:
+    """Writes an HF folder (config.json, model.safetensors, tokenizer files) for `model`.
+
+    Args:
+        model: our MPT. out_dir: output folder. tokenizer: saved alongside when given.
+        fmt: `hf_mpt` (transformers' built-in MptForCausalLM; fails if options do not map), `foundry`
+            (our registered model_type) or `auto` (hf_mpt when possible, else foundry).
+        dtype: weight dtype on disk.
+
+    Returns:
+        The format written (`hf_mpt` or `foundry`).
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt={fmt!r}: choose one of {list(FORMATS)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if fmt == "auto":
+        fmt = "foundry" if hf_mpt_incompatibilities(model.config) else "hf_mpt"
+    if fmt == "foundry":
+        model.save_pretrained(out, state_dict=_state_dict_fp(model, dtype))
+    else:
+        from transformers import MptForCausalLM
+
+        hf_config = to_hf_mpt_config(model.config)
+        with torch.device("meta"):
+            hf_model = MptForCausalLM(hf_config)
+        missing, unexpected = hf_model.load_state_dict(
+            _state_dict_fp(model, dtype), strict=False, assign=True
+        )
+        expected_missing = {"lm_head.weight"} if hf_config.tie_word_embeddings else set()
+        if set(missing) != expected_missing or unexpected:
+            raise RuntimeError(f"weight mapping failed: missing={missing} unexpected={unexpected}")
+        hf_model.tie_weights()
+        hf_model.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return fmt
+
+
+def from_hf_mpt(hf_model: nn.Module) -> MPTForCausalLM:
+    """Converts a transformers `MptForCausalLM` (e.g. a downloaded mosaicml/mpt-7b) into our class."""
+    hc = hf_model.config
+    ac = hc.attn_config
+    config = MPTConfig(
+        d_model=hc.d_model,
+        n_heads=hc.n_heads,
+        n_layers=hc.n_layers,
+        expansion_ratio=hc.expansion_ratio,
+        max_seq_len=hc.max_seq_len,
+        vocab_size=hc.vocab_size,
+        learned_pos_emb=False,
+        no_bias=True,
+        norm_type="low_precision_layernorm",
+        norm_eps=hc.layer_norm_epsilon,
+        tie_word_embeddings=hc.tie_word_embeddings,
+        attn_config={"alibi": True, "clip_qkv": ac.clip_qkv, "softmax_scale": ac.softmax_scale},
+        pad_token_id=hc.pad_token_id,
+        bos_token_id=hc.bos_token_id,
+        eos_token_id=hc.eos_token_id,
+    )
+    with torch.device("meta"):
+        model = MPTForCausalLM(config)
+    state = {
+        k: v
+        for k, v in hf_model.state_dict().items()
+        if not (hc.tie_word_embeddings and k == "lm_head.weight")
+    }
+    model.load_state_dict(state, strict=True, assign=True)
+    model.transformer.pos.to_empty(device=model.transformer.wte.weight.device)
+    model.transformer.pos.reset_buffers()
+    return model
