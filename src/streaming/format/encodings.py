@@ -270,7 +270,7 @@ class _JSON(Encoding):
 class _NDArray(Encoding):
     """``ndarray[:dtype[:d0,d1,...]]``: [dtype code if dynamic][shape header if dynamic][C-order values]."""
 
-    def __init__(self, name: str, dtype: str | None, shape: tuple[int, ...] | None) -> None:
+    def __init__(self, name: str, *, dtype: str | None, shape: tuple[int, ...] | None) -> None:
         super().__init__(name)
         self.dtype = np.dtype(dtype).newbyteorder("<") if dtype else None
         self.shape = shape
@@ -369,7 +369,7 @@ def _valid_forms() -> str:
 
 def _parse_ndarray(spec: str, config: str | None) -> _NDArray:
     if not config:
-        return _NDArray(spec, None, None)
+        return _NDArray(spec, dtype=None, shape=None)
     dtype, _, dims = config.partition(":")
     if dtype not in _DTYPE_CODES:
         raise UnknownEncodingError(
@@ -380,7 +380,7 @@ def _parse_ndarray(spec: str, config: str | None) -> _NDArray:
             raise UnknownEncodingError(
                 f"invalid encoding {spec!r}: empty shape; write ndarray:{dtype}:<d0>,<d1>,..."
             )
-        return _NDArray(spec, dtype, None)
+        return _NDArray(spec, dtype=dtype, shape=None)
     try:
         shape = tuple(int(d) for d in dims.split(","))
     except ValueError:
@@ -389,7 +389,7 @@ def _parse_ndarray(spec: str, config: str | None) -> _NDArray:
         ) from None
     if any(d < 1 for d in shape):
         raise UnknownEncodingError(f"invalid encoding {spec!r}: every dim of shape {shape} must be >= 1")
-    return _NDArray(spec, dtype, shape)
+    return _NDArray(spec, dtype=dtype, shape=shape)
 
 
 @functools.lru_cache(maxsize=512)

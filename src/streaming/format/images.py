@@ -125,7 +125,7 @@ class _PNG(Encoding):
         return _open(data)
 
 
-def _split(data: bytes | memoryview, start: int, count: int, name: str) -> list[memoryview]:
+def _split(data: bytes | memoryview, *, start: int, count: int, name: str) -> list[memoryview]:
     """Slice ``count`` payloads whose uint32 sizes start at byte ``start``; check the total length."""
     view = memoryview(data)
     end = start + 4 * count
@@ -174,7 +174,7 @@ class _List(Encoding):
                 f"encoding {self.name!r}: corrupt value of {len(data)} bytes (header needs 8)"
             )
         count = _U32.unpack_from(data, 4)[0]
-        return [self.element.decode(part) for part in _split(data, 8, count, self.name)]
+        return [self.element.decode(part) for part in _split(data, start=8, count=count, name=self.name)]
 
 
 class _JPEGArray(Encoding):
@@ -186,9 +186,7 @@ class _JPEGArray(Encoding):
 
     def encode(self, obj: Any) -> bytes:
         if isinstance(obj, (str, bytes, bytearray)) or not isinstance(obj, (list, tuple)):
-            raise EncodingError(
-                f"encoding {self.name!r} needs a list of JPEG bytes, got {_type_name(obj)}"
-            )
+            raise EncodingError(f"encoding {self.name!r} needs a list of JPEG bytes, got {_type_name(obj)}")
         if not obj:
             raise EncodingError(
                 f"encoding {self.name!r}: empty list; a jpeg_array needs at least one image "
@@ -215,7 +213,7 @@ class _JPEGArray(Encoding):
             raise EncodingError(
                 f"encoding {self.name!r}: value holds 0 images (an empty jpeg_array is invalid)"
             )
-        return [_open(part) for part in _split(data, 4, count, self.name)]
+        return [_open(part) for part in _split(data, start=4, count=count, name=self.name)]
 
 
 _FACTORIES: dict[str, Callable[[str], Encoding]] = {
