@@ -453,10 +453,11 @@ def encode_value(encoding: Encoding, obj: Any) -> bytes:
     Raises:
         EncodingError: The value does not fit the encoding, or a fixed-size column got bytes of another length.
     """
-    data = obj if type(obj) is bytes else encoding.encode(obj)
+    passthrough = isinstance(obj, bytes)  # includes subclasses such as numpy.bytes_, as upstream
+    data = bytes(obj) if passthrough else encoding.encode(obj)
     size = encoding.size
     if size is not None and len(data) != size:
-        what = "pre-encoded bytes value" if data is obj else "encoded value"
+        what = "pre-encoded bytes value" if passthrough else "encoded value"
         raise EncodingError(
             f"{what} is {len(data)} bytes but encoding {encoding.name!r} is fixed at {size} bytes"
         )

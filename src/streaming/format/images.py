@@ -163,7 +163,7 @@ class _List(Encoding):
         parts = []
         for i, item in enumerate(obj):
             try:
-                parts.append(item if type(item) is bytes else self.element.encode(item))
+                parts.append(bytes(item) if isinstance(item, bytes) else self.element.encode(item))
             except EncodingError as err:
                 raise EncodingError(f"encoding {self.name!r}: element {i}: {err}") from None
         return b"".join([_U32.pack(0), _U32.pack(len(parts)), _pack_sizes(parts, self.name), *parts])

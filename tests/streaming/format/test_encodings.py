@@ -189,6 +189,8 @@ def test_bytes_pass_through_for_any_encoding() -> None:
         assert encode_value(get_encoding(spec), b"\xff\xd8raw") == b"\xff\xd8raw"
     assert enc("int", b"12345678") == b"12345678"
     assert enc("ndarray:uint8:2,2", b"abcd") == b"abcd"
+    out = enc("str", np.bytes_(b"np"))  # bytes subclasses pass through too (isinstance, as upstream)
+    assert out == b"np" and type(out) is bytes
 
 
 def test_fixed_size_pass_through_length_mismatch() -> None:
