@@ -15,6 +15,7 @@ from foundry.optim.optimizers import (
     DecoupledAdamWConfig,
     DecoupledLionWConfig,
     OptimizerConfig,
+    ParamGroupConfig,
     build_optimizer,
     build_param_groups,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "InvSqrtWithWarmupConfig",
     "LinearDecayWithWarmupConfig",
     "OptimizerConfig",
+    "ParamGroupConfig",
     "SchedulerConfig",
     "WarmupStableDecayConfig",
     "build_lr_lambda",

@@ -15,11 +15,17 @@ module tree instead of parameter-name regexes, so it works for any model:
 
 A parameter matching any listed category goes to a ``no_decay`` group with ``weight_decay=0``. The default is
 ``[]`` (decay everything), which is what Composer/llm-foundry do.
+
+llm-foundry's ordered ``param_groups: [{param_str_match, lr, ...}]`` are supported with typed overrides
+(``lr``, ``weight_decay``, ``betas``, ``eps``): the first group whose regex is found in a parameter's name takes
+it; unmatched parameters stay in the default groups, which come first. Each group is split by weight-decay
+category as above.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +40,7 @@ __all__ = [
     "DecoupledAdamWConfig",
     "DecoupledLionWConfig",
     "OptimizerConfig",
+    "ParamGroupConfig",
     "WEIGHT_DECAY_CATEGORIES",
     "build_optimizer",
     "build_param_groups",
@@ -42,6 +49,31 @@ __all__ = [
 
 WEIGHT_DECAY_CATEGORIES = ("norm", "bias", "embedding")
 """Values allowed in ``OptimizerConfig.weight_decay_exclude``."""
+
+
+@dataclass(kw_only=True)
+class ParamGroupConfig:
+    """Per-group hyperparameters for the parameters whose names match ``param_str_match`` (llm-foundry's key)."""
+
+    param_str_match: str
+    """Regex searched in parameter names (a plain substring works); the first matching group wins."""
+    lr: float | None = None
+    """Peak lr of this group; None inherits the optimizer's."""
+    weight_decay: float | None = None
+    """Weight decay of this group (its excluded categories still get 0); None inherits."""
+    betas: list[float] | None = None
+    """Betas of this group; None inherits."""
+    eps: float | None = None
+    """Epsilon of this group (Adam variants only); None inherits."""
+
+    def overrides(self) -> dict[str, Any]:
+        """The hyperparameters this group sets, as optimizer param-group keys."""
+        out: dict[str, Any] = {}
+        for key in ("lr", "weight_decay", "betas", "eps"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = tuple(value) if key == "betas" else value
+        return out
 
 
 @dataclass(kw_only=True)
@@ -58,6 +90,8 @@ class OptimizerConfig:
     """Parameter categories that get no weight decay: any of ``norm``, ``bias``, ``embedding``."""
     disable_grad: list[str] = field(default_factory=list)
     """Regexes searched in parameter names (a plain substring works); matches get ``requires_grad=False``."""
+    param_groups: list[ParamGroupConfig] = field(default_factory=list)
+    """Ordered per-group overrides (llm-foundry's ``param_groups``); first match wins."""
 
     def __post_init__(self) -> None:
         expected = type(self).__dataclass_fields__["name"].default
@@ -66,10 +100,6 @@ class OptimizerConfig:
                 f"optimizer.name is {self.name!r} but the schema is {type(self).__name__} (name {expected!r}); "
                 f"pick the optimizer with the config group (e.g. optimizer=decoupled-adamw), not the name field"
             )
-        if self.lr < 0:
-            raise ValueError(f"optimizer.lr must be >= 0, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ValueError(f"optimizer.weight_decay must be >= 0, got {self.weight_decay}")
         unknown = [c for c in self.weight_decay_exclude if c not in WEIGHT_DECAY_CATEGORIES]
         if unknown:
             raise ValueError(
@@ -83,11 +113,29 @@ class OptimizerConfig:
                 raise ValueError(
                     f"optimizer.disable_grad entry {pattern!r} is not a valid regex: {e}"
                 ) from None
-        betas = getattr(self, "betas", None)
-        if betas is not None and (len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas)):
-            raise ValueError(f"optimizer.betas must be two numbers in [0, 1), got {list(betas)}")
-        if getattr(self, "eps", 0.0) < 0:
-            raise ValueError(f"optimizer.eps must be >= 0, got {self.eps}")  # type: ignore[attr-defined]
+        _check_common(self, "optimizer")
+        for i, group in enumerate(self.param_groups):
+            where = f"optimizer.param_groups[{i}]"
+            try:
+                re.compile(group.param_str_match)
+            except re.error as e:
+                raise ValueError(
+                    f"{where}.param_str_match {group.param_str_match!r} is not a valid regex: {e}"
+                ) from None
+            if group.eps is not None and not hasattr(self, "eps"):
+                raise ValueError(f"{where}.eps is set but {type(self).__name__} has no eps; remove it")
+            _check_common(group, where)
+
+
+def _check_common(cfg: OptimizerConfig | ParamGroupConfig, where: str) -> None:
+    """Range checks shared by optimizer schemas and param-group overrides (None = not set)."""
+    for key in ("lr", "weight_decay", "eps"):
+        value = getattr(cfg, key, None)
+        if value is not None and value < 0:
+            raise ValueError(f"{where}.{key} must be >= 0, got {value}")
+    betas = getattr(cfg, "betas", None)
+    if betas is not None and (len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas)):
+        raise ValueError(f"{where}.betas must be two numbers in [0, 1), got {list(betas)}")
 
 
 @dataclass(kw_only=True)
@@ -175,51 +223,75 @@ def _categories(model: nn.Module) -> dict[int, set[str]]:
     return cats
 
 
-def build_param_groups(model: nn.Module, *, weight_decay: float, exclude: list[str]) -> list[dict[str, Any]]:
-    """Split the trainable parameters into a ``decay`` group and a ``no_decay`` group.
+def build_param_groups(
+    model: nn.Module,
+    *,
+    weight_decay: float,
+    exclude: list[str],
+    param_groups: Sequence[ParamGroupConfig] = (),
+) -> list[dict[str, Any]]:
+    """Split the trainable parameters into param groups by override group and weight-decay category.
 
     Args:
         model: The model; only parameters with ``requires_grad`` are included (each tensor once, even if tied).
-        weight_decay: Weight decay of the ``decay`` group (the ``no_decay`` group gets 0).
+        weight_decay: Weight decay of the default ``decay`` group (``no_decay`` groups get 0).
         exclude: Categories that go to ``no_decay`` (see the module docstring).
+        param_groups: Ordered overrides; the first whose ``param_str_match`` is found in a name takes it.
 
     Returns:
-        Param-group dicts with keys ``params``, ``name`` (``"decay"`` then ``"no_decay"``) and ``weight_decay``;
+        Param-group dicts with ``params``, ``name`` and ``weight_decay`` (plus each override's keys): the default
+        ``decay`` and ``no_decay`` groups, then ``param_groups[i].decay`` / ``param_groups[i].no_decay``;
         empty groups are left out.
+
+    Raises:
+        ValueError: If a ``param_str_match`` matches no trainable parameter (likely a typo).
     """
     cats = _categories(model)
     excluded = set(exclude)
-    decay: list[nn.Parameter] = []
-    no_decay: list[nn.Parameter] = []
-    for p in model.parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if cats.get(id(p), set()) & excluded else decay).append(p)
-    groups = [
-        {"params": decay, "name": "decay", "weight_decay": weight_decay},
-        {"params": no_decay, "name": "no_decay", "weight_decay": 0.0},
-    ]
-    return [g for g in groups if g["params"]]
+    remaining = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    buckets: list[tuple[str, dict[str, Any], list[nn.Parameter]]] = []
+    for i, group in enumerate(param_groups):
+        pattern = re.compile(group.param_str_match)
+        names = [name for name in remaining if pattern.search(name)]
+        if not names:
+            raise ValueError(
+                f"optimizer.param_groups[{i}].param_str_match={group.param_str_match!r} matches no trainable "
+                f"parameter of {type(model).__name__} (or earlier groups took them all); fix the pattern"
+            )
+        buckets.append((f"param_groups[{i}].", group.overrides(), [remaining.pop(n) for n in names]))
+    buckets.insert(0, ("", {}, list(remaining.values())))
+    groups = []
+    for prefix, overrides, params in buckets:
+        decay = [p for p in params if not cats.get(id(p), set()) & excluded]
+        no_decay = [p for p in params if cats.get(id(p), set()) & excluded]
+        group_wd = overrides.get("weight_decay", weight_decay)
+        for suffix, members, wd in (("decay", decay, group_wd), ("no_decay", no_decay, 0.0)):
+            if members:
+                groups.append({**overrides, "params": members, "name": prefix + suffix, "weight_decay": wd})
+    return groups
 
 
 def build_optimizer(cfg: OptimizerConfig, *, model: nn.Module) -> Optimizer:
     """Build the optimizer described by ``cfg`` for ``model``'s trainable parameters.
 
-    Freezes ``cfg.disable_grad`` matches first (in place, like llm-foundry), then groups the rest by weight
-    decay (see :func:`build_param_groups`).
+    Freezes ``cfg.disable_grad`` matches first (in place, like llm-foundry), then groups the rest by
+    ``cfg.param_groups`` and weight decay (see :func:`build_param_groups`).
 
     Args:
         cfg: One of :class:`AdamWConfig`, :class:`DecoupledAdamWConfig`, :class:`DecoupledLionWConfig`.
         model: The model to optimize.
 
     Returns:
-        A torch optimizer; its param groups carry a ``name`` (``decay``/``no_decay``).
+        A torch optimizer; its param groups carry a ``name`` (``decay``, ``no_decay``, ``param_groups[i].decay``...).
 
     Raises:
-        ValueError: If nothing is left to train, or ``cfg`` is not a known optimizer schema.
+        ValueError: If nothing is left to train, a param group matches nothing, or ``cfg`` is not a known
+            optimizer schema.
     """
     frozen = freeze_parameters(model, cfg.disable_grad) if cfg.disable_grad else []
-    groups = build_param_groups(model, weight_decay=cfg.weight_decay, exclude=cfg.weight_decay_exclude)
+    groups = build_param_groups(
+        model, weight_decay=cfg.weight_decay, exclude=cfg.weight_decay_exclude, param_groups=cfg.param_groups
+    )
     if not groups:
         raise ValueError(
             f"build_optimizer: {type(model).__name__} has no trainable parameters "

@@ -21,6 +21,7 @@ from foundry.optim import (
     DecoupledLionW,
     DecoupledLionWConfig,
     OptimizerConfig,
+    ParamGroupConfig,
     build_optimizer,
     build_param_groups,
     register_optim_configs,
@@ -215,6 +216,54 @@ def test_disable_grad_freezes_and_drops_params():
     assert all(id(p) not in in_opt for n, p in model.named_parameters() if n in frozen)
 
 
+def test_param_groups_override_and_split_by_decay_category():
+    model = Tiny()
+    cfg = DecoupledAdamWConfig(
+        lr=1e-3,
+        weight_decay=1e-5,
+        weight_decay_exclude=["bias"],
+        param_groups=[
+            ParamGroupConfig(param_str_match="fc", lr=1e-2, weight_decay=1e-4, betas=[0.8, 0.9]),
+            ParamGroupConfig(param_str_match=r"fc|ln", lr=5e-3),  # fc.* already taken: first match wins
+        ],
+    )
+    opt = build_optimizer(cfg, model=model)
+    names = {id(p): n for n, p in model.named_parameters()}
+    got = {
+        g["name"]: (sorted(names[id(p)] for p in g["params"]), g["lr"], g["weight_decay"], g["initial_lr"])
+        for g in opt.param_groups
+    }
+    assert got == {
+        "decay": (["wte.weight"], 1e-3, 1e-5, 1e-3),
+        "no_decay": (["norm_f.weight"], 1e-3, 0.0, 1e-3),
+        "param_groups[0].decay": (["fc.weight"], 1e-2, 1e-4, 1e-2),
+        "param_groups[0].no_decay": (["fc.bias"], 1e-2, 0.0, 1e-2),
+        "param_groups[1].no_decay": (["ln.bias", "ln.weight"], 5e-3, 0.0, 5e-3),
+    }
+    assert [g["betas"] for g in opt.param_groups] == [
+        (0.9, 0.95),
+        (0.9, 0.95),
+        (0.8, 0.9),
+        (0.8, 0.9),
+        (0.9, 0.95),
+    ]
+
+
+def test_param_group_matching_nothing_is_an_error():
+    cfg = DecoupledAdamWConfig(param_groups=[ParamGroupConfig(param_str_match="attn", lr=1.0)])
+    with pytest.raises(ValueError, match=r"param_groups\[0\].param_str_match='attn' matches no trainable"):
+        build_optimizer(cfg, model=Tiny())
+
+
+def test_param_group_validation():
+    with pytest.raises(ValueError, match=r"param_groups\[0\].eps"):
+        DecoupledLionWConfig(param_groups=[ParamGroupConfig(param_str_match="fc", eps=1e-6)])
+    with pytest.raises(ValueError, match=r"param_groups\[0\].lr"):
+        DecoupledAdamWConfig(param_groups=[ParamGroupConfig(param_str_match="fc", lr=-1.0)])
+    with pytest.raises(ValueError, match=r"param_groups\[0\].param_str_match"):
+        DecoupledAdamWConfig(param_groups=[ParamGroupConfig(param_str_match="[")])
+
+
 def test_nothing_left_to_train_is_a_clear_error():
     with pytest.raises(ValueError, match="no trainable parameters.*disable_grad"):
         build_optimizer(DecoupledAdamWConfig(disable_grad=[""]), model=Tiny())
@@ -313,6 +362,16 @@ def test_pasted_llm_foundry_block_validates(hydra_conf):
     bad = compose(overrides=["+optimizer=decoupled-adamw", "optimizer.name=decoupled_lionw"])
     with pytest.raises(ValueError, match="optimizer.name"):
         OmegaConf.to_object(bad.optimizer)
+
+
+def test_conf_param_groups_from_command_line(hydra_conf):
+    cfg = compose(
+        overrides=["+optimizer=decoupled-adamw", "optimizer.param_groups=[{param_str_match: fc, lr: 0.01}]"]
+    )
+    obj = OmegaConf.to_object(cfg.optimizer)
+    assert obj.param_groups == [ParamGroupConfig(param_str_match="fc", lr=0.01)]
+    opt = build_optimizer(obj, model=Tiny())
+    assert [g["name"] for g in opt.param_groups] == ["decay", "param_groups[0].decay"]
 
 
 def test_training_reduces_loss_with_each_optimizer():
