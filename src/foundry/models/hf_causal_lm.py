@@ -30,6 +30,8 @@ class HFCausalLMConfig(ModelConfig):
     pretrained: bool = True
     """Load the weights (true) or only the architecture, randomly initialised (false)."""
     trust_remote_code: bool = False
+    local_files_only: bool = True
+    """Never touch the network (folder or HF cache only); set false to allow hub downloads."""
     attn_implementation: str | None = "sdpa"
     """transformers attention backend (`sdpa`, `eager`, `flash_attention_2`) or null for its default."""
     dtype: str = "float32"
@@ -64,12 +66,14 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
     register_auto_classes()
     name = cfg.pretrained_model_name_or_path
     kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}
+    hub = {"local_files_only": cfg.local_files_only}
     try:
-        config = AutoConfig.from_pretrained(name, **kwargs)
+        config = AutoConfig.from_pretrained(name, **kwargs, **hub)
     except OSError as err:
         raise ValueError(
             f"could not load a transformers config for model.pretrained_model_name_or_path={name!r} ({err}). "
-            "Offline, pass a local folder containing config.json (and weights when model.pretrained=true)."
+            "Pass a local folder containing config.json (and weights when model.pretrained=true), or set "
+            "model.local_files_only=false to allow a hub download."
         ) from err
     for key, value in cfg.config_overrides.items():
         if not hasattr(config, key):
@@ -81,7 +85,7 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
         kwargs["attn_implementation"] = cfg.attn_implementation
     dtype = _DTYPES[cfg.dtype]
     if cfg.pretrained:
-        model = AutoModelForCausalLM.from_pretrained(name, config=config, dtype=dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, config=config, dtype=dtype, **kwargs, **hub)
     else:
         with torch.device(cfg.init_device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
