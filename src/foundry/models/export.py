@@ -17,7 +17,7 @@ from torch import nn
 
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
 
-__all__ = ["hf_mpt_incompatibilities", "to_hf_mpt_config", "export_hf", "from_hf_mpt"]
+__all__ = ["hf_mpt_incompatibilities", "to_hf_mpt_config", "export_hf", "export_checkpoint", "from_hf_mpt"]
 
 FORMATS = ("auto", "hf_mpt", "foundry")
 
@@ -165,3 +165,60 @@ def from_hf_mpt(hf_model: nn.Module) -> MPTForCausalLM:
     model.transformer.pos.to_empty(device=model.transformer.wte.weight.device)
     model.transformer.pos.reset_buffers()
     return model
+
+
+def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """Weights from a .pt/.bin (raw, {'model': ...} or {'state': {'model': ...}}) or .safetensors file."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    for key in ("state", "model"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+    if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
+        obj = obj["model"]
+    prefix = "model."
+    if obj and all(k.startswith(prefix) for k in obj):
+        obj = {k[len(prefix) :]: v for k, v in obj.items()}
+    return obj
+
+
+def export_checkpoint(
+    src: str | Path,
+    out_dir: str | Path,
+    *,
+    config: str | Path | None = None,
+    tokenizer: Any | None = None,  # noqa: ANN401
+    fmt: str = "auto",
+    dtype: torch.dtype = torch.float32,
+) -> str:
+    """Loads our model from `src` and writes an HF folder with `export_hf`.
+
+    Args:
+        src: a folder written by `save_pretrained` (foundry_mpt), or a weights file (.pt/.bin/.safetensors;
+            a `{'model': state_dict}` wrapper and a leading `model.` key prefix are accepted).
+        out_dir: output folder. config: the MPTConfig config.json to use with a weights file.
+        tokenizer: a transformers tokenizer to save alongside. fmt/dtype: see `export_hf`.
+
+    Returns:
+        The format written.
+    """
+    from foundry.models.build import load_pretrained
+
+    src = Path(src)
+    if src.is_dir():
+        model = load_pretrained(src)
+    else:
+        if config is None:
+            raise ValueError(f"{src} is a weights file: pass the model's config.json too (--config)")
+        cfg = MPTConfig.from_json_file(str(config))
+        with torch.device("meta"):
+            model = MPTForCausalLM(cfg)
+        model.load_state_dict(_load_state_dict(src), strict=True, assign=True)
+        model.transformer.pos.to_empty(device="cpu")
+        model.transformer.pos.reset_buffers()
+    if not isinstance(model, MPTForCausalLM):
+        raise ValueError(f"{src} holds a {type(model).__name__}, not our MPTForCausalLM; nothing to convert")
+    return export_hf(model.eval(), out_dir, tokenizer=tokenizer, fmt=fmt, dtype=dtype)

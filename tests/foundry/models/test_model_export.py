@@ -89,3 +89,45 @@ def test_export_writes_tokenizer_and_bf16(tmp_path, neox_tokenizer_path):
     assert (tmp_path / "tokenizer.json").is_file() and (tmp_path / "model.safetensors").is_file()
     theirs = HFMptForCausalLM.from_pretrained(tmp_path)
     assert theirs.transformer.wte.weight.dtype == torch.bfloat16
+
+
+def test_export_script_from_folder_and_weights_file(tmp_path, neox_tokenizer_path):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "scripts" / "export_hf.py"
+    spec = importlib.util.spec_from_file_location("export_hf_script", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    ours = MPTForCausalLM(hf_compatible()).eval()
+    ours.save_pretrained(tmp_path / "ckpt")
+    mod.main(
+        [
+            "--src",
+            str(tmp_path / "ckpt"),
+            "--out",
+            str(tmp_path / "a"),
+            "--tokenizer",
+            str(neox_tokenizer_path),
+        ]
+    )
+    assert (tmp_path / "a" / "tokenizer.json").is_file()
+    torch.save({"model": {f"model.{k}": v for k, v in ours.state_dict().items()}}, tmp_path / "w.pt")
+    mod.main(
+        [
+            "--src",
+            str(tmp_path / "w.pt"),
+            "--config",
+            str(tmp_path / "ckpt" / "config.json"),
+            "--out",
+            str(tmp_path / "b"),
+            "--format",
+            "hf_mpt",
+        ]
+    )
+    ids = torch.randint(0, V, (1, 9))
+    with torch.no_grad():
+        for sub in ("a", "b"):
+            theirs = HFMptForCausalLM.from_pretrained(tmp_path / sub).eval()
+            assert (theirs(ids).logits - ours(ids).logits).abs().max() < 1e-5
