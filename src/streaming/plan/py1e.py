@@ -1,0 +1,93 @@
+"""``py1e`` ("expanding"), the default shuffle, computed window by window.
+
+Semantics (upstream's intent): in each canonical node the spans are laid out in their shuffled order; each
+span's samples are shuffled; each sample at layout index i gets the key ``x = i + delta`` where, per span of
+size s and start a, ``bs' ~ U_int[0.75 bs, 1.25 bs)``, ``h = max(0, (bs' - s) / 2)`` and
+``delta ~ U(max(-h, -a), min(h, L - a - s))``; the node's order is the samples sorted by x (ties by i).
+So each shard's samples spread over a window of about bs around its place, keeping few shards resident.
+
+Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
+the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
+of keys below v is ``max(0, v - H)`` plus a count over ``[v - H, v + H)``. Window k holds the keys in
+``[k Wx, (k + 1) Wx)`` (``Wx = max(4 H, 2**16)``); it costs O(Wx + 2 H) and needs nothing else, so the first
+sample costs one window whatever the epoch size, and a resume starts at the window it lands in. Each span's
+(shuffle, bs', deltas) come from a generator keyed by (seed, epoch, span), not from one sequential generator.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from streaming.plan.shuffle import BlockShuffle
+from streaming.plan.spans import span_rng
+
+__all__ = ["ExpandingShuffle"]
+
+TAG_PY1E = 41
+
+
+class ExpandingShuffle(BlockShuffle):
+    """The ``py1e`` shuffle (see module docstring)."""
+
+    def __init__(self, *, block_size: int, window: int | None = None, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.block_size = int(block_size)
+        self.lo_bs = max(1, int(0.75 * self.block_size))
+        self.hi_bs = max(self.lo_bs + 1, int(1.25 * self.block_size))
+        self.reach = -(-5 * self.block_size // 8) + 1
+        self.width = max(4 * self.reach, 1 << 16) if window is None else max(2 * self.reach + 1, window)
+        self._warned = False
+
+    def num_blocks(self, c: int) -> int:
+        return -(-int(self.spans.node_len[c]) // self.width)
+
+    def _span_keys(self, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(big ids, keys) of span k in layout order."""
+        sp = self.spans
+        n = int(sp.length[k])
+        start = int(sp.cum[k])
+        node_len = int(sp.node_len[c])
+        rng = span_rng(self.seed, self.epoch, TAG_PY1E, k)
+        perm = rng.permutation(n)
+        bsp = int(rng.integers(self.lo_bs, self.hi_bs))
+        h = max(0.0, (bsp - n) / 2)
+        if h == 0 and n > 1 and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"py1e: a span of {n} samples is larger than the block size ({self.block_size}); its samples are "
+                "not mixed with other shards. Raise shuffle_block_size (>= 10x samples per shard is advised).",
+                stacklevel=3,
+            )
+        lo, hi = max(-h, -start), min(h, node_len - start - n)
+        keys = start + np.arange(n, dtype=np.float64) + (lo + (hi - lo) * rng.random(n))
+        return sp.big_start[k] + perm, keys
+
+    def _gather(self, c: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(big ids, keys) for layout indices ``[lo, hi)`` of node ``c`` (whole spans, a superset)."""
+        bigs, keys = [], []
+        for k in self.spans.spans_overlapping(c, lo, hi):
+            b, x = self._span_keys(c, k)
+            bigs.append(b)
+            keys.append(x)
+        if not bigs:
+            return np.empty(0, dtype=np.int64), np.empty(0)
+        return np.concatenate(bigs), np.concatenate(keys)
+
+    def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
+        return np.minimum(j // self.width, self.num_blocks(c) - 1)
+
+    def _compute_block(self, c: int, k: int) -> tuple[int, np.ndarray]:
+        node_len = int(self.spans.node_len[c])
+        v0, v1 = k * self.width, min((k + 1) * self.width, node_len)
+        lo, hi = max(0, v0 - self.reach), min(node_len, v1 + self.reach)
+        big, keys = self._gather(c, lo, hi)
+        below = int(np.count_nonzero(keys < v0))
+        # keys of gathered samples before `lo` are all < v0 too; count them only once via the span starts
+        first = self.spans.spans_overlapping(c, lo, hi)
+        gathered_from = int(self.spans.cum[first.start]) if len(first) else lo
+        start = gathered_from + below
+        inside = np.flatnonzero((keys >= v0) & (keys < v1))
+        order = inside[np.argsort(keys[inside], kind="stable")]
+        return start, big[order]

@@ -1,0 +1,268 @@
+"""Shuffle algorithms, evaluated lazily: (canonical node, index in node) -> big id, one block at a time.
+
+Design tradeoff: upstream computes the whole epoch's permutation up front (O(E) time and memory on one
+process). Here each node's order is a concatenation of independent *blocks* whose contents depend only on
+(seed, epoch, node, block) and the O(units) span table, so a worker computes just the blocks holding the
+positions it yields, keeps a few in an LRU cache, and a resume jumps straight to the block it needs.
+
+Algorithms (same names and intent as upstream; orders differ since numpy call order is not replicated):
+- ``naive``: a global permutation with no locality, as a keyed Feistel network with cycle walking, so any
+  position maps to its big id in O(1) without materializing anything.
+- ``py1s``: span order shuffled per run, divided at the canonical rows, span order shuffled per node per epoch,
+  samples shuffled within each span. Blocks = spans.
+- ``py2s``: additionally each unit's samples are shuffled once per run before division, and each piece again
+  per epoch. Blocks = spans.
+- ``py1br``: the node's spans laid out unshuffled, cut into blocks of random size ``U[0.75 bs, 1.25 bs)`` after a
+  random per-node stagger ``U[0, 0.75 bs)`` that shortens the first block; samples shuffled within each block.
+  Unlike upstream the blocks do not overlap (upstream shuffles one overlap region twice).
+- ``py1e``: see ``streaming.plan.py1e``.
+- ``none`` (shuffle off): the identity.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from streaming.plan.spans import NodeSpans, divide_spans, span_rng
+
+__all__ = ["SHUFFLE_ALGOS", "BlockShuffle", "Shuffle", "make_shuffle"]
+
+SHUFFLE_ALGOS = ("naive", "py1s", "py2s", "py1br", "py1e")
+TAG_NAIVE = 31
+TAG_SPAN = 32
+TAG_UNIT = 33
+TAG_BR_BOUNDS = 34
+TAG_BR_BLOCK = 35
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+class Shuffle:
+    """Maps (canonical node, index within the node's row) to big ids. The base class is the identity."""
+
+    def __init__(self, *, row_start: np.ndarray) -> None:
+        self.row_start = np.asarray(row_start, dtype=np.int64)
+
+    def lookup(self, c: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Big ids of positions ``j`` (within node ``c``'s row)."""
+        return self.row_start[c] + j
+
+
+class NaiveShuffle(Shuffle):
+    """A keyed bijection on ``[0, E)`` (4-round Feistel network, cycle walking)."""
+
+    def __init__(self, *, row_start: np.ndarray, total: int, seed: int, epoch: int) -> None:
+        super().__init__(row_start=row_start)
+        self.total = int(total)
+        bits = max(2, int(self.total - 1).bit_length())
+        self.half = (bits + 1) // 2
+        self.keys = span_rng(seed, epoch, TAG_NAIVE).integers(0, 2**62, size=4, dtype=np.uint64)
+
+    def _round(self, x: np.ndarray, key: np.uint64) -> np.ndarray:
+        z = (x + key) * np.uint64(0x9E3779B97F4A7C15)
+        z ^= z >> np.uint64(31)
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(29)
+        return z & np.uint64((1 << self.half) - 1)
+
+    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+        h = np.uint64(self.half)
+        mask = np.uint64((1 << self.half) - 1)
+        left, right = x >> h, x & mask
+        for key in self.keys:
+            left, right = right, left ^ self._round(right, key)
+        return (left << h) | right
+
+    def permute(self, pos: np.ndarray) -> np.ndarray:
+        """The permutation applied to positions in ``[0, E)``."""
+        x = np.asarray(pos, dtype=np.uint64)
+        todo = np.ones(len(x), dtype=bool)
+        out = x.copy()
+        while todo.any():
+            out[todo] = self._encrypt(out[todo])
+            todo = out >= np.uint64(self.total)
+        return out.astype(np.int64)
+
+    def lookup(self, c: np.ndarray, j: np.ndarray) -> np.ndarray:
+        return self.permute(self.row_start[c] + j)
+
+
+class BlockShuffle(Shuffle):
+    """Node-local shuffles whose per-node order is a concatenation of independently computable blocks.
+
+    Subclasses implement ``_block_guess(c, j)`` (a block id, possibly off by one for ``py1e``) and
+    ``_compute_block(c, k)`` -> (first index in node, big ids in order).
+    """
+
+    def __init__(
+        self, *, row_start: np.ndarray, spans: NodeSpans, seed: int, epoch: int, max_cached: int = 1 << 25
+    ) -> None:
+        super().__init__(row_start=row_start)
+        self.spans = spans
+        self.seed = int(seed)
+        self.epoch = int(epoch)
+        self.max_cached = max_cached
+        self._cache: OrderedDict[tuple[int, int], tuple[int, np.ndarray]] = OrderedDict()
+        self._cached = 0
+
+    def block(self, c: int, k: int) -> tuple[int, np.ndarray]:
+        """Block ``k`` of node ``c``: (first index within the node, big ids), cached."""
+        key = (c, k)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        got = self._compute_block(c, k)
+        self._cache[key] = got
+        self._cached += len(got[1])
+        while self._cached > self.max_cached and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cached -= len(old[1])
+        return got
+
+    def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _compute_block(self, c: int, k: int) -> tuple[int, np.ndarray]:
+        raise NotImplementedError
+
+    def num_blocks(self, c: int) -> int:
+        raise NotImplementedError
+
+    def lookup(self, c: np.ndarray, j: np.ndarray) -> np.ndarray:
+        c = np.asarray(c, dtype=np.int64)
+        j = np.asarray(j, dtype=np.int64)
+        out = np.empty(len(j), dtype=np.int64)
+        for node in np.unique(c):
+            sel = np.flatnonzero(c == node)
+            jj = j[sel]
+            ks = self._block_guess(int(node), jj)
+            for k in np.unique(ks):
+                at = np.flatnonzero(ks == k)
+                start, arr = self.block(int(node), int(k))
+                rel = jj[at] - start
+                lo, hi = rel < 0, rel >= len(arr)
+                if lo.any() or hi.any():  # the guess was one block off (py1e windows)
+                    for shift, m in ((-1, lo), (1, hi)):
+                        if m.any():
+                            s2, a2 = self.block(int(node), int(k) + shift)
+                            out[sel[at[m]]] = a2[jj[at[m]] - s2]
+                    m = ~(lo | hi)
+                    out[sel[at[m]]] = arr[rel[m]]
+                else:
+                    out[sel[at]] = arr[rel]
+        return out
+
+
+class SpanShuffle(BlockShuffle):
+    """``py1s`` (and ``py2s`` with ``presort=True``): blocks are the node's spans."""
+
+    def __init__(self, *, unit_offsets: np.ndarray, presort: bool, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.unit_offsets = np.asarray(unit_offsets, dtype=np.int64)
+        self.presort = presort
+
+    def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
+        return self.spans.span_of(c, j)
+
+    def _compute_block(self, c: int, k: int) -> tuple[int, np.ndarray]:
+        sp = self.spans
+        n = int(sp.length[k])
+        perm = span_rng(self.seed, self.epoch, TAG_SPAN, k).permutation(n)
+        if not self.presort:
+            return int(sp.cum[k]), sp.big_start[k] + perm
+        u = int(sp.unit[k])
+        usize = int(self.unit_offsets[u + 1] - self.unit_offsets[u])
+        sigma = span_rng(self.seed, TAG_UNIT, u).permutation(usize)
+        return int(sp.cum[k]), self.unit_offsets[u] + sigma[int(sp.unit_off[k]) + perm]
+
+
+class BlockRandomShuffle(BlockShuffle):
+    """``py1br``: random-size blocks over the node's unshuffled layout, each shuffled."""
+
+    def __init__(self, *, block_size: int, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.block_size = int(block_size)
+        self._bounds: dict[int, np.ndarray] = {}
+
+    def bounds(self, c: int) -> np.ndarray:
+        """Block boundaries of node ``c`` (starts, then the node length)."""
+        got = self._bounds.get(c)
+        if got is None:
+            n = int(self.spans.node_len[c])
+            bs = self.block_size
+            lo, hi = max(1, int(0.75 * bs)), max(2, int(1.25 * bs))
+            rng = span_rng(self.seed, self.epoch, TAG_BR_BOUNDS, c)
+            stagger = int(rng.integers(0, lo))
+            sizes = rng.integers(lo, hi, size=n // lo + 2)
+            sizes[0] -= stagger
+            ends = np.cumsum(sizes)
+            ends = ends[: int(np.searchsorted(ends, n, side="left")) + 1]
+            got = np.concatenate([[0], np.minimum(ends, n)]).astype(np.int64)
+            self._bounds[c] = got
+        return got
+
+    def num_blocks(self, c: int) -> int:
+        return len(self.bounds(c)) - 1
+
+    def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.bounds(c), j, side="right") - 1
+
+    def _compute_block(self, c: int, k: int) -> tuple[int, np.ndarray]:
+        b = self.bounds(c)
+        a, e = int(b[k]), int(b[k + 1])
+        idx = a + span_rng(self.seed, self.epoch, TAG_BR_BLOCK, c, k).permutation(e - a)
+        return a, self.spans.layout_to_big(c, idx)
+
+
+def make_shuffle(
+    *,
+    algo: str | None,
+    unit_sizes: np.ndarray,
+    row_start: np.ndarray,
+    num_canonical_nodes: int,
+    seed: int,
+    epoch: int,
+    block_size: int,
+    window: int | None = None,
+) -> Shuffle:
+    """Build the shuffle of one epoch.
+
+    Args:
+        algo: One of ``SHUFFLE_ALGOS``, or ``None`` for no shuffle.
+        unit_sizes: Samples per shuffle unit (big-id order).
+        row_start: First position of each canonical node's row (length C + 1, the last being E).
+        num_canonical_nodes: C.
+        seed: Shuffle seed.
+        epoch: Epoch.
+        block_size: Block size of ``py1br`` / ``py1e``.
+        window: ``py1e`` window width override (tests use small ones to exercise many windows).
+
+    Returns:
+        The shuffle.
+    """
+    if algo is None:
+        return Shuffle(row_start=row_start)
+    if algo not in SHUFFLE_ALGOS:
+        raise ValueError(f"shuffle_algo must be one of {SHUFFLE_ALGOS}, got {algo!r}")
+    if block_size < 1:
+        raise ValueError(f"shuffle_block_size must be >= 1, got {block_size}")
+    sizes = np.asarray(unit_sizes, dtype=np.int64)
+    if algo == "naive":
+        return NaiveShuffle(row_start=row_start, total=int(sizes.sum()), seed=seed, epoch=epoch)
+    run_order = None
+    if algo == "py2s":  # the per-run unit shuffle is part of the "fixed" pass
+        run_order = span_rng(seed, TAG_UNIT).permutation(len(sizes))
+    spans = divide_spans(
+        unit_sizes=sizes, num_canonical_nodes=num_canonical_nodes, seed=seed, epoch=epoch, run_order=run_order
+    )
+    kw = {"row_start": row_start, "spans": spans, "seed": seed, "epoch": epoch}
+    if algo in ("py1s", "py2s"):
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        return SpanShuffle(unit_offsets=offsets, presort=algo == "py2s", **kw)
+    if algo == "py1br":
+        return BlockRandomShuffle(block_size=block_size, **kw)
+    from streaming.plan.py1e import ExpandingShuffle
+
+    return ExpandingShuffle(block_size=block_size, window=window, **kw)
