@@ -22,3 +22,72 @@ def shared_data() -> Path:
 def neox_tokenizer_path(shared_data: Path) -> Path:
     """The gpt-neox-20b tokenizer.json that MPT uses."""
     return shared_data / "tokenizers" / "gpt-neox-20b" / "tokenizer.json"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible HTTP server (moto) on 127.0.0.1, for the whole test session; yields its URL."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists() and shutil.which("moto_server") is None:
+        pytest.skip("moto[server] is not installed (pip install -e '.[dev]')")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(exe) if exe.exists() else "moto_server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("moto_server did not start") from None
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """Point every S3 client at the loopback server with dummy credentials."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("S3_ENDPOINT_URL", s3_server)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    return s3_server
+
+
+@pytest.fixture
+def s3_bucket(s3_env, request):
+    """A fresh bucket on the loopback S3 server; yields ``s3://<bucket>``."""
+    import re
+    import uuid
+
+    import boto3
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + "-" + uuid.uuid4().hex[:8]
+    boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=name)
+    return f"s3://{name}"

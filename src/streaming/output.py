@@ -2,16 +2,21 @@
 
 Writers call ``publish_file`` for each finished shard file (from their worker threads) and
 ``publish_index`` once, after every shard file was published, so a remote ``index.json`` never names a
-shard that is not there. This module resolves the ``out`` argument; remote transports come from the
-storage layer.
+shard that is not there. This module resolves the ``out`` argument; transports come from
+``streaming.storage``.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from urllib.parse import urlparse
 
-__all__ = ["LocalOutput", "Output", "resolve_output", "split_out"]
+from streaming.storage.transfer import RetryPolicy, download_file, upload_file
+from streaming.storage.url import join_url
+
+__all__ = ["LocalOutput", "Output", "RemoteOutput", "resolve_output", "split_out"]
 
 
 class Output:
@@ -32,9 +37,59 @@ class Output:
     def abort(self) -> None:
         """The writer failed: publish nothing more."""
 
+    def fetch_index(self, basename: str) -> bool:
+        """Bring an existing published index to ``local/basename``; True if there was one."""
+        return os.path.exists(os.path.join(self.local, basename))
+
 
 class LocalOutput(Output):
     """A plain local directory: files are published by existing."""
+
+
+class RemoteOutput(Output):
+    """A local staging directory mirrored to a remote URL.
+
+    Shard files are uploaded as they complete (from the writer's worker threads, so uploads run
+    concurrently) and deleted locally unless ``keep_local``; ``index.json`` is uploaded last, only after every
+    shard upload succeeded. A staging directory we created ourselves is removed at the end.
+    """
+
+    def __init__(
+        self, local: str, remote: str, *, keep_local: bool, policy: RetryPolicy, owns_local: bool
+    ) -> None:
+        super().__init__(local)
+        self.remote = remote
+        self.keep_local = keep_local
+        self.policy = policy
+        self.owns_local = owns_local
+
+    def _upload(self, basename: str) -> None:
+        upload_file(os.path.join(self.local, basename), join_url(self.remote, basename), policy=self.policy)
+
+    def publish_file(self, basename: str) -> None:
+        self._upload(basename)
+        if not self.keep_local:
+            os.remove(os.path.join(self.local, basename))
+
+    def publish_index(self, basename: str) -> None:
+        self._upload(basename)
+
+    def close(self) -> None:
+        if not self.keep_local:
+            shutil.rmtree(self.local, ignore_errors=True)
+
+    def abort(self) -> None:
+        if self.owns_local and not self.keep_local:
+            shutil.rmtree(self.local, ignore_errors=True)
+
+    def fetch_index(self, basename: str) -> bool:
+        try:
+            download_file(
+                join_url(self.remote, basename), os.path.join(self.local, basename), policy=self.policy
+            )
+        except FileNotFoundError:
+            return False
+        return True
 
 
 def split_out(out: str | tuple[str, str]) -> tuple[str | None, str | None]:
@@ -56,16 +111,14 @@ def split_out(out: str | tuple[str, str]) -> tuple[str | None, str | None]:
 def resolve_output(
     out: str | tuple[str, str], *, keep_local: bool, retry: int, max_workers: int | None
 ) -> Output:
-    """Build the writer output for ``out``.
-
-    Raises:
-        ValueError: For remote URLs until a storage backend for the scheme is installed.
-    """
+    """Build the writer output for ``out``: a local directory, a remote URL, or ``(local_dir, remote_url)``."""
+    del max_workers
     local, remote = split_out(out)
-    if remote is not None:
-        raise ValueError(
-            f"remote output {remote!r}: writing to object storage is not available in this build yet; "
-            "write to a local directory"
-        )
-    assert local is not None
-    return LocalOutput(os.path.abspath(os.path.expanduser(local)))
+    if remote is None:
+        assert local is not None
+        return LocalOutput(os.path.abspath(os.path.expanduser(local)))
+    owns_local = local is None
+    staging = tempfile.mkdtemp(prefix="streaming-writer-") if local is None else os.path.abspath(local)
+    return RemoteOutput(
+        staging, remote, keep_local=keep_local, policy=RetryPolicy(retries=retry), owns_local=owns_local
+    )

@@ -41,6 +41,7 @@ from streaming.format.index import (
 from streaming.format.mds import MAX_SHARD_BYTES, MDSSchema, build_mds_shard, mds_config
 from streaming.output import Output, resolve_output
 from streaming.sizes import parse_bytes
+from streaming.storage.url import redact
 
 __all__ = ["CSVWriter", "JSONWriter", "MDSWriter", "TSVWriter", "Writer", "XSVWriter"]
 
@@ -239,6 +240,13 @@ class Writer(ABC):
                 )
             shutil.rmtree(local)
         os.makedirs(local, exist_ok=True)
+        remote = getattr(self._output, "remote", None)
+        if remote is not None and not exist_ok and self._output.fetch_index(INDEX_FILENAME) and not append:
+            os.remove(os.path.join(local, INDEX_FILENAME))
+            raise FileExistsError(
+                f"a dataset already exists at {redact(remote)}: pass exist_ok=True to overwrite it or append=True "
+                "to add shards to it"
+            )
 
     def _load_existing(self) -> list[ShardInfo]:
         if not os.path.exists(os.path.join(self.local, INDEX_FILENAME)):

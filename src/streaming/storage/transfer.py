@@ -1,0 +1,152 @@
+"""Moving whole files between storage and local disk: atomic, bounded in time, retried only when worth it.
+
+A download goes to ``<path>.tmp-<pid>-<n>`` and is renamed into place only when complete (and, if asked,
+hash-verified), so a crash or ``kill -9`` never leaves a partial file under the real name. ``retries`` counts
+*extra* attempts after the first; they apply only to transient failures (connection resets, timeouts, HTTP
+5xx/429), with exponential backoff and full jitter, each logged with the redacted URL. A missing object fails at
+once with its URL in the message. A hash mismatch triggers one fresh download, then a clear error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streaming.format.hashing import hash_file
+from streaming.storage.backends import get_backend
+from streaming.storage.errors import TransientStorageError
+from streaming.storage.url import redact
+
+__all__ = ["HashMismatchError", "RetryPolicy", "download_file", "list_files", "upload_file"]
+
+log = logging.getLogger("streaming.storage")
+_counter = itertools.count()
+
+
+class HashMismatchError(OSError):
+    """A downloaded file's digest differs from the index after a re-download."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient failures are retried.
+
+    Attributes:
+        retries: Extra attempts after the first (0 = try once).
+        timeout: Seconds allowed for one attempt's connect/read (per backend call).
+        initial_backoff: Sleep before the first retry; doubles each retry.
+        max_backoff: Cap on one sleep.
+    """
+
+    retries: int = 2
+    timeout: float = 60.0
+    initial_backoff: float = 0.5
+    max_backoff: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0 (extra attempts after the first), got {self.retries}")
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+
+    def sleep_for(self, attempt: int) -> float:
+        """Backoff before retry number ``attempt`` (1-based): exponential with full jitter."""
+        cap = min(self.max_backoff, self.initial_backoff * (2 ** (attempt - 1)))
+        return random.uniform(cap / 2, cap)
+
+
+def _with_retries(what: str, url: str, policy: RetryPolicy, fn: Callable[[], None]) -> None:
+    for attempt in range(policy.retries + 1):
+        try:
+            fn()
+            return
+        except TransientStorageError as err:
+            if attempt == policy.retries:
+                raise TransientStorageError(
+                    f"{what} {redact(url)} failed after {attempt + 1} attempt(s): {err}"
+                ) from None
+            delay = policy.sleep_for(attempt + 1)
+            log.warning(
+                "%s %s: %s; retry %d/%d in %.2fs", what, redact(url), err, attempt + 1, policy.retries, delay
+            )
+            time.sleep(delay)
+
+
+def _tmp_name(path: str) -> str:
+    return f"{path}.tmp-{os.getpid()}-{next(_counter)}"
+
+
+def download_file(
+    url: str,
+    path: str,
+    *,
+    policy: RetryPolicy | None = None,
+    expected_hashes: dict[str, str] | None = None,
+    validate_hash: str | None = None,
+) -> None:
+    """Download ``url`` to ``path`` atomically.
+
+    Args:
+        url: Source URL (any supported scheme) or local path.
+        path: Destination file; its directory is created.
+        policy: Retries and timeout (default: 2 retries, 60 s).
+        expected_hashes: ``{algo: hexdigest}`` from the index (used with ``validate_hash``).
+        validate_hash: An algorithm to verify after download; a mismatch re-downloads once, then raises.
+
+    Raises:
+        FileNotFoundError: The object does not exist (no retry).
+        PermissionError: Access denied (no retry).
+        TransientStorageError: Still failing after every retry.
+        HashMismatchError: The digest is still wrong after one re-download.
+    """
+    policy = policy or RetryPolicy()
+    backend = get_backend(url)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    expected = (expected_hashes or {}).get(validate_hash) if validate_hash else None
+    if validate_hash and expected is None:
+        raise ValueError(
+            f"validate_hash={validate_hash!r} but the index records no {validate_hash} digest for "
+            f"{redact(url)}"
+        )
+    for check in range(2):
+        tmp = _tmp_name(path)
+        try:
+            _with_retries("download", url, policy, lambda t=tmp: backend.download(url, t, timeout=policy.timeout))
+            if expected is not None:
+                actual = hash_file(validate_hash, tmp)  # type: ignore[arg-type]
+                if actual != expected:
+                    if check == 0:
+                        log.warning(
+                            "download %s: %s mismatch (%s != %s); downloading again",
+                            redact(url),
+                            validate_hash,
+                            actual,
+                            expected,
+                        )
+                        continue
+                    raise HashMismatchError(
+                        f"{redact(url)}: {validate_hash} is {actual} after two downloads, index.json says "
+                        f"{expected}; the remote file or its index is corrupt (run `python -m streaming validate`)"
+                    )
+            os.replace(tmp, path)
+            return
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+
+def upload_file(path: str, url: str, *, policy: RetryPolicy | None = None) -> None:
+    """Upload a local file to ``url`` (retrying transient failures)."""
+    policy = policy or RetryPolicy()
+    backend = get_backend(url)
+    _with_retries("upload", url, policy, lambda: backend.upload(path, url, timeout=policy.timeout))
+
+
+def list_files(url: str) -> list[str]:
+    """Every object URL under the prefix ``url``, sorted."""
+    return get_backend(url).list(url)

@@ -1,0 +1,142 @@
+"""Downloads and uploads against a real S3-compatible server on loopback, with injected faults."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import boto3
+import pytest
+
+from streaming.storage import RetryPolicy, download_file, list_files, redact, upload_file
+from streaming.storage.errors import TransientStorageError
+from streaming.storage.transfer import HashMismatchError
+from tests.streaming.storage.fault_proxy import FaultProxy
+
+FAST = RetryPolicy(retries=3, timeout=5, initial_backoff=0.01, max_backoff=0.05)
+
+
+def _put(bucket_url: str, key: str, data: bytes, endpoint: str) -> None:
+    boto3.client("s3", endpoint_url=endpoint).put_object(Bucket=bucket_url[5:], Key=key, Body=data)
+
+
+def test_round_trip_and_listing(s3_bucket, s3_env, tmp_path):
+    src = tmp_path / "a.bin"
+    src.write_bytes(os.urandom(100_000))
+    upload_file(str(src), f"{s3_bucket}/dir/a.bin", policy=FAST)
+    upload_file(str(src), f"{s3_bucket}/dir/sub/b.bin", policy=FAST)
+    download_file(f"{s3_bucket}/dir/a.bin", str(tmp_path / "out" / "a.bin"), policy=FAST)
+    assert (tmp_path / "out" / "a.bin").read_bytes() == src.read_bytes()
+    assert list_files(f"{s3_bucket}/dir/") == [f"{s3_bucket}/dir/a.bin", f"{s3_bucket}/dir/sub/b.bin"]
+
+
+def test_missing_object_fails_at_once_with_url(s3_bucket, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(FileNotFoundError, match=f"{s3_bucket}/nope.bin"):
+        download_file(
+            f"{s3_bucket}/nope.bin", str(tmp_path / "x"), policy=RetryPolicy(retries=5, initial_backoff=1)
+        )
+    assert time.monotonic() - start < 1, "a 404 must not be retried"
+    assert os.listdir(tmp_path) == []
+
+
+def test_transient_faults_are_retried_and_logged(s3_bucket, s3_env, tmp_path, monkeypatch, caplog):
+    payload = os.urandom(50_000)
+    _put(s3_bucket, "k.bin", payload, s3_env)
+
+    def fault(n, method, path):
+        return {1: 503, 2: "reset", 3: 500}.get(n)
+
+    with FaultProxy(s3_env, fault) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        with caplog.at_level(logging.WARNING, logger="streaming.storage"):
+            download_file(f"{s3_bucket}/k.bin", str(tmp_path / "k.bin"), policy=FAST)
+    assert (tmp_path / "k.bin").read_bytes() == payload
+    assert len(proxy.injected) == 3
+    retries = [r for r in caplog.records if "retry" in r.getMessage()]
+    assert len(retries) == 3 and "k.bin" in retries[0].getMessage()
+
+
+def test_timeout_is_retried(s3_bucket, s3_env, tmp_path, monkeypatch):
+    _put(s3_bucket, "slow.bin", b"x" * 1000, s3_env)
+    with FaultProxy(s3_env, lambda n, m, p: 3.0 if n == 1 else None) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        policy = RetryPolicy(retries=2, timeout=1, initial_backoff=0.01)
+        start = time.monotonic()
+        download_file(f"{s3_bucket}/slow.bin", str(tmp_path / "slow.bin"), policy=policy)
+    assert (tmp_path / "slow.bin").read_bytes() == b"x" * 1000
+    assert time.monotonic() - start < 2.9
+
+
+def test_retries_exhausted(s3_bucket, s3_env, tmp_path, monkeypatch):
+    _put(s3_bucket, "k.bin", b"abc", s3_env)
+    with FaultProxy(s3_env, lambda n, m, p: 503) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        with pytest.raises(TransientStorageError, match="after 3 attempt"):
+            download_file(
+                f"{s3_bucket}/k.bin",
+                str(tmp_path / "k.bin"),
+                policy=RetryPolicy(retries=2, initial_backoff=0.01),
+            )
+    assert proxy.count == 3
+    assert not os.listdir(tmp_path)
+
+
+def test_hash_mismatch_redownloads_once_then_fails(s3_bucket, s3_env, tmp_path, caplog):
+    from streaming.format.hashing import hash_bytes
+
+    _put(s3_bucket, "h.bin", b"good", s3_env)
+    download_file(
+        f"{s3_bucket}/h.bin",
+        str(tmp_path / "ok"),
+        validate_hash="sha1",
+        expected_hashes={"sha1": hash_bytes("sha1", b"good")},
+        policy=FAST,
+    )
+    with caplog.at_level(logging.WARNING, logger="streaming.storage"):
+        with pytest.raises(HashMismatchError, match="after two downloads"):
+            download_file(
+                f"{s3_bucket}/h.bin",
+                str(tmp_path / "bad"),
+                validate_hash="sha1",
+                expected_hashes={"sha1": hash_bytes("sha1", b"bad")},
+                policy=FAST,
+            )
+    assert any("downloading again" in r.getMessage() for r in caplog.records)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_kill_mid_download_leaves_no_partial_file(s3_bucket, s3_env, tmp_path, monkeypatch):
+    payload = os.urandom(4 << 20)
+    _put(s3_bucket, "big.bin", payload, s3_env)
+    target = tmp_path / "big.bin"
+    with FaultProxy(
+        s3_env, lambda n, m, p: 5.0
+    ) as proxy:  # every request stalls: the kill lands mid-transfer
+        env = dict(os.environ, S3_ENDPOINT_URL=proxy.url)
+        code = (
+            "from streaming.storage import download_file\n"
+            f"download_file('{s3_bucket}/big.bin', {str(target)!r})\n"
+        )
+        child = subprocess.Popen([sys.executable, "-c", code], env=env)
+        time.sleep(1.5)
+        child.kill()
+        child.wait()
+    assert not target.exists()
+    download_file(f"{s3_bucket}/big.bin", str(target), policy=FAST)
+    assert target.read_bytes() == payload
+
+
+def test_credentials_are_redacted():
+    assert redact("https://user:pw@host.example/path?X-Amz-Signature=abc&x=1") == (
+        "https://***@host.example/path?X-Amz-Signature=***&x=1"
+    )
+    assert redact("s3://bucket/key") == "s3://bucket/key"
+
+
+def test_unsupported_scheme(tmp_path):
+    with pytest.raises(ValueError, match="unsupported URL scheme 'ftp'"):
+        download_file("ftp://host/x", str(tmp_path / "x"))
