@@ -209,3 +209,29 @@ def test_too_long_input_names_max_seq_len():
     m = MPTForCausalLM(tiny(max_seq_len=16))
     with pytest.raises(ValueError, match="max_seq_len=16"):
         m(torch.zeros(1, 17, dtype=torch.long))
+
+
+@torch.no_grad()
+def test_batched_left_padded_generate_matches_single():
+    torch.manual_seed(0)
+    for variant in ("learned_pos", "rope_dail", "alibi"):
+        m = MPTForCausalLM(tiny(**VARIANTS[variant])).eval()
+        a, b = torch.randint(1, V, (1, 7)), torch.randint(1, V, (1, 4))
+        batch = torch.cat([a, torch.cat([torch.zeros(1, 3, dtype=torch.long), b], 1)])
+        mask = (torch.arange(7)[None] >= torch.tensor([[0], [3]])).long()
+        kw = {"max_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
+        out = m.generate(batch, attention_mask=mask, **kw)
+        assert torch.equal(out[0:1, 7:], m.generate(a, **kw)[:, 7:])
+        assert torch.equal(out[1:2, 7:], m.generate(b, **kw)[:, 4:])
+
+
+@pytest.mark.parametrize("norm_type", ["low_precision_layernorm", "low_precision_rmsnorm"])
+def test_cpu_bf16_autocast_train_step(norm_type):
+    torch.manual_seed(0)
+    m = MPTForCausalLM(tiny(norm_type=norm_type, attn_config={"alibi": True, "attn_impl": "flash"}))
+    ids = torch.randint(0, V, (2, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(ids, labels=ids)
+    assert out.logits.dtype == torch.bfloat16 and out.loss.isfinite()
+    out.loss.backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in m.parameters())
