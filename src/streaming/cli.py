@@ -7,17 +7,43 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from streaming.check import describe_dataset, rebuild_index, validate_dataset
+from streaming.format.index import INDEX_FILENAME, load_index
 from streaming.sizes import format_bytes
+from streaming.storage import download_file, list_files, upload_file
+from streaming.storage.url import is_remote, join_url
+
+
+@contextmanager
+def _local_copy(path: str, split: str | None, *, shards: bool) -> Iterator[str]:
+    """A local directory holding the dataset at ``path`` (downloaded to a temp dir when ``path`` is a URL)."""
+    if not is_remote(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="streaming-cli-") as scratch:
+        remote = join_url(path, split)
+        local = os.path.join(scratch, split) if split else scratch
+        download_file(join_url(remote, INDEX_FILENAME), os.path.join(local, INDEX_FILENAME))
+        if shards:
+            for shard in load_index(local).shards:
+                for info in shard.stored_files():
+                    download_file(join_url(remote, info.basename), os.path.join(local, info.basename))
+        yield scratch
+
 
 __all__ = ["main"]
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    info = describe_dataset(args.dir, args.split)
+    with _local_copy(args.dir, args.split, shards=False) as local:
+        info = describe_dataset(local, args.split)
+    info["path"] = join_url(args.dir, args.split, INDEX_FILENAME)
     if args.json:
         print(json.dumps(info))
         return 0
@@ -45,20 +71,36 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    problems = validate_dataset(args.dir, args.split, decode=args.decode)
+    with _local_copy(args.dir, args.split, shards=True) as local:
+        problems = validate_dataset(local, args.split, decode=args.decode)
+        info = describe_dataset(local, args.split)
     if problems:
         for p in problems:
             print(f"INVALID {p}", file=sys.stderr)
         print(f"{len(problems)} problem(s) in {args.dir}", file=sys.stderr)
         return 1
-    info = describe_dataset(args.dir, args.split)
     print(f"OK {args.dir}: {info['shards']} shards, {info['samples']} samples verified")
     return 0
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    index = rebuild_index(args.dir, overwrite=args.force)
-    print(f"wrote {index.path}: {len(index.shards)} shards, {index.num_samples} samples")
+    if not is_remote(args.dir):
+        index = rebuild_index(args.dir, overwrite=args.force)
+        print(f"wrote {index.path}: {len(index.shards)} shards, {index.num_samples} samples")
+        return 0
+    prefix = args.dir.rstrip("/") + "/"
+    with tempfile.TemporaryDirectory(prefix="streaming-cli-") as scratch:
+        for url in list_files(prefix):
+            name = url[len(prefix) :]
+            if "/" in name:
+                continue
+            if name == INDEX_FILENAME and not args.force:
+                raise FileExistsError(f"{url} exists; pass --force to replace it")
+            if name.startswith("shard."):
+                download_file(url, os.path.join(scratch, name))
+        index = rebuild_index(scratch, overwrite=True)
+        upload_file(index.path, prefix + INDEX_FILENAME)
+    print(f"wrote {prefix}{INDEX_FILENAME}: {len(index.shards)} shards, {index.num_samples} samples")
     return 0
 
 
@@ -66,19 +108,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m streaming", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="shards, samples, columns, encodings, bytes raw/compressed")
-    p.add_argument("dir")
+    p.add_argument("dir", help="dataset directory or URL (s3://, gs://, azure://, hf://, https://)")
     p.add_argument("--split", default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_inspect)
     p = sub.add_parser(
         "validate", help="check every hash, offset table and sample count; exit 1 on a problem"
     )
-    p.add_argument("dir")
+    p.add_argument("dir", help="dataset directory or URL (s3://, gs://, azure://, hf://, https://)")
     p.add_argument("--split", default=None)
     p.add_argument("--decode", action="store_true", help="also decode every sample")
     p.set_defaults(func=_validate)
     p = sub.add_parser("rebuild-index", help="recreate index.json from the shards' embedded configs")
-    p.add_argument("dir")
+    p.add_argument("dir", help="dataset directory or URL (s3://, gs://, azure://, hf://, https://)")
     p.add_argument("--force", action="store_true", help="overwrite an existing index.json")
     p.set_defaults(func=_rebuild)
     return parser
@@ -88,6 +130,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (FileNotFoundError, FileExistsError, ValueError) as err:
+    except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

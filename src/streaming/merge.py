@@ -10,10 +10,13 @@ deterministic.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index, write_index
 from streaming.output import split_out
+from streaming.storage import RetryPolicy, download_file, list_files, upload_file
+from streaming.storage.url import is_remote, join_url
 
 __all__ = ["merge_index"]
 
@@ -30,54 +33,81 @@ def _partition_dirs(root: str) -> list[str]:
     )
 
 
-def _local_path(entry: str | tuple[str, str]) -> str:
-    local, remote = split_out(entry)  # type: ignore[arg-type]
-    if local is None:
-        raise ValueError(f"merge_index: remote index {remote!r} needs the storage layer; give local paths")
-    return local
+def _remote_partitions(root: str) -> list[str]:
+    rel = [u[len(root.rstrip("/")) + 1 :] for u in list_files(root.rstrip("/") + "/")]
+    found = sorted(
+        (p[: -len(INDEX_FILENAME) - 1] for p in rel if p.endswith("/" + INDEX_FILENAME)),
+        key=lambda p: [int(t) if t.isdigit() else t for t in p.split("/")],
+    )
+    if not found:
+        raise FileNotFoundError(f"merge_index: no partition {INDEX_FILENAME} found under {root}")
+    return found
 
 
 def merge_index(*args: object, keep_local: bool = True, download_timeout: float = 60) -> None:
-    """Merge partition indexes into ``out/index.json``.
+    """Merge partition indexes into ``out/index.json`` (local paths or any storage URL).
 
     Call forms:
         ``merge_index(index_file_urls, out)``: each listed ``.../<part>/index.json`` contributes its shards,
         with basenames prefixed by ``<part>`` (the directory holding that index), in the given order.
         ``merge_index(out)``: every ``index.json`` below ``out`` (other than ``out/index.json``) is a
-        partition, taken in sorted order of its sub-directory.
+        partition, taken in natural sorted order of its sub-directory (``2`` before ``10``).
+        ``out`` may be a path, a URL, or ``(local_dir, remote_url)``.
 
     Args:
-        keep_local: Kept for API compatibility (local merges keep their files).
-        download_timeout: Kept for API compatibility (used for remote partitions).
+        keep_local: With a remote ``out``, keep the merged index in its local directory.
+        download_timeout: Seconds allowed for each index download.
     """
-    del keep_local, download_timeout
+    policy = RetryPolicy(timeout=download_timeout)
     if len(args) == 1:
-        out = _local_path(args[0])  # type: ignore[arg-type]
-        parts = [os.path.join(out, p, INDEX_FILENAME) for p in _partition_dirs(out)]
-        prefixes = [os.path.relpath(os.path.dirname(p), out).replace(os.sep, "/") for p in parts]
+        out_local, out_remote = split_out(args[0])  # type: ignore[arg-type]
+        root = out_remote or out_local
+        assert root is not None
+        if out_remote is not None:
+            prefixes = _remote_partitions(out_remote)
+        else:
+            prefixes = [p.replace(os.sep, "/") for p in _partition_dirs(root)]
+        parts = [join_url(root, p, INDEX_FILENAME) for p in prefixes]
     elif len(args) == 2:
         urls, out_arg = args
         if not isinstance(urls, Sequence) or isinstance(urls, str):
             raise TypeError(
                 "merge_index(index_file_urls, out): index_file_urls must be a list of index.json paths"
             )
-        out = _local_path(out_arg)  # type: ignore[arg-type]
-        parts = [_local_path(u) for u in urls]  # type: ignore[arg-type]
-        prefixes = [os.path.basename(os.path.dirname(os.path.abspath(p))) for p in parts]
+        out_local, out_remote = split_out(out_arg)  # type: ignore[arg-type]
+        parts = []
+        for u in urls:
+            local, remote = split_out(u)  # type: ignore[arg-type]
+            parts.append(remote or local)
+        prefixes = [
+            p.rstrip("/").rsplit("/", 2)[-2] if p.endswith(INDEX_FILENAME) else p.rstrip("/").rsplit("/")[-1]
+            for p in parts
+        ]
     else:
         raise TypeError("merge_index takes (index_file_urls, out) or (out)")
-    shards: list[ShardInfo] = []
-    seen: set[str] = set()
-    for path, prefix in zip(parts, prefixes):
-        if os.path.isdir(path):
-            path = os.path.join(path, INDEX_FILENAME)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"merge_index: partition index {path} does not exist")
-        for shard in load_index(os.path.dirname(path)).shards:
-            merged = shard.with_prefix(prefix)
-            if merged.raw_data.basename not in seen:
-                seen.add(merged.raw_data.basename)
-                shards.append(merged)
-    os.makedirs(out, exist_ok=True)
-    target = os.path.join(out, INDEX_FILENAME)
-    write_index(DatasetIndex(path=target, shards=shards), target)
+    with tempfile.TemporaryDirectory(prefix="merge-index-") as scratch:
+        shards: list[ShardInfo] = []
+        seen: set[str] = set()
+        for number, (path, prefix) in enumerate(zip(parts, prefixes)):
+            if not path.endswith(INDEX_FILENAME):
+                path = join_url(path, INDEX_FILENAME)
+            if is_remote(path):
+                local_dir = os.path.join(scratch, str(number))
+                download_file(path, os.path.join(local_dir, INDEX_FILENAME), policy=policy)
+            elif not os.path.exists(path):
+                raise FileNotFoundError(f"merge_index: partition index {path} does not exist")
+            else:
+                local_dir = os.path.dirname(path)
+            for shard in load_index(local_dir).shards:
+                merged = shard.with_prefix(prefix)
+                if merged.raw_data.basename not in seen:
+                    seen.add(merged.raw_data.basename)
+                    shards.append(merged)
+        target_dir = out_local or os.path.join(scratch, "out")
+        os.makedirs(target_dir, exist_ok=True)
+        target = os.path.join(target_dir, INDEX_FILENAME)
+        write_index(DatasetIndex(path=target, shards=shards), target)
+        if out_remote is not None:
+            upload_file(target, join_url(out_remote, INDEX_FILENAME), policy=policy)
+            if out_local is not None and not keep_local:
+                os.remove(target)

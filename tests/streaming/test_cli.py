@@ -108,3 +108,21 @@ def test_module_entrypoint(dataset):
         [sys.executable, "-m", "streaming", "validate", str(dataset / "nope")], capture_output=True, text=True
     )
     assert missing.returncode == 1 and "no index.json" in missing.stderr
+
+
+def test_commands_accept_urls(s3_bucket, capsys):
+    remote = f"{s3_bucket}/ds"
+    with MDSWriter(out=remote, columns={"x": "int"}, size_limit=200, hashes=["sha1"]) as w:
+        for i in range(30):
+            w.write({"x": i})
+    assert main(["inspect", remote, "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["samples"] == 30 and info["path"] == f"{remote}/index.json"
+    assert main(["validate", remote]) == 0
+    from streaming.storage.backends import get_backend
+
+    get_backend(remote).delete(f"{remote}/index.json")
+    assert main(["inspect", remote]) == 1
+    assert main(["rebuild-index", remote]) == 0
+    assert main(["validate", remote, "--decode"]) == 0
+    assert "30 samples verified" in capsys.readouterr().out

@@ -35,3 +35,19 @@ def test_merge_errors(tmp_path):
         merge_index(str(tmp_path))
     with pytest.raises(FileNotFoundError):
         merge_index([str(tmp_path / "x" / "index.json")], str(tmp_path))
+
+
+def test_merge_remote_partitions(s3_bucket, tmp_path):
+    from streaming.storage import download_file, list_files
+
+    for p in range(3):
+        with MDSWriter(out=f"{s3_bucket}/ds/{p}", columns={"x": "int"}) as w:
+            for i in range(4):
+                w.write({"x": p * 10 + i})
+    merge_index(f"{s3_bucket}/ds")
+    for url in list_files(f"{s3_bucket}/ds/"):
+        download_file(url, str(tmp_path / url[len(s3_bucket) + 4 :]))
+    assert [s["x"] for s in LocalDataset(str(tmp_path))] == [p * 10 + i for p in range(3) for i in range(4)]
+    merge_index([f"{s3_bucket}/ds/2/index.json", f"{s3_bucket}/ds/0/index.json"], f"{s3_bucket}/ds")
+    download_file(f"{s3_bucket}/ds/index.json", str(tmp_path / "index.json"))
+    assert [s["x"] for s in LocalDataset(str(tmp_path))] == [20, 21, 22, 23, 0, 1, 2, 3]
