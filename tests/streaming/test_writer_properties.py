@@ -11,7 +11,19 @@ from hypothesis import strategies as st
 from streaming import JSONWriter, LocalDataset, MDSWriter
 from streaming.check import validate_dataset
 
-DTYPES = ["uint8", "int8", "uint16", "int16", "float16", "uint32", "int32", "float32", "uint64", "int64", "float64"]
+DTYPES = [
+    "uint8",
+    "int8",
+    "uint16",
+    "int16",
+    "float16",
+    "uint32",
+    "int32",
+    "float32",
+    "uint64",
+    "int64",
+    "float64",
+]
 
 
 def _value(kind: str):
@@ -22,7 +34,9 @@ def _value(kind: str):
     if kind == "int":
         return st.integers(-(2**63), 2**63 - 1)
     if kind == "json":
-        return st.dictionaries(st.text(max_size=5), st.integers(-1000, 1000) | st.text(max_size=5), max_size=3)
+        return st.dictionaries(
+            st.text(max_size=5), st.integers(-1000, 1000) | st.text(max_size=5), max_size=3
+        )
     if kind == "str_int":
         return st.integers(-(10**30), 10**30)
     dtype = kind.split(":")[1]
@@ -38,8 +52,9 @@ KINDS = ["bytes", "str", "int", "json", "str_int"] + [f"ndarray:{d}" for d in DT
 
 @st.composite
 def datasets(draw):
-    names = draw(st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), min_size=1, max_size=5,
-                          unique=True))
+    names = draw(
+        st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True), min_size=1, max_size=5, unique=True)
+    )
     columns = {n: draw(st.sampled_from(KINDS)) for n in names}
     samples = draw(st.lists(st.fixed_dictionaries({n: _value(k) for n, k in columns.items()}), max_size=30))
     return columns, samples
@@ -52,13 +67,17 @@ def _same(a, b) -> bool:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=datasets(), size_limit=st.sampled_from([None, 200, 1000, "1kb"]),
-       compression=st.sampled_from([None, "zstd", "gz", "bz2"]))
+@given(
+    data=datasets(),
+    size_limit=st.sampled_from([None, 200, 1000, "1kb"]),
+    compression=st.sampled_from([None, "zstd", "gz", "bz2"]),
+)
 def test_mds_round_trip(data, size_limit, compression):
     columns, samples = data
     with tempfile.TemporaryDirectory() as out:
-        with MDSWriter(out=out, columns=columns, size_limit=size_limit, compression=compression,
-                       hashes=["xxh64"]) as w:
+        with MDSWriter(
+            out=out, columns=columns, size_limit=size_limit, compression=compression, hashes=["xxh64"]
+        ) as w:
             for s in samples:
                 w.write(s)
         ds = LocalDataset(out)
@@ -70,9 +89,15 @@ def test_mds_round_trip(data, size_limit, compression):
 
 
 @settings(max_examples=30, deadline=None)
-@given(rows=st.lists(st.fixed_dictionaries({"t": st.text(max_size=20), "n": st.integers(-(2**40), 2**40),
-                                            "f": st.floats(allow_nan=False)}), max_size=30),
-       size_limit=st.sampled_from([None, 100, 500]))
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries(
+            {"t": st.text(max_size=20), "n": st.integers(-(2**40), 2**40), "f": st.floats(allow_nan=False)}
+        ),
+        max_size=30,
+    ),
+    size_limit=st.sampled_from([None, 100, 500]),
+)
 def test_json_round_trip(rows, size_limit):
     with tempfile.TemporaryDirectory() as out:
         with JSONWriter(out=out, columns={"t": "str", "n": "int", "f": "float"}, size_limit=size_limit) as w:

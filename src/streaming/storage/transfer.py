@@ -116,7 +116,9 @@ def download_file(
     for check in range(2):
         tmp = _tmp_name(path)
         try:
-            _with_retries("download", url, policy, lambda t=tmp: backend.download(url, t, timeout=policy.timeout))
+            _with_retries(
+                "download", url, policy, lambda t=tmp: backend.download(url, t, timeout=policy.timeout)
+            )
             if expected is not None:
                 actual = hash_file(validate_hash, tmp)  # type: ignore[arg-type]
                 if actual != expected:
