@@ -190,10 +190,13 @@ class WorkerPlan:
         mine = worker_batches(
             num_samples=dev.num_samples, batch_size=b, num_workers=self.num_workers, worker=self.worker
         )
-        per = max(1, chunk // b)
-        for at in range(0, len(mine), per):
+        per = 1  # start small (fast first batch, e.g. after a resume), then grow to `chunk` samples
+        at = 0
+        while at < len(mine):
             group = mine[at : at + per]
+            at += len(group)
             idx = [np.arange(j * b, min((j + 1) * b, dev.num_samples), dtype=np.int64) for j in group]
             lens = [len(i) for i in idx]
             ids = self.order.sample_ids(self.drop_first + dev.global_index(np.concatenate(idx)))
             yield from np.split(ids, np.cumsum(lens)[:-1])
+            per = min(2 * per, max(1, chunk // b))

@@ -9,14 +9,17 @@ So each shard's samples spread over a window of about bs around its place, keepi
 Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
 the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
 of keys below v is ``max(0, v - H)`` plus a count over ``[v - H, v + H)``. Window k holds the keys in
-``[k Wx, (k + 1) Wx)`` (``Wx = max(4 H, 2**16)``); it costs O(Wx + 2 H) and needs nothing else, so the first
-sample costs one window whatever the epoch size, and a resume starts at the window it lands in. Each span's
-(shuffle, bs', deltas) come from a generator keyed by (seed, epoch, span), not from one sequential generator.
+``[k Wx, (k + 1) Wx)`` (``Wx = 2**20`` keys); it costs O(Wx + 2 H) key draws and a sort of Wx keys and needs
+nothing else, so the first sample costs one window whatever the epoch size, and a resume starts at the window
+it lands in. Neighbouring windows share most spans, so per-span (ids, keys) are kept in a small LRU cache.
+Each span's (shuffle, bs', deltas) come from a generator keyed by (seed, epoch, span), not from one
+sequential generator as upstream.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 
 import numpy as np
 
@@ -37,14 +40,30 @@ class ExpandingShuffle(BlockShuffle):
         self.lo_bs = max(1, int(0.75 * self.block_size))
         self.hi_bs = max(self.lo_bs + 1, int(1.25 * self.block_size))
         self.reach = -(-5 * self.block_size // 8) + 1
-        self.width = max(4 * self.reach, 1 << 16) if window is None else max(2 * self.reach + 1, window)
+        self.width = (1 << 20) if window is None else max(1, int(window))
         self._warned = False
+        self._spans: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._span_elems = 0
+        self._span_budget = 2 * (self.width + 2 * self.reach) + (1 << 16)
 
     def num_blocks(self, c: int) -> int:
         return -(-int(self.spans.node_len[c]) // self.width)
 
     def _span_keys(self, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(big ids, keys) of span k in layout order."""
+        """(big ids, keys) of span k in layout order (cached)."""
+        hit = self._spans.get(k)
+        if hit is not None:
+            self._spans.move_to_end(k)
+            return hit
+        got = self._make_span_keys(c, k)
+        self._spans[k] = got
+        self._span_elems += len(got[0])
+        while self._span_elems > self._span_budget and len(self._spans) > 1:
+            _, old = self._spans.popitem(last=False)
+            self._span_elems -= len(old[0])
+        return got
+
+    def _make_span_keys(self, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         sp = self.spans
         n = int(sp.length[k])
         start = int(sp.cum[k])
@@ -56,8 +75,9 @@ class ExpandingShuffle(BlockShuffle):
         if h == 0 and n > 1 and not self._warned:
             self._warned = True
             warnings.warn(
-                f"py1e: a span of {n} samples is larger than the block size ({self.block_size}); its samples are "
-                "not mixed with other shards. Raise shuffle_block_size (>= 10x samples per shard is advised).",
+                f"py1e: a span of {n} samples is at least its drawn block size ({bsp}, from shuffle_block_size="
+                f"{self.block_size}); its samples are not mixed with other shards. Raise shuffle_block_size "
+                "(>= 10x the samples per shard is advised).",
                 stacklevel=3,
             )
         lo, hi = max(-h, -start), min(h, node_len - start - n)
@@ -89,5 +109,5 @@ class ExpandingShuffle(BlockShuffle):
         gathered_from = int(self.spans.cum[first.start]) if len(first) else lo
         start = gathered_from + below
         inside = np.flatnonzero((keys >= v0) & (keys < v1))
-        order = inside[np.argsort(keys[inside], kind="stable")]
+        order = inside[np.argsort(keys[inside])]  # deterministic: same input array every time
         return start, big[order]

@@ -138,20 +138,17 @@ class BlockShuffle(Shuffle):
             sel = np.flatnonzero(c == node)
             jj = j[sel]
             ks = self._block_guess(int(node), jj)
-            for k in np.unique(ks):
-                at = np.flatnonzero(ks == k)
-                start, arr = self.block(int(node), int(k))
-                rel = jj[at] - start
-                lo, hi = rel < 0, rel >= len(arr)
-                if lo.any() or hi.any():  # the guess was one block off (py1e windows)
-                    for shift, m in ((-1, lo), (1, hi)):
-                        if m.any():
-                            s2, a2 = self.block(int(node), int(k) + shift)
-                            out[sel[at[m]]] = a2[jj[at[m]] - s2]
-                    m = ~(lo | hi)
-                    out[sel[at[m]]] = arr[rel[m]]
-                else:
-                    out[sel[at]] = arr[rel]
+            while len(sel):  # a guess may be off by a few blocks (py1e windows); step toward the right one
+                miss = np.zeros(len(sel), dtype=bool)
+                for k in np.unique(ks):
+                    at = np.flatnonzero(ks == k)
+                    start, arr = self.block(int(node), int(k))
+                    rel = jj[at] - start
+                    ok = (rel >= 0) & (rel < len(arr))
+                    out[sel[at[ok]]] = arr[rel[ok]]
+                    miss[at[~ok]] = True
+                    ks[at[~ok]] += np.where(rel[~ok] < 0, -1, 1)
+                sel, jj, ks = sel[miss], jj[miss], ks[miss]
         return out
 
 
