@@ -93,12 +93,20 @@ class World:
         return replace(self, workers_per_rank=max(1, workers_per_rank), worker=worker)
 
     @classmethod
-    def detect(cls, *, replication: int | None = None, env: Mapping[str, str] | None = None) -> World:
+    def detect(
+        cls,
+        *,
+        replication: int | None = None,
+        env: Mapping[str, str] | None = None,
+        use_process_group: bool = True,
+    ) -> World:
         """The rank-level world (one worker) of this process.
 
         Args:
             replication: Replication factor (``None``: 1).
             env: Environment to read (default ``os.environ``).
+            use_process_group: Consult an initialized ``torch.distributed`` group (off in DataLoader workers,
+                where collectives are not allowed).
 
         Returns:
             The world.
@@ -112,7 +120,7 @@ class World:
         rank, size = e_rank, e_size
         local = e_local
         dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
+        if use_process_group and dist is not None and dist.is_available() and dist.is_initialized():
             rank, size = dist.get_rank(), dist.get_world_size()
             for name, env_v, pg_v in (("RANK", e_rank, rank), ("WORLD_SIZE", e_size, size)):
                 if env_v is not None and env_v != pg_v:

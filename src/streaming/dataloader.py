@@ -1,0 +1,85 @@
+"""``StreamingDataLoader``: a ``torch.utils.data.DataLoader`` that can save and restore its position.
+
+Design tradeoff: the loader, not the dataset, knows how many samples the training loop actually consumed
+(workers prefetch ahead), so it counts the samples of each batch it hands out and turns that into the
+dataset's global ``sample_in_epoch`` (x devices: every device consumes the same number per step). It also
+advances the dataset's epoch counter in the rank process (workers only ever see copies) and detects the
+world in the rank process before workers start, so workers never touch the process group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from streaming.dataset import StreamingDataset
+
+__all__ = ["StreamingDataLoader"]
+
+
+def _batch_len(batch: Any) -> int:
+    if isinstance(batch, Mapping):
+        batch = next(iter(batch.values()))
+    elif isinstance(batch, list | tuple) and batch and not isinstance(batch[0], int | float | str | bytes):
+        batch = batch[0]
+    shape = getattr(batch, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else len(batch)
+
+
+class StreamingDataLoader(DataLoader):
+    """A DataLoader with ``state_dict()`` / ``load_state_dict()`` for mid-epoch resumption.
+
+    Args:
+        dataset: The dataset (a ``StreamingDataset`` for resumption).
+        *args: Passed to ``DataLoader``.
+        **kwargs: Passed to ``DataLoader``; ``batch_size`` must equal the dataset's ``batch_size``.
+    """
+
+    def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(dataset, StreamingDataset):
+            bs = kwargs.get("batch_size", args[0] if args else 1)
+            if dataset.batch_size is None:
+                raise ValueError(
+                    f"pass batch_size={bs} to StreamingDataset too (the per-device batch size it plans with)"
+                )
+            if bs != dataset.batch_size:
+                raise ValueError(
+                    f"the DataLoader batch_size ({bs}) differs from StreamingDataset batch_size "
+                    f"({dataset.batch_size}); they must be equal for the sample order and resumption to be right"
+                )
+        super().__init__(dataset, *args, **kwargs)
+        self.num_samples_yielded = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        ds = self.dataset
+        self.num_samples_yielded = 0
+        if isinstance(ds, StreamingDataset):
+            ds._check_iterable()  # world detection and argument checks in the rank process
+        it = super().__iter__()
+        if isinstance(ds, StreamingDataset) and self.num_workers > 0:
+            ds._begin_epoch()  # workers work on copies; keep the rank's epoch counter in step
+        for batch in it:
+            self.num_samples_yielded += _batch_len(batch)
+            yield batch
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The dataset's resume state at the samples consumed so far (``None`` for other datasets)."""
+        ds = self.dataset
+        if not isinstance(ds, StreamingDataset):
+            return None
+        devices = ds._rank_world().num_devices
+        return ds.state_dict(num_samples=self.num_samples_yielded * devices, from_beginning=False)
+
+    def load_state_dict(self, obj: dict[str, Any]) -> None:
+        """Restore a state; the next ``iter(loader)`` continues exactly where it was saved."""
+        ds = self.dataset
+        if not isinstance(ds, StreamingDataset):
+            return
+        if self.persistent_workers and getattr(self, "_iterator", None) is not None:
+            raise ValueError(
+                "load_state_dict after persistent workers started cannot reach them; create a new "
+                "StreamingDataLoader (or call load_state_dict before the first iteration)"
+            )
+        ds.load_state_dict(obj)

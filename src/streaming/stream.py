@@ -1,0 +1,162 @@
+"""``Stream``: one dataset directory (and, later, its remote) with its mixing weight, and shard preparation.
+
+Design tradeoff: a Stream owns the one step that turns an index entry into a readable local shard,
+``prepare_shard``. Today it only checks the local files and decompresses a compressed shard to its raw name
+(temp file + atomic rename, so racing processes and a ``kill -9`` mid-write leave nothing that breaks a later
+start); the remote-storage issue adds the download in the same place, so the dataset's iteration and random
+access paths never change. Weights (``proportion`` / ``repeat`` / ``choose``) are only validated here; the
+per-epoch counts are computed by ``streaming.plan.sampling.stream_choose``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+
+from streaming.format.index import DatasetIndex, ShardInfo, load_index
+from streaming.format.reader import decompress_shard
+
+__all__ = ["Stream"]
+
+
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+class Stream:
+    """A dataset directory plus how much of it each epoch uses.
+
+    Args:
+        remote: Remote location. A plain path (no ``scheme://``) is read in place when ``local`` is unset;
+            object stores arrive with the remote-storage issue.
+        local: Local directory (holding ``index.json`` or ``<split>/index.json``).
+        split: Optional sub-directory.
+        proportion: Relative weight (all streams relative, or none).
+        repeat: Absolute multiplier of the stream's samples per epoch.
+        choose: Absolute number of samples per epoch.
+        download_retry: Retries per download (used by remote storage; unused for local data).
+        download_timeout: Seconds per download (unused for local data).
+        validate_hash: Hash algorithm to check downloaded files with (unused for local data).
+        keep_zip: Keep compressed files after decompressing (always true when they are the only copy).
+    """
+
+    def __init__(
+        self,
+        *,
+        remote: str | None = None,
+        local: str | None = None,
+        split: str | None = None,
+        proportion: float | None = None,
+        repeat: float | None = None,
+        choose: int | None = None,
+        download_retry: int | None = None,
+        download_timeout: float | None = None,
+        validate_hash: str | None = None,
+        keep_zip: bool | None = None,
+    ) -> None:
+        if remote is None and local is None:
+            raise ValueError("Stream needs remote or local (a dataset directory)")
+        given = [
+            n
+            for n, v in (("proportion", proportion), ("repeat", repeat), ("choose", choose))
+            if v is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                f"Stream: set at most one of proportion, repeat, choose (got {', '.join(given)})"
+            )
+        for name, v in (("proportion", proportion), ("repeat", repeat), ("choose", choose)):
+            if v is not None and v < 0:
+                raise ValueError(f"Stream.{name} must be >= 0, got {v}")
+        if choose is not None and int(choose) != choose:
+            raise ValueError(f"Stream.choose must be an integer, got {choose}")
+        self.remote = remote
+        if local is None:
+            assert remote is not None
+            if _is_url(remote):
+                digest = hashlib.blake2s(remote.encode(), digest_size=16).hexdigest()
+                local = os.path.join(tempfile.gettempdir(), "streaming", digest)
+            else:
+                local = remote
+        self.local = local
+        self.split = split
+        self.proportion = proportion
+        self.repeat = repeat
+        self.choose = None if choose is None else int(choose)
+        self.download_retry = download_retry
+        self.download_timeout = download_timeout
+        self.validate_hash = validate_hash
+        self.keep_zip = keep_zip
+        self._index: DatasetIndex | None = None
+
+    def apply_defaults(self, **defaults: object) -> None:
+        """Fill attributes left unset (``None``) from the dataset-level defaults."""
+        for name, value in defaults.items():
+            if getattr(self, name, None) is None:
+                setattr(self, name, value)
+
+    @property
+    def dirname(self) -> str:
+        """Directory holding this stream's ``index.json``."""
+        return os.path.join(self.local, self.split) if self.split else self.local
+
+    @property
+    def safe_keep_zip(self) -> bool:
+        """Compressed files are kept when asked to, or when they are the only copy."""
+        return bool(self.keep_zip) or self.remote is None or self.remote == self.local
+
+    def index(self) -> DatasetIndex:
+        """The parsed ``index.json`` (loaded once)."""
+        if self._index is None:
+            try:
+                self._index = load_index(self.local, self.split)
+            except FileNotFoundError:
+                if self.remote is not None and _is_url(self.remote):
+                    raise NotImplementedError(
+                        f"{self.dirname}: no local index.json, and downloading from {self.remote!r} is not "
+                        "implemented yet (remote storage comes with the next issue); pass a local directory"
+                    ) from None
+                raise
+        return self._index
+
+    def fingerprint(self) -> str:
+        """A short hash of this stream's index (shard names, sizes, sample counts, hashes) and weights."""
+        blob = json.dumps(
+            {
+                "shards": self.index().to_json()["shards"],
+                "proportion": self.proportion,
+                "repeat": self.repeat,
+                "choose": self.choose,
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def prepare_shard(self, info: ShardInfo) -> None:
+        """Make one shard readable locally: the hook where downloads go.
+
+        Today: if the raw file is missing but the compressed one is present, decompress it to its raw name
+        (atomic); when the directory is not writable, readers decompress in memory instead.
+
+        Raises:
+            FileNotFoundError: neither the raw nor the compressed file is present.
+        """
+        raw = os.path.join(self.dirname, info.raw_data.basename)
+        if os.path.exists(raw):
+            return
+        if info.zip_data is not None and os.path.exists(os.path.join(self.dirname, info.zip_data.basename)):
+            try:
+                decompress_shard(self.dirname, info)
+            except PermissionError:
+                pass  # read-only dataset directory: open_shard decompresses in memory
+            return
+        want = info.raw_data.basename + (f" or {info.zip_data.basename}" if info.zip_data else "")
+        raise FileNotFoundError(
+            f"{self.dirname}: shard file {want} is missing (index.json lists it); restore the file or rebuild "
+            "the dataset"
+        )
+
+    def __repr__(self) -> str:
+        return f"Stream(remote={self.remote!r}, local={self.local!r}, split={self.split!r})"
