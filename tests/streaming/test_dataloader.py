@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from streaming.dataloader import StreamingDataLoader
+from streaming.dataset import StreamingDataset
+from tests.streaming.test_dataset import write_ids
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_ids(tmp_path_factory.mktemp("dl") / "a", 0, 203)
+
+
+def batches(loader, limit=None):
+    out = []
+    for b in loader:
+        out.append(b["id"].tolist())
+        if limit is not None and len(out) == limit:
+            break
+    return out
+
+
+def make(path, **kw):
+    return StreamingDataset(local=path, batch_size=4, shuffle=True, num_canonical_nodes=2, **kw)
+
+
+def test_batch_size_must_match(data):
+    with pytest.raises(ValueError, match="differs from StreamingDataset batch_size"):
+        StreamingDataLoader(make(data), batch_size=8)
+    with pytest.raises(ValueError, match="pass batch_size=4 to StreamingDataset"):
+        StreamingDataLoader(StreamingDataset(local=data), batch_size=4)
+
+
+def test_workers_do_not_change_the_order_and_epochs_advance(data):
+    ref = StreamingDataLoader(make(data), batch_size=4)
+    e0, e1 = batches(ref), batches(ref)
+    loader = StreamingDataLoader(make(data), batch_size=4, num_workers=2)
+    assert batches(loader) == e0
+    assert batches(loader) == e1 and e0 != e1
+    assert sum(len(b) for b in e0) == len(make(data))
+
+
+def test_resume_mid_epoch_with_workers(data):
+    full = batches(StreamingDataLoader(make(data), batch_size=4))
+    loader = StreamingDataLoader(make(data), batch_size=4, num_workers=2)
+    head = batches(loader, limit=7)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["sample_in_epoch"] == 28 and state["epoch"] == 0
+    resumed = StreamingDataLoader(make(data), batch_size=4, num_workers=2)
+    resumed.load_state_dict(state)
+    rest = batches(resumed)
+    assert head + rest == full
+    # a second resume in the same epoch counts from the resumed offset
+    again = StreamingDataLoader(make(data), batch_size=4)
+    again.load_state_dict(state)
+    batches(again, limit=3)
+    assert again.state_dict()["sample_in_epoch"] == 28 + 12
+
+
+_SCRIPT = """
+import json, sys
+import torch.distributed as dist
+from streaming.dataloader import StreamingDataLoader
+from streaming.dataset import StreamingDataset
+
+path, out, phase, state_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo")
+ds = StreamingDataset(local=path, batch_size=3, shuffle=True, num_canonical_nodes=2)
+loader = StreamingDataLoader(ds, batch_size=3, num_workers=2)
+got, state = [], None
+if phase == "resume":
+    loader.load_state_dict(json.load(open(state_path)))
+for k, b in enumerate(loader):
+    got.append(b["id"].tolist())
+    if phase == "first" and k == 4:
+        state = loader.state_dict()
+everyone = [None] * dist.get_world_size()
+dist.all_gather_object(everyone, got)
+if dist.get_rank() == 0:
+    json.dump({"batches": everyone, "state": state, "len": len(ds)}, open(out, "w"))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.dist
+def test_torchrun_two_ranks_two_workers_match_one_process(data, tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(_SCRIPT))
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    def torchrun(phase, out):
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(script),
+        ]
+        subprocess.run(
+            [*cmd, data, str(out), phase, str(tmp_path / "state.json")], check=True, env=env, timeout=300
+        )
+        return json.loads(out.read_text())
+
+    first = torchrun("first", tmp_path / "first.json")
+    ranks = first["batches"]
+    assert len(ranks[0]) == len(ranks[1])
+    single = batches(
+        StreamingDataLoader(
+            StreamingDataset(local=data, batch_size=6, shuffle=True, num_canonical_nodes=2), batch_size=6
+        )
+    )
+    assert [sorted(a + b) for a, b in zip(*ranks)][:-1] == [sorted(x) for x in single][:-1]
+    assert sum(len(b) for b in ranks[0]) == first["len"]
+    state = first["state"]
+    assert state["sample_in_epoch"] == 5 * 6 and state["global_batch_size"] == 6
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    resumed = torchrun("resume", tmp_path / "resume.json")["batches"]
+    assert resumed[0] == ranks[0][5:] and resumed[1] == ranks[1][5:]
