@@ -3,15 +3,16 @@
 Semantics (upstream's intent): in each canonical node the spans are laid out in their shuffled order; each
 span's samples are shuffled; each sample at layout index i gets the key ``x = i + delta`` where, per span of
 size s and start a, ``bs' ~ U_int[0.75 bs, 1.25 bs)``, ``h = max(0, (bs' - s) / 2)`` and
-``delta ~ U(max(-h, -a), min(h, L - a - s))``; the node's order is the samples sorted by x (ties by i).
+``delta ~ U(max(-h, -a), min(h, L - a - s))``; the node's order is the samples sorted by x (ties have probability ~0 and are broken deterministically).
 So each shard's samples spread over a window of about bs around its place, keeping few shards resident.
 
 Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
 the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
 of keys below v is ``max(0, v - H)`` plus a count over ``[v - H, v + H)``. Window k holds the keys in
-``[k Wx, (k + 1) Wx)`` (``Wx = 2**20`` keys); it costs O(Wx + 2 H) key draws and a sort of Wx keys and needs
-nothing else, so the first sample costs one window whatever the epoch size, and a resume starts at the window
-it lands in. Neighbouring windows share most spans, so per-span (ids, keys) are kept in a small LRU cache.
+``[k Wx, (k + 1) Wx)`` (``Wx = 2**20`` keys). Each span's keys are drawn and sorted once (and kept in an LRU
+cache: neighbouring windows share most spans), so a window costs two binary searches per nearby span plus a
+stable sort of its Wx keys, and needs nothing else: the first sample costs one window whatever the epoch size,
+and a resume starts at the window it lands in.
 Each span's (shuffle, bs', deltas) come from a generator keyed by (seed, epoch, span), not from one
 sequential generator as upstream.
 """
@@ -50,12 +51,14 @@ class ExpandingShuffle(BlockShuffle):
         return -(-int(self.spans.node_len[c]) // self.width)
 
     def _span_keys(self, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(big ids, keys) of span k in layout order (cached)."""
+        """(big ids, keys) of span k sorted by key (cached)."""
         hit = self._spans.get(k)
         if hit is not None:
             self._spans.move_to_end(k)
             return hit
-        got = self._make_span_keys(c, k)
+        big, keys = self._make_span_keys(c, k)
+        order = np.argsort(keys)
+        got = (big[order], keys[order])
         self._spans[k] = got
         self._span_elems += len(got[0])
         while self._span_elems > self._span_budget and len(self._spans) > 1:
@@ -84,16 +87,22 @@ class ExpandingShuffle(BlockShuffle):
         keys = start + np.arange(n, dtype=np.float64) + (lo + (hi - lo) * rng.random(n))
         return sp.big_start[k] + perm, keys
 
-    def _gather(self, c: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """(big ids, keys) for layout indices ``[lo, hi)`` of node ``c`` (whole spans, a superset)."""
+    def _gather(
+        self, c: int, lo: int, hi: int, v0: int, v1: int
+    ) -> tuple[int, list[np.ndarray], list[np.ndarray]]:
+        """Keys below ``v0`` and the (big ids, keys) with keys in ``[v0, v1)``, over node ``c``'s spans that
+        intersect layout ``[lo, hi)`` (each span's keys are sorted, so this is two binary searches per span)."""
+        spans = self.spans.spans_overlapping(c, lo, hi)
+        below = int(self.spans.cum[spans.start]) if len(spans) else lo  # every key before the range is < v0
         bigs, keys = [], []
-        for k in self.spans.spans_overlapping(c, lo, hi):
+        for k in spans:
             b, x = self._span_keys(c, k)
-            bigs.append(b)
-            keys.append(x)
-        if not bigs:
-            return np.empty(0, dtype=np.int64), np.empty(0)
-        return np.concatenate(bigs), np.concatenate(keys)
+            i0, i1 = np.searchsorted(x, (v0, v1), side="left")
+            below += int(i0)
+            if i1 > i0:
+                bigs.append(b[i0:i1])
+                keys.append(x[i0:i1])
+        return below, bigs, keys
 
     def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
         return np.minimum(j // self.width, self.num_blocks(c) - 1)
@@ -102,12 +111,11 @@ class ExpandingShuffle(BlockShuffle):
         node_len = int(self.spans.node_len[c])
         v0, v1 = k * self.width, min((k + 1) * self.width, node_len)
         lo, hi = max(0, v0 - self.reach), min(node_len, v1 + self.reach)
-        big, keys = self._gather(c, lo, hi)
-        below = int(np.count_nonzero(keys < v0))
-        # keys of gathered samples before `lo` are all < v0 too; count them only once via the span starts
-        first = self.spans.spans_overlapping(c, lo, hi)
-        gathered_from = int(self.spans.cum[first.start]) if len(first) else lo
-        start = gathered_from + below
-        inside = np.flatnonzero((keys >= v0) & (keys < v1))
-        order = inside[np.argsort(keys[inside])]  # deterministic: same input array every time
+        start, bigs, keys = self._gather(c, lo, hi, v0, v1)
+        if not bigs:
+            return start, np.empty(0, dtype=np.int64)
+        big, key = np.concatenate(bigs), np.concatenate(keys)
+        # keys are continuous random values (ties have probability ~0) and the input order is deterministic,
+        # so the window's order is too
+        order = np.argsort(key)
         return start, big[order]

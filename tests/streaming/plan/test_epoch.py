@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streaming.plan import PlanSpec, WorkerPlan, epoch_order, epoch_units
-from tests.streaming.plan.conftest import device_batches, global_batches
+from tests.streaming.plan.helpers import device_batches, global_batches
 
 WORLDS = [(1, 1, 1), (1, 2, 2), (2, 2, 1), (4, 1, 2), (1, 8, 1)]
 

@@ -146,3 +146,28 @@ def test_unknown_algo():
             epoch=0,
             block_size=1,
         )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12), c=st.integers(1, 5), seed=st.integers(0, 50)
+)
+def test_divide_spans_gives_each_node_a_contiguous_run_of_the_unit_order(sizes, c, seed):
+    from streaming.plan.spans import divide_spans
+
+    sizes = np.array(sizes)
+    if sizes.sum() < c:
+        return
+    order = np.random.default_rng(seed).permutation(len(sizes))
+    sp = divide_spans(unit_sizes=sizes, num_canonical_nodes=c, seed=seed, epoch=0, run_order=order)
+    run_start = np.empty(len(sizes), dtype=np.int64)
+    run_start[order] = np.cumsum(sizes[order]) - sizes[order]
+    e = int(sizes.sum())
+    for cc in range(c):
+        ks = range(int(sp.node_ptr[cc]), int(sp.node_ptr[cc + 1]))
+        pieces = sorted((int(run_start[sp.unit[k]] + sp.unit_off[k]), int(sp.length[k])) for k in ks)
+        at = cc * e // c
+        for start, length in pieces:  # pieces tile the node's row of the run order exactly
+            assert start == at
+            at += length
+        assert at == (cc + 1) * e // c
