@@ -203,3 +203,14 @@ def test_argument_errors(two_streams):
     ]:
         with pytest.raises(ValueError, match=msg):
             StreamingDataset(local=a, **kw)
+
+
+def test_orig_partition_checks_divisibility(two_streams, monkeypatch):
+    a, _ = two_streams
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    with pytest.raises(ValueError, match="divide"):
+        iter(StreamingDataset(local=a, batch_size=2, partition_algo="orig", num_canonical_nodes=2))
+    ds = StreamingDataset(local=a, batch_size=2, partition_algo="relaxed", num_canonical_nodes=2)
+    assert len(ds) == len(list(ds)) == 33  # rank 0 of 3 devices: ceil(98 / 3)

@@ -105,3 +105,15 @@ def test_fixed_sampling_reuses_the_subset_and_balanced_changes_it():
     )
     s0, s1 = set(a0.to_sample_ids(np.arange(50)).tolist()), set(a1.to_sample_ids(np.arange(50)).tolist())
     assert s0 != s1
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 30), min_size=2, max_size=8), data=st.data())
+def test_granularity_of_a_whole_shard_concentrates_the_remainder(sizes, data):
+    sizes = np.array(sizes)
+    rem = data.draw(st.integers(1, int(sizes.sum()) - 1))
+    alloc = allocate_shards(
+        sizes, choose=rem, granularity=int(sizes.max()), seed=data.draw(st.integers(0, 9))
+    )
+    partial = (alloc > 0) & (alloc < sizes)
+    assert alloc.sum() == rem and partial.sum() <= 1  # whole shards, plus at most one cut
