@@ -44,3 +44,9 @@ bench: ## run the benchmarks; each prints JSON lines
 
 clean: ## remove run outputs and caches
 	rm -rf outputs multirun .pytest_cache .ruff_cache .hypothesis
+
+train: ## offline quick start (mpt-tiny, ~1 min on CPU); pass overrides with ARGS="model=mpt-125m data=c4"
+	$(PY) train.py $(ARGS)
+
+bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
+	$(PY) scripts/bench/trainer_overhead.py

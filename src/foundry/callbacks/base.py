@@ -1,0 +1,63 @@
+"""The callback interface and the `callbacks` config group schema.
+
+Design note: a callback observes the trainer and *returns* metrics instead of calling loggers itself, so
+the trainer merges them into one dict per step (one JSONL line, one W&B call) and callbacks stay
+testable as plain functions of what they saw. Hooks: fit start, step end, eval end, fit end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Callback", "CallbacksConfig", "SpeedMonitorConfig", "RuntimeEstimatorConfig"]
+
+
+class Callback:
+    """Base class with no-op hooks; `trainer` is the `foundry.train.Trainer` being run."""
+
+    def on_fit_start(self, trainer: Any) -> None:  # noqa: ANN401 - Trainer (avoids an import cycle)
+        """Before the first step."""
+
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+        """After each optimizer step; returns metrics to log at this step."""
+        return {}
+
+    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:  # noqa: ANN401
+        """After each evaluation; returns metrics to log."""
+        return {}
+
+    def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401
+        """After the last step."""
+
+
+@dataclass(kw_only=True)
+class SpeedMonitorConfig:
+    """Throughput and MFU over a sliding window of steps."""
+
+    window_size: int = 100
+    """Steps in the averaging window."""
+    peak_flops: float | None = None
+    """Per-device peak FLOP/s; null -> looked up from the GPU name and precision (no MFU when unknown)."""
+
+    def __post_init__(self) -> None:
+        if self.window_size < 1:
+            raise ValueError(f"callbacks.speed_monitor.window_size={self.window_size} must be >= 1")
+
+
+@dataclass(kw_only=True)
+class RuntimeEstimatorConfig:
+    """Remaining-time estimate."""
+
+    skip_steps: int = 1
+    """Steps ignored before timing starts (compilation, warm-up)."""
+
+
+@dataclass(kw_only=True)
+class CallbacksConfig:
+    """Which callbacks run (the `callbacks` group); null disables one."""
+
+    speed_monitor: SpeedMonitorConfig | None = None
+    lr_monitor: bool = False
+    memory_monitor: bool = False
+    runtime_estimator: RuntimeEstimatorConfig | None = None

@@ -1,0 +1,17 @@
+"""Data for the trainer: tokenized-text batches from MDS, dataset preparation, the offline quick-start corpus."""
+
+from foundry.data.prep import ConvertStats, concat_rows, convert_texts, smallest_uint_dtype
+from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
+from foundry.data.text import TextCollator, TextDataConfig, build_text_dataloader
+
+__all__ = [
+    "ConvertStats",
+    "QuickstartDataConfig",
+    "TextCollator",
+    "TextDataConfig",
+    "build_text_dataloader",
+    "concat_rows",
+    "convert_texts",
+    "prepare_quickstart",
+    "smallest_uint_dtype",
+]

@@ -1,0 +1,201 @@
+"""Pretraining batches from tokenized MDS text: `tokens` rows -> `input_ids` / `labels` (B, S) int64 tensors.
+
+Design note: the dataset stays the generic `streaming.StreamingDataset` (raw sample dicts); all
+text-specific work (dtype cast, truncation to `max_seq_len`, padding of short rows with `-100` labels,
+tokenizing legacy `text` rows) happens in a picklable collate function. So there is no dataset subclass to
+keep in step with the streaming library, and resumption is exactly `StreamingDataLoader.state_dict()`.
+Unlike llm-foundry, packed rows keep their EOS labels even when pad == eos: only real padding is ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from streaming.world import World
+
+__all__ = ["TextDataConfig", "TextCollator", "build_text_dataloader", "dataset_missing_message"]
+
+IGNORE_INDEX = -100
+_TOKEN_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+
+
+@dataclass(kw_only=True)
+class TextDataConfig:
+    """A tokenized text dataset in MDS (the `data` group): where it is and how to read it."""
+
+    local: str | None = None
+    """Local directory (the cache when `remote` is set; the dataset itself otherwise)."""
+    remote: str | None = None
+    """Remote URL of the dataset (any scheme the streaming storage layer supports), or null."""
+    train_split: str = "train"
+    """Split sub-directory used for training."""
+    eval_split: str | None = "val"
+    """Split sub-directory used for evaluation (null: no eval)."""
+    max_seq_len: int | None = None
+    """Row length; null -> `model.max_seq_len`."""
+    shuffle: bool = True
+    """Shuffle training samples (eval is never shuffled)."""
+    shuffle_algo: str = "py1e"
+    """Streaming shuffle algorithm: naive, py1s, py2s, py1br, py1e."""
+    shuffle_seed: int | None = None
+    """Shuffle seed; null -> the run's `seed`."""
+    num_canonical_nodes: int | None = None
+    """Streaming's canonical nodes (fix it to keep the sample order when the world size changes)."""
+    num_workers: int = 0
+    """DataLoader worker processes per rank."""
+    token_encoding_type: str = "int64"
+    """dtype of legacy `tokens` columns stored as raw `bytes` (ndarray columns carry their own dtype)."""
+    create_hint: str = ""
+    """What to run when the dataset is absent (shown in the error)."""
+
+    def __post_init__(self) -> None:
+        if self.local is None and self.remote is None:
+            raise ValueError("data.local and data.remote are both null: set at least one")
+        if self.token_encoding_type not in _TOKEN_DTYPES:
+            raise ValueError(
+                f"data.token_encoding_type={self.token_encoding_type!r}: use one of {_TOKEN_DTYPES}"
+            )
+        if self.num_workers < 0:
+            raise ValueError(f"data.num_workers={self.num_workers} must be >= 0")
+
+
+class TextCollator:
+    """Collates sample dicts with `tokens` (ndarray or bytes) or `text` into model batches.
+
+    Args:
+        max_seq_len: Row length S; longer rows are truncated, shorter rows padded.
+        pad_token_id: Id used for padding (its labels are -100).
+        token_encoding_type: dtype of `bytes` token columns.
+        tokenizer: Only needed for `text` rows.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_seq_len: int,
+        pad_token_id: int,
+        token_encoding_type: str = "int64",
+        tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer, only for text rows
+    ) -> None:
+        self.max_seq_len = max_seq_len
+        self.pad_token_id = pad_token_id
+        self.dtype = np.dtype(token_encoding_type)
+        self.tokenizer = tokenizer
+
+    def _row(self, sample: dict[str, Any]) -> np.ndarray:
+        if "tokens" in sample:
+            tokens = sample["tokens"]
+            if isinstance(tokens, bytes | bytearray | memoryview):
+                tokens = np.frombuffer(tokens, dtype=self.dtype)
+            return np.asarray(tokens)[: self.max_seq_len].astype(np.int64)
+        if "text" in sample:
+            if self.tokenizer is None:
+                raise ValueError(
+                    "dataset rows have a 'text' column but no tokenizer was given to the collator"
+                )
+            ids = self.tokenizer(sample["text"], truncation=True, max_length=self.max_seq_len)["input_ids"]
+            return np.asarray(ids, dtype=np.int64)
+        raise KeyError(f"dataset rows need a 'tokens' or 'text' column; got columns {sorted(sample)}")
+
+    def __call__(self, samples: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Returns `input_ids` and `labels` (B, S) int64; `attention_mask` only when a row was padded."""
+        rows = [self._row(s) for s in samples]
+        seq = max(len(r) for r in rows)
+        if all(len(r) == seq for r in rows):
+            input_ids = torch.from_numpy(np.stack(rows))  # (B, S)
+            return {"input_ids": input_ids, "labels": input_ids.clone()}
+        input_ids = torch.full((len(rows), seq), self.pad_token_id, dtype=torch.int64)
+        mask = torch.zeros((len(rows), seq), dtype=torch.int64)
+        for i, r in enumerate(rows):
+            input_ids[i, : len(r)] = torch.from_numpy(r)
+            mask[i, : len(r)] = 1
+        labels = input_ids.masked_fill(mask == 0, IGNORE_INDEX)
+        return {"input_ids": input_ids, "labels": labels, "attention_mask": mask}
+
+
+def dataset_missing_message(cfg: TextDataConfig, split: str) -> str | None:
+    """An actionable message when a purely local dataset split is absent (None when it is there or remote)."""
+    if cfg.remote is not None or cfg.local is None:
+        return None
+    index = Path(cfg.local) / split / "index.json"
+    if index.is_file():
+        return None
+    hint = cfg.create_hint or (
+        "python scripts/data_prep/convert_dataset_hf.py --dataset <hf name or local files> "
+        f"--splits {split} --out {cfg.local} --tokenizer <tokenizer.json> --concat_tokens <max_seq_len>"
+    )
+    return (
+        f"dataset split {split!r} not found: {index} does not exist (data.local={cfg.local!r}, "
+        f"data.remote=null). Create it with:\n  {hint}\n"
+        "or point data.local at an existing MDS dataset, or set data.remote to where it is stored."
+    )
+
+
+def build_text_dataloader(
+    cfg: TextDataConfig,
+    *,
+    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    device_batch_size: int,
+    world: World,
+    split: str,
+    max_seq_len: int,
+    seed: int,
+    shuffle: bool | None = None,
+    drop_last: bool = True,
+) -> Any:  # noqa: ANN401 - streaming.StreamingDataLoader
+    """Builds the loader of one split: a `StreamingDataLoader` over a `StreamingDataset`.
+
+    Args:
+        cfg: The data config.
+        tokenizer: Gives the pad id (eos when there is no pad token) and tokenizes `text` rows.
+        device_batch_size: Samples per batch on this rank.
+        world: This process's place in the training world (only single-process for now).
+        split: Which split.
+        max_seq_len: Row length.
+        seed: Shuffle seed when `cfg.shuffle_seed` is null.
+        shuffle: Overrides `cfg.shuffle` (eval passes False).
+        drop_last: Drop a final partial batch (training: every step sees a full batch).
+
+    Returns:
+        A loader yielding dicts of (B, S) int64 tensors, with `state_dict()` / `load_state_dict()`.
+
+    Raises:
+        FileNotFoundError: When a local-only split is absent, saying how to create it.
+    """
+    from streaming.dataloader import StreamingDataLoader
+    from streaming.dataset import StreamingDataset
+
+    missing = dataset_missing_message(cfg, split)
+    if missing is not None:
+        raise FileNotFoundError(missing)
+    del world  # the dataset detects the world itself (env / process group); kept for the DDP issue
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    collate = TextCollator(
+        max_seq_len=max_seq_len,
+        pad_token_id=int(pad if pad is not None else 0),
+        token_encoding_type=cfg.token_encoding_type,
+        tokenizer=tokenizer,
+    )
+    dataset = StreamingDataset(
+        remote=None if cfg.remote is None else f"{cfg.remote.rstrip('/')}",
+        local=cfg.local,
+        split=split,
+        batch_size=device_batch_size,
+        shuffle=cfg.shuffle if shuffle is None else shuffle,
+        shuffle_algo=cfg.shuffle_algo,
+        shuffle_seed=cfg.shuffle_seed if cfg.shuffle_seed is not None else seed,
+        num_canonical_nodes=cfg.num_canonical_nodes,
+    )
+    return StreamingDataLoader(
+        dataset,
+        batch_size=device_batch_size,
+        collate_fn=collate,
+        num_workers=cfg.num_workers,
+        drop_last=drop_last,
+        persistent_workers=cfg.num_workers > 0,
+    )

@@ -1,0 +1,51 @@
+"""`metrics.jsonl`: one JSON object per `log_metrics` call, `{"step": ..., <metric>: ...}`.
+
+Design note: append-only lines are trivially parsed by anything (pandas, jq, the multirun summary) and
+survive a crash up to the last flushed line; each call is flushed because logging is at most once a step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JsonlLogger", "read_metrics"]
+
+
+def _clean(v: float) -> float | None:
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+class JsonlLogger:
+    """Writes metrics to `path` (the parent directory is created).
+
+    Args:
+        path: The file, usually `<run_dir>/metrics.jsonl`.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log_hyperparameters(self, params: dict[str, Any]) -> None:
+        """Not stored here (the run directory's `run.json` has them)."""
+
+    def log_metrics(self, metrics: dict[str, float], *, step: int) -> None:
+        """Appends one line."""
+        row = {"step": step, **{k: _clean(float(v)) for k, v in metrics.items()}}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Closes the file."""
+        if not self._file.closed:
+            self._file.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, float]]:
+    """Reads a `metrics.jsonl` back as a list of dicts."""
+    with Path(path).open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

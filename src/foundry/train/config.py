@@ -1,0 +1,121 @@
+"""Typed schemas of the `trainer`, `parallelism` and `checkpoint` config groups.
+
+Design note: OmegaConf 2.3 has no `Union`/`Literal`, so fields that llm-foundry lets take several types
+(`device_train_microbatch_size: 8 | auto`, durations as `4800ba` strings or bare step counts) are declared
+`Any`/`str` and validated in `__post_init__`, which `OmegaConf.to_object` runs before anything is built.
+Durations stay as strings here; the trainer converts them to steps once, with `foundry.time`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from foundry.time import parse_duration
+
+__all__ = ["CheckpointConfig", "ParallelismConfig", "TrainerConfig", "PRECISIONS"]
+
+PRECISIONS = ("auto", "fp32", "amp_bf16", "amp_fp16")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+def _check_duration(name: str, value: Any) -> None:  # noqa: ANN401 - str or int from YAML
+    try:
+        parse_duration(value)
+    except ValueError as e:
+        raise ValueError(f"trainer.{name}: {e}") from None
+
+
+@dataclass(kw_only=True)
+class TrainerConfig:
+    """How long and how to step: batch sizes, duration, precision, clipping, eval cadence (`trainer` group)."""
+
+    max_duration: str = "100ba"
+    """Run length: `4800ba` (optimizer steps), `1ep`, `2.5e9tok`, `1e6sp`; a bare number means steps."""
+    global_train_batch_size: int = 8
+    """Samples per optimizer step over all ranks (llm-foundry `global_train_batch_size`)."""
+    device_train_microbatch_size: Any = "auto"
+    """Samples per forward/backward: an int, or `auto` (start at the device batch, halve on CUDA OOM)."""
+    device_eval_batch_size: int | None = None
+    """Eval batch per rank; null -> the microbatch size (or the device batch when it is `auto`)."""
+    eval_interval: str = "500ba"
+    """How often to evaluate on the eval split (`0` disables periodic eval; the end of training always evals)."""
+    eval_first: bool = False
+    """Evaluate before the first step."""
+    eval_subset_num_batches: int = -1
+    """Cap on eval batches per evaluation (-1 = the whole eval split)."""
+    precision: str = "auto"
+    """`fp32`, `amp_bf16` (autocast bf16, no scaler), `amp_fp16` (autocast fp16 + GradScaler, CUDA only), or
+    `auto` (amp_bf16 on CUDA, fp32 elsewhere)."""
+    grad_clip_norm: float | None = 1.0
+    """Clip the global gradient norm to this before each optimizer step (null disables)."""
+    accumulate_train_batch_on_tokens: bool = True
+    """Weight microbatch losses by loss-generating tokens (exact token mean); false -> by samples."""
+    device: str = "auto"
+    """`auto` (cuda when available, else cpu), `cpu`, `cuda`, `mps`."""
+    deterministic: bool = False
+    """`torch.use_deterministic_algorithms(True)` (+ CUBLAS workspace config); slower."""
+    compile: bool = False
+    """Wrap the model in `torch.compile` (first steps are slow while it compiles)."""
+    log_interval: int = 1
+    """Log train metrics every this many optimizer steps."""
+    progress_bar: bool = True
+    """Console progress bar with ETA (otherwise one line per log step)."""
+    train_subset_num_batches: int = -1
+    """Cap on optimizer steps per epoch (-1 = the whole train split)."""
+
+    def __post_init__(self) -> None:
+        _check_duration("max_duration", self.max_duration)
+        _check_duration("eval_interval", self.eval_interval)
+        if self.global_train_batch_size < 1:
+            raise ValueError(f"trainer.global_train_batch_size={self.global_train_batch_size} must be >= 1")
+        mb = self.device_train_microbatch_size
+        if isinstance(mb, str) and mb.isdigit():
+            mb = self.device_train_microbatch_size = int(mb)
+        if mb != "auto" and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 1):
+            raise ValueError(f"trainer.device_train_microbatch_size={mb!r}: use a positive int or 'auto'")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"trainer.precision={self.precision!r}: choose one of {list(PRECISIONS)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"trainer.device={self.device!r}: choose one of {list(DEVICES)}")
+        if self.grad_clip_norm is not None and self.grad_clip_norm <= 0:
+            raise ValueError(f"trainer.grad_clip_norm={self.grad_clip_norm} must be > 0 (or null to disable)")
+        if self.log_interval < 1:
+            raise ValueError(f"trainer.log_interval={self.log_interval} must be >= 1")
+        if self.device_eval_batch_size is not None and self.device_eval_batch_size < 1:
+            raise ValueError(f"trainer.device_eval_batch_size={self.device_eval_batch_size} must be >= 1")
+
+
+@dataclass(kw_only=True)
+class ParallelismConfig:
+    """Data parallelism (`parallelism` group). Only single-process training exists until the next issue."""
+
+    strategy: str = "none"
+    """`none` (one process). DDP and FSDP arrive with the checkpointing / torchrun issue."""
+
+    def __post_init__(self) -> None:
+        if self.strategy != "none":
+            raise ValueError(
+                f"parallelism.strategy={self.strategy!r} is not implemented yet; use parallelism=none "
+                "(multi-process DDP/FSDP is the next issue)"
+            )
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    """Checkpoint saving/loading (`checkpoint` group). Saving is not implemented yet (next issue)."""
+
+    save_folder: str | None = None
+    """Where checkpoints go; must stay null until checkpointing lands."""
+    save_interval: str = "1000ba"
+    """How often to save (used once checkpointing lands)."""
+    load_path: str | None = None
+    """A checkpoint to start from (not implemented yet)."""
+
+    def __post_init__(self) -> None:
+        _check_duration("save_interval", self.save_interval)
+        if self.save_folder is not None or self.load_path is not None:
+            raise ValueError(
+                "checkpoint.save_folder / checkpoint.load_path are not implemented yet (next issue); "
+                "use checkpoint=none"
+            )

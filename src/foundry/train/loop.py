@@ -1,0 +1,260 @@
+"""The training loop: microbatched steps with token-weighted accumulation, clipping, eval, callbacks.
+
+Design note: one class owns the step (the only function allowed to be long) and *all* mutable run state:
+counters in `TrainState`, plus the model, optimizer, scheduler, scaler and dataloader, so `state_dict()`
+collects everything a checkpoint needs in one place. Microbatch losses are weighted by their share of the
+device batch's loss-generating tokens, so any microbatch split gives the gradient of one big batch
+(4 x 2 == 1 x 8). With `auto`, an out-of-memory error zeroes the gradients, halves the microbatch and
+retries the *same* batch; counters move only after a step succeeds, so nothing is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from foundry.callbacks.base import Callback
+from foundry.loggers.base import Logger
+from foundry.train.auto_microbatch import is_oom, next_microbatch_size
+from foundry.train.batching import BatchPlan, loss_tokens, split_batch
+from foundry.train.config import TrainerConfig
+from foundry.train.precision import autocast, build_grad_scaler, check_precision
+from foundry.train.state import TrainState, rng_state, set_rng_state
+
+__all__ = ["Trainer"]
+
+
+class Trainer:
+    """Runs optimizer steps until `max_steps`, evaluating every `eval_interval_steps`.
+
+    Args:
+        model: A causal LM whose `forward(input_ids, labels=..., attention_mask=...)` returns `.loss`.
+        optimizer: Its optimizer.
+        scheduler: LR scheduler stepped once per optimizer step (or None).
+        train_loader: Yields dicts of (B, S) tensors with B = the device batch size.
+        eval_loader: The eval split's loader (or None).
+        cfg: The trainer config (precision, clipping, eval subset, compile, ...).
+        plan: Batch sizes (the microbatch size may change with `auto`).
+        max_steps: Optimizer steps to run.
+        eval_interval_steps: Evaluate every this many steps (0: only at the end).
+        max_seq_len: Row length (for throughput and MFU).
+        device: Where to train.
+        loggers: Receive the metrics.
+        callbacks: Observe the run and add metrics.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,  # noqa: ANN401 - an LR scheduler or None
+        train_loader: Any,  # noqa: ANN401 - an iterable of batches with state_dict()
+        eval_loader: Any,  # noqa: ANN401
+        cfg: TrainerConfig,
+        plan: BatchPlan,
+        max_steps: int,
+        eval_interval_steps: int,
+        max_seq_len: int,
+        device: torch.device,
+        loggers: list[Logger] | None = None,
+        callbacks: list[Callback] | None = None,
+    ) -> None:
+        check_precision(cfg.precision, device=device)
+        self.model = model
+        self.forward_model = torch.compile(model) if cfg.compile else model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.train_loader = train_loader
+        self.eval_loader = eval_loader
+        self.cfg = cfg
+        self.plan = plan
+        self.max_steps = max_steps
+        self.eval_interval_steps = eval_interval_steps
+        self.max_seq_len = max_seq_len
+        self.device = device
+        self.loggers = loggers or []
+        self.callbacks = callbacks or []
+        self.scaler = build_grad_scaler(cfg.precision, device=device)
+        self.state = TrainState(microbatch_size=plan.microbatch_size)
+        self.last_eval: dict[str, float] = {}
+        self.last_train: dict[str, float] = {}
+        self._iter: Iterator[dict[str, torch.Tensor]] | None = None
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: model, optimizer, scheduler, scaler, counters, RNG, dataloader."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "state": self.state.state_dict(),
+            "rng": rng_state(),
+            "dataloader": getattr(self.train_loader, "state_dict", lambda: None)(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what `state_dict` returned (the next step continues where that one stopped)."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state["scheduler"] is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state["scaler"] is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self.state.load_state_dict(state["state"])
+        self.plan = BatchPlan(
+            self.plan.global_batch_size,
+            self.plan.device_batch_size,
+            self.state.microbatch_size,
+            self.plan.auto_microbatch,
+        )
+        set_rng_state(state["rng"])
+        if state.get("dataloader") is not None:
+            self.train_loader.load_state_dict(state["dataloader"])
+        self._iter = None
+
+    # ------------------------------------------------------------------ data
+    def _next_batch(self) -> dict[str, torch.Tensor]:
+        limit = self.cfg.train_subset_num_batches
+        for _ in range(2):
+            if self._iter is None:
+                self._iter = iter(self.train_loader)
+            if limit < 0 or self.state.step_in_epoch < limit:
+                batch = next(self._iter, None)
+                if batch is not None:
+                    return batch
+            self._iter = None
+            self.state.epoch += 1
+            self.state.step_in_epoch = 0
+        raise RuntimeError(
+            "the training split yields no full batch: it has fewer samples than the device batch"
+        )
+
+    # ------------------------------------------------------------------ step
+    def _forward_backward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Accumulates gradients of the device batch; returns its (token-weighted) mean loss."""
+        micro = split_batch(batch, self.state.microbatch_size)
+        by_tokens = self.cfg.accumulate_train_batch_on_tokens
+        total = loss_tokens(batch) if by_tokens else batch["input_ids"].shape[0]
+        total = max(total, 1)
+        loss_sum = torch.zeros((), device=self.device)
+        for mb in micro:
+            weight = (loss_tokens(mb) if by_tokens else mb["input_ids"].shape[0]) / total
+            with autocast(self.cfg.precision, device=self.device):
+                loss = self.forward_model(**mb).loss
+            scaled = loss * weight
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward()
+            loss_sum += loss.detach().float() * weight
+        return loss_sum
+
+    def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One optimizer step on one device batch (with OOM retries under `auto`); returns its metrics."""
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        self.model.train()
+        while True:
+            try:
+                loss = self._forward_backward(batch)
+                break
+            except RuntimeError as err:
+                if not (self.plan.auto_microbatch and is_oom(err)):
+                    raise
+                self.optimizer.zero_grad(set_to_none=True)
+                del err
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                self.state.microbatch_size = next_microbatch_size(self.state.microbatch_size)
+                if self.scaler is not None:
+                    self.scaler = build_grad_scaler(self.cfg.precision, device=self.device)
+        metrics: dict[str, float] = {}
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        if self.cfg.grad_clip_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip_norm)
+            metrics["train/grad_norm"] = float(norm)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        s = self.state
+        s.step += 1
+        s.step_in_epoch += 1
+        s.samples += self.plan.global_batch_size
+        s.tokens += self.plan.global_batch_size * batch["input_ids"].shape[1]
+        metrics["train/loss"] = float(loss)
+        metrics["trainer/device_train_microbatch_size"] = float(s.microbatch_size)
+        return metrics
+
+    # ------------------------------------------------------------------ eval
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Token-weighted loss and perplexity over the eval split (or its first `eval_subset_num_batches`)."""
+        if self.eval_loader is None:
+            return {}
+        self.model.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        count = 0
+        for i, batch in enumerate(self.eval_loader):
+            if 0 <= self.cfg.eval_subset_num_batches <= i:
+                break
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            n = loss_tokens(batch)
+            with autocast(self.cfg.precision, device=self.device):
+                loss = self.forward_model(**batch).loss
+            loss_sum += loss.double() * n
+            count += n
+        self.model.train()
+        if count == 0:
+            return {}
+        mean = float(loss_sum) / count
+        return {"eval/loss": mean, "eval/perplexity": math.exp(min(mean, 700.0))}
+
+    def _run_eval(self) -> None:
+        start = time.perf_counter()
+        metrics = self.evaluate()
+        seconds = time.perf_counter() - start
+        for cb in self.callbacks:
+            metrics.update(cb.on_eval_end(self, eval_seconds=seconds))
+        if metrics:
+            self.last_eval = metrics
+            self._log(metrics)
+
+    def _log(self, metrics: dict[str, float]) -> None:
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=self.state.step)
+
+    # ------------------------------------------------------------------ fit
+    def fit(self) -> dict[str, float]:
+        """Trains to `max_steps`; returns the final train metrics merged with the final eval metrics."""
+        for cb in self.callbacks:
+            cb.on_fit_start(self)
+        if self.cfg.eval_first and self.state.step == 0:
+            self._run_eval()
+        while self.state.step < self.max_steps:
+            start = time.perf_counter()
+            metrics = self.train_step(self._next_batch())
+            seconds = time.perf_counter() - start
+            for cb in self.callbacks:
+                metrics.update(cb.on_step_end(self, step_seconds=seconds))
+            self.last_train = metrics
+            step = self.state.step
+            if step % self.cfg.log_interval == 0 or step == self.max_steps:
+                self._log(metrics)
+            every = self.eval_interval_steps
+            if every > 0 and step % every == 0 and step < self.max_steps:
+                self._run_eval()
+        self._run_eval()
+        for cb in self.callbacks:
+            cb.on_fit_end(self)
+        return {**self.last_train, **self.last_eval}

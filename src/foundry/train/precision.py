@@ -1,0 +1,49 @@
+"""Mixed precision: an autocast context per precision name, and the GradScaler only fp16 needs.
+
+Design note: we follow Composer's names (`fp32`, `amp_bf16`, `amp_fp16`) but keep the behaviour to
+plain `torch.autocast` around forward + loss, so there is nothing to learn beyond PyTorch. bf16 autocast
+also works on CPU (useful for tests); fp16 needs CUDA because loss scaling exists for its narrow range.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+__all__ = ["autocast", "build_grad_scaler", "check_precision", "resolve_precision"]
+
+_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
+
+
+def resolve_precision(precision: str, *, device: torch.device) -> str:
+    """`auto` -> `amp_bf16` on CUDA, `fp32` elsewhere; other names unchanged."""
+    if precision != "auto":
+        return precision
+    return "amp_bf16" if device.type == "cuda" else "fp32"
+
+
+def check_precision(precision: str, *, device: torch.device) -> None:
+    """Raises ValueError when `precision` cannot run on `device`, saying what to use instead."""
+    if precision == "amp_fp16" and device.type != "cuda":
+        raise ValueError(f"trainer.precision=amp_fp16 needs CUDA (device is {device}); use fp32 or amp_bf16")
+    if precision not in ("fp32", *_DTYPES):
+        raise ValueError(f"trainer.precision={precision!r}: use fp32, amp_bf16 or amp_fp16")
+
+
+@contextlib.contextmanager
+def autocast(precision: str, *, device: torch.device) -> Iterator[None]:
+    """Autocast to the precision's dtype on `device` (a no-op for fp32)."""
+    if precision == "fp32":
+        yield
+        return
+    with torch.autocast(device_type=device.type, dtype=_DTYPES[precision]):
+        yield
+
+
+def build_grad_scaler(precision: str, *, device: torch.device) -> torch.amp.GradScaler | None:
+    """A GradScaler for amp_fp16, else None."""
+    if precision != "amp_fp16":
+        return None
+    return torch.amp.GradScaler(device.type)

@@ -1,0 +1,163 @@
+"""`pretrain(cfg, run_dir=...)`: build every component from the typed root config and run the trainer.
+
+Design note: this is the only function that sees the whole `TrainConfig`; each builder gets its own
+slice (`build_optimizer(cfg.optimizer, ...)`). Derived quantities (device batch, grad accumulation,
+tokens per step, steps) are computed here from the few configured knobs, written to `run.json` and
+printed, never configured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from foundry.time import parse_duration, to_steps
+
+__all__ = ["pretrain", "resolve_device"]
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> cuda when available, else cpu; other names as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "trainer.device=cuda but no CUDA device is available; use trainer.device=auto or cpu"
+        )
+    return torch.device(name)
+
+
+def _build_model(cfg: Any, *, vocab: int, device: torch.device) -> torch.nn.Module:  # noqa: ANN401
+    from foundry.models import MPTModelConfig, build_model, materialize_
+
+    if isinstance(cfg, MPTModelConfig):
+        if vocab > cfg.vocab_size:
+            raise ValueError(
+                f"the tokenizer has {vocab} tokens but model.vocab_size={cfg.vocab_size}; set "
+                f"model.vocab_size to at least {vocab} (a multiple of 64, e.g. {-(-vocab // 64) * 64})"
+            )
+        if cfg.init_device == "meta":
+            return materialize_(build_model(cfg, device="meta"), device=device)
+        return build_model(cfg, device=cfg.init_device).to(device)
+    return build_model(cfg).to(device)
+
+
+def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN401 - foundry.config.TrainConfig
+    """Pretrains a causal LM as `cfg` describes.
+
+    Args:
+        cfg: The root `TrainConfig` (dataclasses all the way down).
+        run_dir: Where `run.json`, `metrics.jsonl` and logger files go.
+
+    Returns:
+        The final metrics (`train/loss`, `eval/loss`, `eval/perplexity`, throughput, ...).
+    """
+    from foundry.callbacks import build_callbacks
+    from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
+    from foundry.data.text import build_text_dataloader
+    from foundry.loggers import build_loggers
+    from foundry.optim import build_optimizer, build_scheduler
+    from foundry.tokenizers import build_tokenizer
+    from foundry.train.batching import plan_batches
+    from foundry.train.loop import Trainer
+    from foundry.train.metadata import write_run_metadata
+    from foundry.train.precision import resolve_precision
+    from foundry.train.state import seed_all, set_deterministic
+    from streaming.world import World
+
+    run_dir = Path(run_dir)
+    seed_all(cfg.seed)
+    if cfg.trainer.deterministic:
+        set_deterministic()
+    device = resolve_device(cfg.trainer.device)
+    tc = replace(cfg.trainer, precision=resolve_precision(cfg.trainer.precision, device=device))
+    max_seq_len = cfg.data.max_seq_len or getattr(cfg.model, "max_seq_len", None)
+    if max_seq_len is None:
+        raise ValueError("set data.max_seq_len (the model config has no max_seq_len)")
+    if isinstance(cfg.data, QuickstartDataConfig):
+        prepare_quickstart(cfg.data, max_seq_len=max_seq_len)
+    tokenizer = build_tokenizer(cfg.tokenizer)
+    world = World.detect()
+    if world.num_ranks > 1:
+        raise ValueError(
+            f"WORLD_SIZE={world.num_ranks}: multi-process training (torchrun, DDP/FSDP) is not implemented yet; "
+            "run a single process"
+        )
+    plan = plan_batches(
+        global_batch_size=tc.global_train_batch_size,
+        world_size=world.num_ranks,
+        microbatch=tc.device_train_microbatch_size,
+    )
+    common = {"tokenizer": tokenizer, "world": world, "max_seq_len": max_seq_len, "seed": cfg.seed}
+    train_loader = build_text_dataloader(
+        cfg.data, device_batch_size=plan.device_batch_size, split=cfg.data.train_split, **common
+    )
+    eval_loader = None
+    if cfg.data.eval_split:
+        eval_bs = tc.device_eval_batch_size or plan.microbatch_size
+        eval_loader = build_text_dataloader(
+            cfg.data,
+            device_batch_size=eval_bs,
+            split=cfg.data.eval_split,
+            shuffle=False,
+            drop_last=False,
+            **common,
+        )
+    steps_per_epoch = len(train_loader)
+    if tc.train_subset_num_batches >= 0:
+        steps_per_epoch = min(steps_per_epoch, tc.train_subset_num_batches)
+    tokens_per_step = plan.global_batch_size * max_seq_len
+    facts = {"steps_per_epoch": steps_per_epoch, "samples_per_step": plan.global_batch_size}
+    max_steps = to_steps(parse_duration(tc.max_duration), tokens_per_step=tokens_per_step, **facts)
+    eval_every = to_steps(
+        parse_duration(tc.eval_interval), max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
+    )
+    model = _build_model(cfg.model, vocab=len(tokenizer), device=device)
+    optimizer = build_optimizer(cfg.optimizer, model=model)
+    scheduler = build_scheduler(
+        cfg.scheduler, optimizer=optimizer, max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
+    )
+    derived = {
+        "device_batch_size": plan.device_batch_size,
+        "microbatch_size": plan.microbatch_size,
+        "microbatches_per_step": plan.grad_accum,
+        "tokens_per_step": tokens_per_step,
+        "max_steps": max_steps,
+        "steps_per_epoch": steps_per_epoch,
+        "total_tokens": max_steps * tokens_per_step,
+        "eval_interval_steps": eval_every,
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "world_size": world.num_ranks,
+        "precision": tc.precision,
+    }
+    write_run_metadata(run_dir, config=cfg, derived=derived, device=device)
+    loggers = build_loggers(
+        cfg.logger, run_dir=run_dir, run_name=cfg.run_name, max_steps=max_steps, progress_bar=tc.progress_bar
+    )
+    for logger in loggers:
+        logger.log_hyperparameters({"config": asdict(cfg), "derived": derived})
+    trainer = Trainer(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        train_loader=train_loader,
+        eval_loader=eval_loader,
+        cfg=tc,
+        plan=plan,
+        max_steps=max_steps,
+        eval_interval_steps=eval_every,
+        max_seq_len=max_seq_len,
+        device=device,
+        loggers=loggers,
+        callbacks=build_callbacks(cfg.callbacks),
+    )
+    try:
+        metrics = trainer.fit()
+    finally:
+        for logger in loggers:
+            logger.close()
+    print(f"[foundry] run directory: {run_dir.resolve()}", flush=True)
+    return metrics
