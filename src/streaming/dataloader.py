@@ -55,11 +55,16 @@ class StreamingDataLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:
         ds = self.dataset
         self.num_samples_yielded = 0
-        if isinstance(ds, StreamingDataset):
+        streaming = isinstance(ds, StreamingDataset)
+        if streaming:
             ds._check_iterable()  # world detection and argument checks in the rank process
+            reuse = self.persistent_workers and getattr(self, "_iterator", None) is not None
+            if self.num_workers > 0 and self.multiprocessing_context in (None, "fork") and not reuse:
+                ds._warm_plan(self.num_workers)  # forked workers inherit the first window
         it = super().__iter__()
-        if isinstance(ds, StreamingDataset) and self.num_workers > 0:
+        if streaming and self.num_workers > 0:
             ds._begin_epoch()  # workers work on copies; keep the rank's epoch counter in step
+            ds._drop_plan_caches()
         for batch in it:
             self.num_samples_yielded += _batch_len(batch)
             yield batch

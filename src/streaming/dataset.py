@@ -18,11 +18,13 @@ import bisect
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
+from streaming.cache import CachedShard, ShardCache
 from streaming.format.index import ShardInfo
 from streaming.format.reader import ShardReader, open_shard
 from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS, GlobalOrder, PlanSpec, WorkerPlan, epoch_order
@@ -63,6 +65,7 @@ class StreamingDataset(IterableDataset):
         keep_zip: Default per-stream keep-compressed flag.
         epoch_size: Samples per epoch (int or ``"100k"``-style string); relative weights only.
         predownload: Samples a worker may prepare ahead (default ``8 * batch_size``, or 64).
+        download_concurrency: Shard downloads each worker runs ahead at once (remote streams).
         cache_limit: Local cache budget (bytes or ``"10gb"``); checked against the largest shard.
         sampling_method: ``balanced`` (partial repeats change per epoch) or ``fixed``.
         sampling_granularity: Pick size for spreading a stream's partial repeat over shards.
@@ -91,6 +94,7 @@ class StreamingDataset(IterableDataset):
         keep_zip: bool = False,
         epoch_size: int | str | None = None,
         predownload: int | None = None,
+        download_concurrency: int = 4,
         cache_limit: int | str | None = None,
         sampling_method: str = "balanced",
         sampling_granularity: int = 1,
@@ -154,6 +158,9 @@ class StreamingDataset(IterableDataset):
         self.allow_unsafe_types = allow_unsafe_types
         self.replication = replication
         self.predownload = predownload if predownload is not None else (8 * batch_size if batch_size else 64)
+        if download_concurrency < 1:
+            raise ValueError(f"download_concurrency must be >= 1, got {download_concurrency}")
+        self.download_concurrency = download_concurrency
         self._load_indexes()
         self.epoch_size_arg = None if epoch_size is None else parse_count(epoch_size, name="epoch_size")
         self.choose_per_stream = stream_choose(
@@ -220,11 +227,13 @@ class StreamingDataset(IterableDataset):
     def _reset_process_caches(self) -> None:
         self._readers: dict[int, ShardReader] = {}
         self._prepared: set[int] = set()
+        self._cache: ShardCache | None = None
+        self._active_shards: set[int] = set()
         self._orders: dict[tuple[int, int | None], GlobalOrder] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_readers", "_prepared", "_orders"):
+        for name in ("_readers", "_prepared", "_orders", "_cache", "_active_shards"):
             state.pop(name, None)
         return state
 
@@ -232,22 +241,58 @@ class StreamingDataset(IterableDataset):
         self.__dict__.update(state)
         self._reset_process_caches()
 
+    def _shard_cache(self) -> ShardCache:
+        """The node-level cache over every shard (built lazily, per process)."""
+        if self._cache is None:
+            shards = []
+            for info, si in zip(self.shards, self.stream_per_shard.tolist()):
+                stream = self.streams[si]
+                shards.append(
+                    CachedShard(
+                        local=stream.dirname,
+                        remote=stream.remote_dirname,
+                        info=info,
+                        policy=stream.retry_policy(),
+                        validate_hash=stream.validate_hash,
+                    )
+                )
+            self._cache = ShardCache(shards=shards, cache_limit=self.cache_limit)
+        return self._cache
+
     def prepare_shard(self, shard_id: int) -> None:
-        """Make shard ``shard_id`` readable locally (see ``Stream.prepare_shard``)."""
-        self.streams[int(self.stream_per_shard[shard_id])].prepare_shard(self.shards[shard_id])
+        """Make shard ``shard_id`` readable locally: download (remote streams, once per node), verify, decompress."""
+        stream = self.streams[int(self.stream_per_shard[shard_id])]
+        if stream.is_remote:
+            active = self._active_shards
+            self._shard_cache().prepare(shard_id, next_use=lambda k: 0.0 if k in active else float("inf"))
+        else:
+            stream.prepare_shard(self.shards[shard_id])
         self._prepared.add(shard_id)
+
+    def _release_shards(self, keep: set[int]) -> None:
+        """Forget readers of shards outside ``keep`` so evicted files really free their disk space."""
+        for shard_id in [k for k in self._readers if k not in keep]:
+            del self._readers[shard_id]
+            self._prepared.discard(shard_id)
 
     def _reader(self, shard_id: int) -> ShardReader:
         reader = self._readers.get(shard_id)
         if reader is None:
-            if shard_id not in self._prepared:
-                self.prepare_shard(shard_id)
             stream = self.streams[int(self.stream_per_shard[shard_id])]
-            reader = open_shard(
-                stream.dirname, self.shards[shard_id], allow_unsafe_types=self.allow_unsafe_types
-            )
-            self._readers[shard_id] = reader
-        return reader
+            for attempt in range(3):
+                if shard_id not in self._prepared:
+                    self.prepare_shard(shard_id)
+                try:
+                    reader = open_shard(
+                        stream.dirname, self.shards[shard_id], allow_unsafe_types=self.allow_unsafe_types
+                    )
+                    break
+                except FileNotFoundError:  # evicted by another process between prepare and open
+                    self._prepared.discard(shard_id)
+                    if attempt == 2 or not stream.is_remote:
+                        raise
+            self._readers[shard_id] = reader  # type: ignore[assignment]
+        return reader  # type: ignore[return-value]
 
     def get_item(self, sample_id: int) -> dict[str, Any]:
         """Sample ``sample_id`` of the unresampled concatenation of all streams (negative counts from the end)."""
@@ -377,14 +422,57 @@ class StreamingDataset(IterableDataset):
         )
         return self._iter_plan(plan)
 
+    def _warm_plan(self, num_workers: int) -> None:
+        """Compute (in the rank process) the shuffle blocks behind each worker's first batch, so forked workers
+        inherit them instead of all computing the same window at once on a busy CPU."""
+        world = self._check_iterable()
+        epoch, drop = self._next()
+        order = self._order(epoch)
+        for worker in range(num_workers):
+            plan = WorkerPlan(
+                order=order,
+                drop_first=drop,
+                num_devices=world.num_devices,
+                device=world.device,
+                batch_size=self.batch_size,  # type: ignore[arg-type]
+                num_workers=num_workers,
+                worker=worker,
+            )
+            next(plan.batches(), None)
+
+    def _drop_plan_caches(self) -> None:
+        self._orders.clear()
+
     def _iter_plan(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
-        for ids in plan.batches(chunk=max(self.predownload, 1)):
-            shards = np.searchsorted(self._shard_ends, ids, side="right")
-            for shard in np.unique(shards).tolist():  # the download / predownload slot
-                if shard not in self._prepared:
-                    self.prepare_shard(shard)
-            for i in ids.tolist():
-                yield self[i]
+        remote = any(s.is_remote for s in self.streams)
+        pool = ThreadPoolExecutor(max_workers=self.download_concurrency) if remote else None
+        ahead: list[Future[None]] = []
+        try:
+            chunks = plan.batches(chunk=max(self.predownload, 1))
+            current = next(chunks, None)
+            while current is not None:
+                upcoming = next(chunks, None)
+                shards = np.unique(np.searchsorted(self._shard_ends, current, side="right")).tolist()
+                self._active_shards = set(shards)
+                if self.cache_limit is not None:
+                    self._release_shards(self._active_shards)
+                for fut in ahead:  # surface prefetch errors; the shards are prepared again below if needed
+                    fut.exception()
+                for shard in shards:  # the download slot (blocks only on shards not prefetched yet)
+                    if shard not in self._prepared:
+                        self.prepare_shard(shard)
+                if pool is not None and upcoming is not None:  # predownload: fetch the next chunk's shards
+                    nxt = np.unique(np.searchsorted(self._shard_ends, upcoming, side="right")).tolist()
+                    ahead = [pool.submit(self._prefetch, k) for k in nxt if k not in self._prepared]
+                for i in current.tolist():
+                    yield self[i]
+                current = upcoming
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    def _prefetch(self, shard_id: int) -> None:
+        self.prepare_shard(shard_id)
 
     # ----- resumption -----
 

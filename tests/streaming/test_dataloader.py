@@ -45,6 +45,9 @@ def test_workers_do_not_change_the_order_and_epochs_advance(data):
     assert batches(loader) == e0
     assert batches(loader) == e1 and e0 != e1
     assert sum(len(b) for b in e0) == len(make(data))
+    persistent = StreamingDataLoader(make(data), batch_size=4, num_workers=2, persistent_workers=True)
+    assert batches(persistent) == e0 and batches(persistent) == e1
+    assert persistent.state_dict()["epoch"] == 1
 
 
 def test_resume_mid_epoch_with_workers(data):
