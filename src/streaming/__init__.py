@@ -14,6 +14,9 @@ __all__ = [
     "JSONWriter",
     "LocalDataset",
     "MDSWriter",
+    "Stream",
+    "StreamingDataLoader",
+    "StreamingDataset",
     "TSVWriter",
     "XSVWriter",
     "merge_index",
@@ -27,6 +30,9 @@ _LAZY = {
     "XSVWriter": "streaming.writer",
     "LocalDataset": "streaming.local",
     "merge_index": "streaming.merge",
+    "Stream": "streaming.stream",
+    "StreamingDataset": "streaming.dataset",
+    "StreamingDataLoader": "streaming.dataloader",
 }
 
 

@@ -19,16 +19,16 @@ import glob
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
-from streaming.format.index import FileInfo, ShardInfo
+from streaming.format.index import INDEX_FILENAME, FileInfo, ShardInfo
 from streaming.format.reader import decompress_shard
 from streaming.sizes import format_bytes
 from streaming.storage import RetryPolicy, download_file
 from streaming.storage.url import join_url
 
-__all__ = ["CacheTooSmallError", "CachedShard", "ShardCache", "minimum_cache_bytes"]
+__all__ = ["CacheTooSmallError", "CachedShard", "ShardCache", "fetch_index", "minimum_cache_bytes"]
 
 log = logging.getLogger("streaming.cache")
 LOCK_DIR = ".locks"
@@ -47,6 +47,10 @@ class CachedShard:
     remote: str | None
     """The stream's remote directory URL, or None when the local copy is the only one."""
     info: ShardInfo
+    policy: RetryPolicy | None = None
+    """Download retries/timeout for this shard's stream (None: the cache's default)."""
+    validate_hash: str | None = None
+    """Hash algorithm verified after download (None: no check)."""
 
     @property
     def evictable(self) -> bool:
@@ -72,6 +76,41 @@ def minimum_cache_bytes(shards: Sequence[CachedShard], *, concurrent: int) -> in
     sizes = sorted((s.resident_bytes for s in shards), reverse=True)
     peak = max((s.peak_bytes for s in shards), default=0)
     return sum(sizes[:concurrent]) + peak
+
+
+@contextmanager
+def _file_lock(directory: str, name: str, *, blocking: bool = True) -> Iterator[bool]:
+    """Hold an exclusive flock on ``directory/.locks/<name>.lock``; yields False if not ``blocking`` and taken."""
+    lock_dir = os.path.join(directory, LOCK_DIR)
+    os.makedirs(lock_dir, exist_ok=True)
+    fd = os.open(os.path.join(lock_dir, name.replace("/", "__") + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -> str:
+    """Download ``remote/index.json`` into ``local`` once per node (other processes wait, then reuse it).
+
+    An index already present locally is kept (a dataset is immutable once published).
+    """
+    path = os.path.join(local, INDEX_FILENAME)
+    if os.path.exists(path):
+        return path
+    os.makedirs(local, exist_ok=True)
+    with _file_lock(local, INDEX_FILENAME):
+        if not os.path.exists(path):
+            download_file(join_url(remote, INDEX_FILENAME), path, policy=policy)
+    return path
 
 
 class ShardCache:
@@ -111,24 +150,9 @@ class ShardCache:
 
     # ------------------------------------------------------------------ locks
 
-    @contextmanager
-    def _lock(self, directory: str, name: str, *, blocking: bool = True) -> Iterator[bool]:
-        """Hold an exclusive flock; yields False (without waiting) if ``blocking`` is off and it is taken."""
-        lock_dir = os.path.join(directory, LOCK_DIR)
-        os.makedirs(lock_dir, exist_ok=True)
-        fd = os.open(os.path.join(lock_dir, name.replace("/", "__") + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+    @staticmethod
+    def _lock(directory: str, name: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
+        return _file_lock(directory, name, blocking=blocking)
 
     # ------------------------------------------------------------------ state
 
@@ -216,10 +240,10 @@ class ShardCache:
             candidates = [
                 k for k, s in enumerate(self.shards) if k != shard_id and s.evictable and self._ready(s)
             ]
+            # Farthest next use first; among equals (e.g. not needed again), least recently used first.
+            candidates.sort(key=lambda k: self._atime(self.shards[k]))
             if next_use is not None:
                 candidates.sort(key=lambda k: next_use(k), reverse=True)
-            else:
-                candidates.sort(key=lambda k: self._atime(self.shards[k]))
             for victim in candidates:
                 if usage + needed <= self.cache_limit:
                     break

@@ -1,10 +1,9 @@
 """``Stream``: one dataset directory (and, later, its remote) with its mixing weight, and shard preparation.
 
 Design tradeoff: a Stream owns the one step that turns an index entry into a readable local shard,
-``prepare_shard``. Today it only checks the local files and decompresses a compressed shard to its raw name
-(temp file + atomic rename, so racing processes and a ``kill -9`` mid-write leave nothing that breaks a later
-start); the remote-storage issue adds the download in the same place, so the dataset's iteration and random
-access paths never change. Weights (``proportion`` / ``repeat`` / ``choose``) are only validated here; the
+``prepare_shard``. For a local-only stream it checks the local files and decompresses a compressed shard to its
+raw name (temp file + atomic rename, so racing processes and a ``kill -9`` mid-write leave nothing that breaks
+a later start); remote streams go through the dataset's node-level ``streaming.cache.ShardCache``. Weights (``proportion`` / ``repeat`` / ``choose``) are only validated here; the
 per-epoch counts are computed by ``streaming.plan.sampling.stream_choose``.
 """
 
@@ -15,8 +14,11 @@ import json
 import os
 import tempfile
 
+from streaming.cache import fetch_index
 from streaming.format.index import DatasetIndex, ShardInfo, load_index
 from streaming.format.reader import decompress_shard
+from streaming.storage import RetryPolicy
+from streaming.storage.url import is_remote, join_url
 
 __all__ = ["Stream"]
 
@@ -29,16 +31,17 @@ class Stream:
     """A dataset directory plus how much of it each epoch uses.
 
     Args:
-        remote: Remote location. A plain path (no ``scheme://``) is read in place when ``local`` is unset;
-            object stores arrive with the remote-storage issue.
+        remote: Remote location: ``s3://``, ``gs://``, ``azure://``, ``hf://datasets/...``, ``http(s)://`` or a
+            path. Shards are downloaded into ``local`` on demand, once per node. A plain path is read in place
+            when ``local`` is unset.
         local: Local directory (holding ``index.json`` or ``<split>/index.json``).
         split: Optional sub-directory.
         proportion: Relative weight (all streams relative, or none).
         repeat: Absolute multiplier of the stream's samples per epoch.
         choose: Absolute number of samples per epoch.
-        download_retry: Retries per download (used by remote storage; unused for local data).
-        download_timeout: Seconds per download (unused for local data).
-        validate_hash: Hash algorithm to check downloaded files with (unused for local data).
+        download_retry: Extra attempts per download after the first, for transient errors (default 2).
+        download_timeout: Seconds allowed per download attempt (default 60).
+        validate_hash: Hash algorithm to verify downloads with (one re-download on mismatch, then an error).
         keep_zip: Keep compressed files after decompressing (always true when they are the only copy).
     """
 
@@ -107,18 +110,29 @@ class Stream:
         """Compressed files are kept when asked to, or when they are the only copy."""
         return bool(self.keep_zip) or self.remote is None or self.remote == self.local
 
+    @property
+    def is_remote(self) -> bool:
+        """True when shards come from a remote copy (a URL, or a path other than ``local``)."""
+        return self.remote is not None and (is_remote(self.remote) or self.remote != self.local)
+
+    @property
+    def remote_dirname(self) -> str | None:
+        """The remote directory holding this stream's ``index.json`` (None for local-only streams)."""
+        return join_url(self.remote, self.split) if self.is_remote else None  # type: ignore[arg-type]
+
+    def retry_policy(self) -> RetryPolicy:
+        """Download retries and timeout for this stream (defaults: 2 retries, 60 s)."""
+        return RetryPolicy(
+            retries=2 if self.download_retry is None else int(self.download_retry),
+            timeout=60.0 if self.download_timeout is None else float(self.download_timeout),
+        )
+
     def index(self) -> DatasetIndex:
-        """The parsed ``index.json`` (loaded once)."""
+        """The parsed ``index.json`` (loaded once; downloaded once per node from a remote stream)."""
         if self._index is None:
-            try:
-                self._index = load_index(self.local, self.split)
-            except FileNotFoundError:
-                if self.remote is not None and _is_url(self.remote):
-                    raise NotImplementedError(
-                        f"{self.dirname}: no local index.json, and downloading from {self.remote!r} is not "
-                        "implemented yet (remote storage comes with the next issue); pass a local directory"
-                    ) from None
-                raise
+            if self.is_remote:
+                fetch_index(self.remote_dirname, self.dirname, policy=self.retry_policy())  # type: ignore[arg-type]
+            self._index = load_index(self.local, self.split)
         return self._index
 
     def fingerprint(self) -> str:

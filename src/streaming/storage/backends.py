@@ -367,8 +367,10 @@ _BACKENDS: dict[str, type[Backend]] = {
 
 
 @cache
-def _backend(scheme: str, env_key: tuple[str, ...]) -> Backend:
-    del env_key  # part of the cache key only: a changed endpoint/credential env builds a new client
+def _backend(scheme: str, env_key: tuple[str, ...], pid: int) -> Backend:
+    # env_key and pid are cache keys only: a changed endpoint/credential env builds a new client, and a forked
+    # DataLoader worker never shares the parent's pooled sockets (responses would cross between processes).
+    del env_key, pid
     return _BACKENDS[scheme]()
 
 
@@ -393,4 +395,4 @@ def get_backend(url: str) -> Backend:
         "AZURE_STORAGE_CONNECTION_STRING",
         "AZURE_ACCOUNT_NAME",
     )
-    return _backend(scheme, tuple(os.environ.get(k, "") for k in keys))
+    return _backend(scheme, tuple(os.environ.get(k, "") for k in keys), os.getpid())
