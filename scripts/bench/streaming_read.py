@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
+from _common import machine
 
 from streaming import LocalDataset, MDSWriter
 from streaming.format.reader import decompress_shard
@@ -35,19 +35,6 @@ REFERENCE = {
     "small2m": {"seq_samples_per_s": 13077},
     "tok8k_zstd": {"seq_first_pass_samples_per_s": 7986, "dataloader_samples_per_s": 4350},
 }
-
-
-def machine() -> dict[str, Any]:
-    import torch
-
-    return {
-        "host": platform.node(),
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "torch": torch.__version__,
-    }
 
 
 def write_dataset(path: str, case: str, n: int) -> float:
