@@ -91,3 +91,50 @@ def s3_bucket(s3_env, request):
     name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-") + "-" + uuid.uuid4().hex[:8]
     boto3.client("s3", endpoint_url=s3_env).create_bucket(Bucket=name)
     return f"s3://{name}"
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """A GCS emulator (gcp-storage-emulator) on 127.0.0.1; yields its URL."""
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    exe = Path(sys.executable).with_name("gcp-storage-emulator")
+    if not exe.exists():
+        pytest.skip("gcp-storage-emulator is not installed (pip install -e '.[dev]')")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/storage/v1/b?project=test", timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("gcp-storage-emulator did not start") from None
+            time.sleep(0.1)
+    yield url
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server, monkeypatch):
+    """A fresh bucket on the GCS emulator; yields ``gs://<bucket>``."""
+    import uuid
+
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server)
+    name = f"bucket-{uuid.uuid4().hex[:10]}"
+    storage.Client(project="test", credentials=AnonymousCredentials()).create_bucket(name)
+    return f"gs://{name}"
