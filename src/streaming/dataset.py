@@ -229,11 +229,12 @@ class StreamingDataset(IterableDataset):
         self._prepared: set[int] = set()
         self._cache: ShardCache | None = None
         self._active_shards: set[int] = set()
+        self._upcoming_shards: set[int] = set()
         self._orders: dict[tuple[int, int | None], GlobalOrder] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_readers", "_prepared", "_orders", "_cache", "_active_shards"):
+        for name in ("_readers", "_prepared", "_orders", "_cache", "_active_shards", "_upcoming_shards"):
             state.pop(name, None)
         return state
 
@@ -263,8 +264,12 @@ class StreamingDataset(IterableDataset):
         """Make shard ``shard_id`` readable locally: download (remote streams, once per node), verify, decompress."""
         stream = self.streams[int(self.stream_per_shard[shard_id])]
         if stream.is_remote:
-            active = self._active_shards
-            self._shard_cache().prepare(shard_id, next_use=lambda k: 0.0 if k in active else float("inf"))
+            active, upcoming = self._active_shards, self._upcoming_shards
+            # Eviction order for this worker's view of the plan: shards of the chunk being read are needed
+            # now, those of the next chunk soon; the rest go first (least recently used first).
+            self._shard_cache().prepare(
+                shard_id, next_use=lambda k: 0.0 if k in active else 1.0 if k in upcoming else float("inf")
+            )
         else:
             stream.prepare_shard(self.shards[shard_id])
         self._prepared.add(shard_id)
@@ -453,7 +458,12 @@ class StreamingDataset(IterableDataset):
             while current is not None:
                 upcoming = next(chunks, None)
                 shards = np.unique(np.searchsorted(self._shard_ends, current, side="right")).tolist()
-                self._active_shards = set(shards)
+                nxt = (
+                    []
+                    if upcoming is None
+                    else np.unique(np.searchsorted(self._shard_ends, upcoming, side="right")).tolist()
+                )
+                self._active_shards, self._upcoming_shards = set(shards), set(nxt)
                 if self.cache_limit is not None:
                     self._release_shards(self._active_shards)
                 for fut in ahead:  # surface prefetch errors; the shards are prepared again below if needed
@@ -461,8 +471,7 @@ class StreamingDataset(IterableDataset):
                 for shard in shards:  # the download slot (blocks only on shards not prefetched yet)
                     if shard not in self._prepared:
                         self.prepare_shard(shard)
-                if pool is not None and upcoming is not None:  # predownload: fetch the next chunk's shards
-                    nxt = np.unique(np.searchsorted(self._shard_ends, upcoming, side="right")).tolist()
+                if pool is not None:  # predownload: fetch the next chunk's shards
                     ahead = [pool.submit(self._prefetch, k) for k in nxt if k not in self._prepared]
                 for i in current.tolist():
                     yield self[i]
