@@ -92,7 +92,9 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
     """`OmegaConf.to_object` (resolving interpolations and running every schema's validation)."""
     obj = OmegaConf.to_object(cfg)
     if not isinstance(obj, TrainConfig):
-        raise TypeError(f"the composed config is a {type(obj).__name__}, not TrainConfig: is train_schema first?")
+        raise TypeError(
+            f"the composed config is a {type(obj).__name__}, not TrainConfig: is train_schema first?"
+        )
     return obj
 
 
@@ -153,11 +155,11 @@ class MultirunSummary(HydraCallback):
 
     def __init__(self, metrics: list[str] | None = None) -> None:
         self.metrics = list(metrics or ["train/loss", "eval/loss"])
-        self.rows: list[tuple[str, dict[str, Any]]] = []
+        self.rows: list[tuple[list[str], dict[str, Any]]] = []
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:  # noqa: ANN401
         """Collects the job's overrides and final metrics (or its error)."""
-        overrides = " ".join(getattr(job_return, "overrides", None) or []) or "(none)"
+        overrides = list(getattr(job_return, "overrides", None) or [])
         values: dict[str, Any] = {}
         try:
             out_dir = Path(job_return.hydra_cfg.hydra.runtime.output_dir)
@@ -170,11 +172,12 @@ class MultirunSummary(HydraCallback):
         self.rows.append((overrides, values))
 
     def table(self) -> str:
-        """The summary as a Markdown table."""
+        """The summary as a Markdown table; overrides shared by every job are left out of the rows."""
+        common = set.intersection(*(set(o) for o, _ in self.rows)) if len(self.rows) > 1 else set()
         head = ["job", "overrides", *self.metrics]
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for i, (ovr, vals) in enumerate(self.rows):
-            cells = [str(i), ovr]
+            cells = [str(i), " ".join(o for o in ovr if o not in common) or "(none)"]
             for m in self.metrics:
                 v = vals.get(m)
                 cells.append(f"{v:.4f}" if isinstance(v, float) else vals.get("error", "-"))

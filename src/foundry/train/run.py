@@ -57,7 +57,7 @@ def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN
     """
     from foundry.callbacks import build_callbacks
     from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
-    from foundry.data.text import build_text_dataloader
+    from foundry.data.text import build_text_dataloader, dataset_missing_message
     from foundry.loggers import build_loggers
     from foundry.optim import build_optimizer, build_scheduler
     from foundry.tokenizers import build_tokenizer
@@ -79,6 +79,10 @@ def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN
         raise ValueError("set data.max_seq_len (the model config has no max_seq_len)")
     if isinstance(cfg.data, QuickstartDataConfig):
         prepare_quickstart(cfg.data, max_seq_len=max_seq_len)
+    for split in (cfg.data.train_split, cfg.data.eval_split):
+        missing = split and dataset_missing_message(cfg.data, split)
+        if missing:  # before the tokenizer, whose own (offline) error would hide this one
+            raise FileNotFoundError(missing)
     tokenizer = build_tokenizer(cfg.tokenizer)
     world = World.detect()
     if world.num_ranks > 1:

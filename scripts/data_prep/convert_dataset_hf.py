@@ -1,0 +1,140 @@
+"""Tokenize a HF dataset or local txt/json/jsonl files into concatenated MDS rows (`tokens` column).
+
+Examples:
+  python scripts/data_prep/convert_dataset_hf.py --dataset allenai/c4 --data_subset en \
+      --splits train_small val_small --out data/c4 --tokenizer EleutherAI/gpt-neox-20b \
+      --concat_tokens 2048 --eos_text '<|endoftext|>' --compression zstd
+  python scripts/data_prep/convert_dataset_hf.py --dataset path/to/wikitext-2 --splits train validation \
+      --out data/wt2 --tokenizer path/to/tokenizer.json --concat_tokens 512 --eos_text '<|endoftext|>'
+  (local: a folder of <split>*.{txt,json,jsonl,parquet?} files, or one file; json rows need a `text` field)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+# llm-foundry's split constants for C4: our split name -> (HF split, max documents or None)
+C4_SPLITS = {
+    "train": ("train", None),
+    "train_small": ("train", 100_000),
+    "val": ("validation", None),
+    "val_small": ("validation", 10_000),
+    "val_xsmall": ("validation", 3_000),
+    "val_xxsmall": ("validation", 100),
+}
+_SUFFIXES = (".txt", ".json", ".jsonl")
+
+
+def _local_files(root: Path, split: str) -> list[Path]:
+    if root.is_file():
+        return [root]
+    for base in (root / split, root):
+        files = sorted(
+            p for p in base.glob("*") if p.suffix in _SUFFIXES and (base != root or p.stem.startswith(split))
+        )
+        if files:
+            return files
+    raise FileNotFoundError(f"no {'/'.join(_SUFFIXES)} files for split {split!r} under {root}")
+
+
+def _local_texts(files: list[Path], txt_docs: str) -> Iterator[str]:
+    for path in files:
+        with path.open(encoding="utf-8") as f:
+            if path.suffix == ".txt" and txt_docs == "file":
+                yield f.read()
+            elif path.suffix == ".txt":
+                yield from (line for line in f if line.strip())
+            elif path.suffix == ".jsonl":
+                for line in f:
+                    if line.strip():
+                        yield json.loads(line)["text"]
+            else:
+                data = json.load(f)
+                for row in data if isinstance(data, list) else [data]:
+                    yield row["text"]
+
+
+def _hf_texts(name: str, subset: str | None, split: str) -> Iterator[str]:
+    try:
+        import datasets
+    except ImportError as e:
+        raise SystemExit(
+            "HF hub datasets need the `datasets` package: pip install 'foundry-stack[hf]'"
+        ) from e
+    hf_split, limit = C4_SPLITS.get(split, (split, None)) if name == "allenai/c4" else (split, None)
+    ds = datasets.load_dataset(name, subset, split=hf_split, streaming=True)
+    for i, row in enumerate(ds):
+        if limit is not None and i >= limit:
+            break
+        yield row["text"]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="allenai/c4", help="HF dataset name, or a local file/folder")
+    p.add_argument("--data_subset", default=None, help="HF config name (C4: en)")
+    p.add_argument("--splits", nargs="+", default=["train_small", "val_small"])
+    p.add_argument("--out", "--out_root", dest="out", required=True, help="output dir or object-store URL")
+    p.add_argument("--tokenizer", required=True, help="tokenizer.json, a saved folder, or a cached hub name")
+    p.add_argument("--concat_tokens", type=int, required=True, help="row length (max_seq_len)")
+    p.add_argument("--bos_text", default="")
+    p.add_argument("--eos_text", default="")
+    p.add_argument(
+        "--no_wrap", action="store_true", help="drop each document's remainder instead of carrying it"
+    )
+    p.add_argument("--compression", default=None, help="e.g. zstd")
+    p.add_argument("--num_workers", type=int, default=1, help="tokenizer processes")
+    p.add_argument(
+        "--txt_docs", choices=["file", "line"], default="file", help=".txt: one document per file or line"
+    )
+    p.add_argument("--no_progress", action="store_true")
+    args = p.parse_args(argv)
+
+    from tqdm.auto import tqdm
+
+    from foundry.data.prep import convert_texts
+    from foundry.tokenizers import TokenizerConfig, build_tokenizer
+
+    tokenizer = build_tokenizer(TokenizerConfig(name=args.tokenizer))
+    local = Path(args.dataset)
+    report = {}
+    for split in args.splits:
+        texts = (
+            _local_texts(_local_files(local, split), args.txt_docs)
+            if local.exists()
+            else _hf_texts(args.dataset, args.data_subset, split)
+        )
+        bar = None if args.no_progress else tqdm(desc=f"{split}", unit="doc", file=sys.stderr)
+        out = f"{args.out.rstrip('/')}/{split}"
+        stats = convert_texts(
+            texts,
+            tokenizer=tokenizer,
+            out=out,
+            max_seq_len=args.concat_tokens,
+            bos_text=args.bos_text,
+            eos_text=args.eos_text,
+            wrap=not args.no_wrap,
+            compression=args.compression,
+            num_workers=args.num_workers,
+            progress=bar,
+        )
+        if bar is not None:
+            bar.close()
+        report[split] = {
+            "out": out,
+            "documents": stats.documents,
+            "rows": stats.rows,
+            "tokens": stats.tokens,
+            "seconds": round(stats.seconds, 3),
+            "tokens_per_sec": round(stats.tokens_per_second),
+        }
+        print(json.dumps({"split": split, **report[split]}), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()

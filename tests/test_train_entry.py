@@ -1,0 +1,87 @@
+"""`train.py` as users run it: a 3-step smoke run, the offline quick start, multirun summaries, Optuna."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["data.corpus_mb=0.15", "data.vocab_size=300"]
+
+
+def _train(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "FOUNDRY_CACHE": str(cwd / "cache"),
+        "WANDB_MODE": "offline",
+        "HYDRA_FULL_ERROR": "1",
+    }
+    env.pop("RUN_NAME", None)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_smoke_three_steps(tmp_path):
+    proc = _train(["experiment=smoke-cpu", "trainer.max_duration=3ba", "run_name=smoke", *TINY], tmp_path)
+    run_dir = tmp_path / "outputs" / "smoke"
+    assert f"run directory: {run_dir}" in proc.stdout
+    assert [r["step"] for r in _metrics(run_dir) if "train/loss" in r] == [1, 2, 3]
+    for name in ("config.yaml", "run.json", "final_metrics.json", ".hydra/rank0/config.yaml"):
+        assert (run_dir / name).is_file(), name
+
+
+@pytest.mark.slow
+def test_quickstart_with_no_overrides_trains_and_the_loss_falls(tmp_path):
+    proc = _train([], tmp_path, timeout=900)
+    run_dir = tmp_path / "outputs" / "quickstart"
+    assert f"run directory: {run_dir}" in proc.stdout
+    rows = _metrics(run_dir)
+    train = [r["train/loss"] for r in rows if "train/loss" in r]
+    evals = [r["eval/loss"] for r in rows if "eval/loss" in r]
+    assert len(train) == 600 and len(evals) == 6
+    assert evals[-1] < train[0] - 2.0 and evals == sorted(evals, reverse=True)
+    assert (tmp_path / "cache" / "quickstart" / "tokenizer.json").is_file()
+
+
+@pytest.mark.slow
+def test_multirun_runs_each_job_in_its_own_dir_and_prints_a_summary(tmp_path):
+    proc = _train(["-m", "experiment=smoke-cpu", "optimizer.lr=1e-3,3e-4", "run_name=grid", *TINY], tmp_path)
+    sweep = tmp_path / "outputs" / "multirun" / "grid"
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 2 and all((j / "final_metrics.json").is_file() for j in jobs)
+    assert "multirun summary (2 jobs)" in proc.stdout
+    table = (sweep / "summary.md").read_text()
+    assert (
+        "| optimizer.lr=0.001 |" in table and "| optimizer.lr=0.0003 |" in table
+    )  # shared overrides dropped
+
+
+@pytest.mark.slow
+def test_optuna_sweep_runs_a_few_trials(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    _train(
+        ["sweep=optuna-lr", "experiment=smoke-cpu", "hydra.sweeper.n_trials=3", "trainer.max_duration=3ba",
+         "trainer.eval_interval=0", *TINY],
+        tmp_path,
+    )  # fmt: skip
+    results = (
+        tmp_path / "outputs" / "multirun" / "sweep-optuna-lr" / "optimization_results.yaml"
+    ).read_text()
+    assert "best_params" in results and "optimizer.lr" in results
