@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-all test-dist test-gpu lint format bench clean
+.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -18,6 +18,12 @@ $(PY):
 install: $(PY) ## create .venv and install the project with its dev extras (torch pinned to the CPU wheel)
 	$(PY) -m pip install "torch==2.13.0"
 	$(PY) -m pip install -e ".[dev]"
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) install-emulators; \
+	else echo "npm not found: skipping the Azure emulator (its tests will be skipped)"; fi
+
+install-emulators: ## install Azurite (Azure Blob emulator, npm) into .cache/node for the storage tests
+	mkdir -p .cache/node
+	cd .cache/node && ( [ -f package.json ] || npm init -y >/dev/null ) && npm install --no-audit --no-fund azurite@3.37.0
 
 test: ## the fast default tier (CPU, no multi-process, no slow)
 	$(PY) -m pytest $(PYTEST_FAST) -q

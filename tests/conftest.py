@@ -138,3 +138,60 @@ def gcs_bucket(gcs_server, monkeypatch):
     name = f"bucket-{uuid.uuid4().hex[:10]}"
     storage.Client(project="test", credentials=AnonymousCredentials()).create_bucket(name)
     return f"gs://{name}"
+
+
+AZURITE = REPO / ".cache" / "node" / "node_modules" / ".bin" / "azurite-blob"
+# The Azure Storage emulator's fixed development account (public, documented by Microsoft).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory):
+    """Azurite (the Azure Blob emulator) on 127.0.0.1; yields its connection string."""
+    import subprocess
+    import time
+    import urllib.error
+    import urllib.request
+
+    if not AZURITE.exists():
+        pytest.skip("azurite is not installed (make install-emulators)")
+    port = _free_port()
+    data = tmp_path_factory.mktemp("azurite")
+    proc = subprocess.Popen(
+        [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data), "--silent",
+         "--skipApiVersionCheck", "--loose"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}?comp=list", timeout=1).close()
+            break
+        except urllib.error.HTTPError:
+            break  # answering (unauthenticated) means it is up
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("azurite did not start") from None
+            time.sleep(0.1)
+    yield (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};"
+    )
+    proc.kill()  # node ignores SIGTERM for seconds (ecosystem.md)
+    proc.wait()
+
+
+@pytest.fixture
+def azure_container(azure_server, monkeypatch):
+    """A fresh container on Azurite; yields ``azure://<container>``."""
+    import uuid
+
+    from azure.storage.blob import BlobServiceClient
+
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azure_server)
+    name = f"c{uuid.uuid4().hex[:12]}"
+    BlobServiceClient.from_connection_string(azure_server).create_container(name)
+    return f"azure://{name}"
