@@ -32,41 +32,46 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def s3_server():
-    """A real S3-compatible HTTP server (moto) on 127.0.0.1, for the whole test session; yields its URL."""
-    import shutil
+def _start_server(cmd: list[str], probe: str, *, name: str):
+    """Start a loopback test server and wait (30 s at most) until ``probe`` answers over HTTP."""
     import subprocess
-    import sys
     import time
+    import urllib.error
     import urllib.request
 
-    exe = Path(sys.executable).with_name("moto_server")
-    if not exe.exists() and shutil.which("moto_server") is None:
-        pytest.skip("moto[server] is not installed (pip install -e '.[dev]')")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(exe) if exe.exists() else "moto_server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while True:
         try:
-            urllib.request.urlopen(url, timeout=1).close()
-            break
+            urllib.request.urlopen(probe, timeout=1).close()
+            return proc
+        except urllib.error.HTTPError:
+            return proc  # an HTTP error status still means the server answers
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError("moto_server did not start") from None
+                raise RuntimeError(f"{name} did not start") from None
             time.sleep(0.1)
+
+
+def _stop_server(proc) -> None:
+    proc.kill()  # node (azurite) ignores SIGTERM for seconds (ecosystem.md); nothing here needs a clean stop
+    proc.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible HTTP server (moto) on 127.0.0.1, for the whole test session; yields its URL."""
+    import sys
+
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists():
+        pytest.skip("moto[server] is not installed (pip install -e '.[dev]')")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _start_server([str(exe), "-H", "127.0.0.1", "-p", str(port)], url, name="moto_server")
     yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    _stop_server(proc)
 
 
 @pytest.fixture
@@ -96,34 +101,17 @@ def s3_bucket(s3_env, request):
 @pytest.fixture(scope="session")
 def gcs_server():
     """A GCS emulator (gcp-storage-emulator) on 127.0.0.1; yields its URL."""
-    import subprocess
     import sys
-    import time
-    import urllib.request
 
     exe = Path(sys.executable).with_name("gcp-storage-emulator")
     if not exe.exists():
         pytest.skip("gcp-storage-emulator is not installed (pip install -e '.[dev]')")
     port = _free_port()
-    proc = subprocess.Popen(
-        [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(url + "/storage/v1/b?project=test", timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("gcp-storage-emulator did not start") from None
-            time.sleep(0.1)
+    cmd = [str(exe), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "-q"]
+    proc = _start_server(cmd, url + "/storage/v1/b?project=test", name="gcp-storage-emulator")
     yield url
-    proc.kill()
-    proc.wait()
+    _stop_server(proc)
 
 
 @pytest.fixture
@@ -149,39 +137,27 @@ AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1
 @pytest.fixture(scope="session")
 def azure_server(tmp_path_factory):
     """Azurite (the Azure Blob emulator) on 127.0.0.1; yields its connection string."""
-    import subprocess
-    import time
-    import urllib.error
-    import urllib.request
-
     if not AZURITE.exists():
         pytest.skip("azurite is not installed (make install-emulators)")
     port = _free_port()
-    data = tmp_path_factory.mktemp("azurite")
-    proc = subprocess.Popen(
-        [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data), "--silent",
-         "--skipApiVersionCheck", "--loose"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}?comp=list", timeout=1).close()
-            break
-        except urllib.error.HTTPError:
-            break  # answering (unauthenticated) means it is up
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("azurite did not start") from None
-            time.sleep(0.1)
+    cmd = [
+        str(AZURITE),
+        "--blobHost",
+        "127.0.0.1",
+        "--blobPort",
+        str(port),
+        "--location",
+        str(tmp_path_factory.mktemp("azurite")),
+        "--silent",
+        "--skipApiVersionCheck",
+        "--loose",
+    ]
+    proc = _start_server(cmd, f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}?comp=list", name="azurite")
     yield (
         f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
         f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};"
     )
-    proc.kill()  # node ignores SIGTERM for seconds (ecosystem.md)
-    proc.wait()
+    _stop_server(proc)
 
 
 @pytest.fixture

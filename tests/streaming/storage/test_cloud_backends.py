@@ -1,4 +1,4 @@
-"""GCS through the official SDK against a local emulator: write, list, stream back."""
+"""GCS and Azure through their official SDKs against local emulators: write, list, stream back, 404."""
 
 from __future__ import annotations
 
@@ -7,11 +7,19 @@ import pytest
 from streaming import MDSWriter, StreamingDataset
 from streaming.storage import download_file, list_files
 
-pytest.importorskip("google.cloud.storage")
+
+@pytest.fixture(params=["gcs", "azure"])
+def bucket(request):
+    module, fixture = {
+        "gcs": ("google.cloud.storage", "gcs_bucket"),
+        "azure": ("azure.storage.blob", "azure_container"),
+    }[request.param]
+    pytest.importorskip(module)
+    return request.getfixturevalue(fixture)
 
 
-def test_write_and_stream_gcs(gcs_bucket, tmp_path):
-    remote = f"{gcs_bucket}/ds"
+def test_write_and_stream(bucket, tmp_path):
+    remote = f"{bucket}/ds"
     with MDSWriter(out=remote, columns={"x": "int"}, size_limit=200, compression="zstd") as w:
         for i in range(50):
             w.write({"x": i})
@@ -20,4 +28,4 @@ def test_write_and_stream_gcs(gcs_bucket, tmp_path):
     ds = StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=5, shuffle=True)
     assert sorted(int(s["x"]) for s in ds) == list(range(50))
     with pytest.raises(FileNotFoundError, match="nope"):
-        download_file(f"{gcs_bucket}/nope", str(tmp_path / "x"))
+        download_file(f"{bucket}/nope", str(tmp_path / "x"))
