@@ -9,10 +9,12 @@ world in the rank process before workers start, so workers never touch the proce
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from torch.utils.data import DataLoader
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, default_collate
 
 from streaming.dataset import StreamingDataset
 
@@ -26,6 +28,36 @@ def _batch_len(batch: Any) -> int:
         batch = batch[0]
     shape = getattr(batch, "shape", None)
     return int(shape[0]) if shape is not None and len(shape) else len(batch)
+
+
+def numpy_collate(samples: Sequence[Any]) -> Any:
+    """``default_collate`` that leaves numeric batches as numpy arrays (turned into tensors by the consumer).
+
+    A worker that returns tensors pays for a fresh shared-memory segment per tensor per batch, which
+    dominates at token-batch sizes; one pickled numpy buffer through the worker pipe measured ~2x faster.
+    """
+    first = samples[0]
+    if isinstance(first, Mapping):
+        return {key: numpy_collate([s[key] for s in samples]) for key in first}
+    if isinstance(first, np.ndarray) and all(
+        isinstance(s, np.ndarray) and s.shape == first.shape and s.dtype == first.dtype for s in samples
+    ):
+        return np.stack(samples)
+    if isinstance(first, np.generic | bool | int | float) and not isinstance(first, np.str_ | np.bytes_):
+        if all(type(s) is type(first) for s in samples):
+            return np.asarray(samples)
+    return default_collate(list(samples))
+
+
+def to_tensors(batch: Any) -> Any:
+    """Turn the numpy arrays of a ``numpy_collate`` batch into tensors without copying."""
+    if isinstance(batch, np.ndarray):
+        return torch.from_numpy(batch)
+    if isinstance(batch, dict):
+        return {k: to_tensors(v) for k, v in batch.items()}
+    if isinstance(batch, list):
+        return [to_tensors(v) for v in batch]
+    return batch
 
 
 class StreamingDataLoader(DataLoader):
@@ -49,6 +81,11 @@ class StreamingDataLoader(DataLoader):
                     f"the DataLoader batch_size ({bs}) differs from StreamingDataset batch_size "
                     f"({dataset.batch_size}); they must be equal for the sample order and resumption to be right"
                 )
+        # Workers collate numeric columns to numpy; this process turns them into tensors (same values and
+        # dtypes as default_collate, faster transport). A user collate_fn is used as given.
+        self._numpy_transport = kwargs.get("collate_fn") is None and kwargs.get("num_workers", 0) > 0
+        if self._numpy_transport:
+            kwargs["collate_fn"] = numpy_collate
         super().__init__(dataset, *args, **kwargs)
         self.num_samples_yielded = 0
 
@@ -66,6 +103,8 @@ class StreamingDataLoader(DataLoader):
             ds._begin_epoch()  # workers work on copies; keep the rank's epoch counter in step
             ds._drop_plan_caches()
         for batch in it:
+            if self._numpy_transport:
+                batch = to_tensors(batch)
             self.num_samples_yielded += _batch_len(batch)
             yield batch
 

@@ -130,3 +130,30 @@ def test_torchrun_two_ranks_two_workers_match_one_process(data, tmp_path):
     (tmp_path / "state.json").write_text(json.dumps(state))
     resumed = torchrun("resume", tmp_path / "resume.json")["batches"]
     assert resumed[0] == ranks[0][5:] and resumed[1] == ranks[1][5:]
+
+
+def test_numpy_transport_matches_default_collate():
+    import numpy as np
+    import torch
+    from torch.utils.data import default_collate
+
+    from streaming.dataloader import numpy_collate, to_tensors
+
+    samples = [
+        {
+            "tokens": np.arange(4, dtype=np.int32) + i,
+            "id": i,
+            "f": 0.5 * i,
+            "u": np.uint16(i),
+            "text": f"t{i}",
+            "flag": bool(i % 2),
+        }
+        for i in range(3)
+    ]
+    ours, ref = to_tensors(numpy_collate(samples)), default_collate(samples)
+    assert ours.keys() == ref.keys()
+    for key in ref:
+        if isinstance(ref[key], torch.Tensor):
+            assert ours[key].dtype == ref[key].dtype and torch.equal(ours[key], ref[key]), key
+        else:
+            assert ours[key] == ref[key], key
