@@ -60,7 +60,7 @@ def bare_loop(model: torch.nn.Module, batches: list, *, device: torch.device, pr
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        float(loss)  # the trainer logs the loss every step, so the bare loop syncs too
+        float(loss.detach())  # the trainer logs the loss every step, so the bare loop syncs too
         tokens += batch["input_ids"].numel()
     _sync(device)
     return tokens / (time.perf_counter() - start)

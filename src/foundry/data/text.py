@@ -167,8 +167,7 @@ def build_text_dataloader(
     Raises:
         FileNotFoundError: When a local-only split is absent, saying how to create it.
     """
-    from streaming.dataloader import StreamingDataLoader
-    from streaming.dataset import StreamingDataset
+    from streaming import StreamingDataLoader, StreamingDataset
 
     missing = dataset_missing_message(cfg, split)
     if missing is not None:
@@ -182,7 +181,7 @@ def build_text_dataloader(
         tokenizer=tokenizer,
     )
     dataset = StreamingDataset(
-        remote=None if cfg.remote is None else f"{cfg.remote.rstrip('/')}",
+        remote=cfg.remote,
         local=cfg.local,
         split=split,
         batch_size=device_batch_size,

@@ -72,7 +72,9 @@ def test_converter_on_wikitext2_with_neox(shared_data, neox_tokenizer_path, tmp_
     row = ds[0]["tokens"]
     assert row.dtype == np.uint16 and row.shape == (256,)
     tok = build_tokenizer(TokenizerConfig(name=str(neox_tokenizer_path)))
-    first_line = next(line for line in (wt2 / "valid.txt").open() if line.strip())
+    first_line = next(
+        line for line in (wt2 / "valid.txt").read_text().splitlines(keepends=True) if line.strip()
+    )
     expected = tok(first_line, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     assert row[: len(expected)].tolist() == expected[:256]
     # rows are the concatenated stream: the whole split decodes back to its lines

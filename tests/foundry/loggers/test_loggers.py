@@ -55,6 +55,7 @@ def test_build_loggers_respects_flags(tmp_path):
         LoggerConfig(console=False, jsonl=True), run_dir=tmp_path, run_name="r", max_steps=1
     )
     assert [type(x).__name__ for x in loggers] == ["JsonlLogger"]
+    loggers[0].close()
 
 
 def _trainer_stub(**kw):

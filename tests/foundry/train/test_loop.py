@@ -205,3 +205,12 @@ def test_bf16_autocast_runs_on_cpu():
 def test_fp16_on_cpu_is_rejected_with_advice():
     with pytest.raises(ValueError, match="amp_fp16 needs CUDA"):
         _trainer(_model(), microbatch=4, loader=[], precision="amp_fp16")
+
+
+@pytest.mark.slow
+def test_torch_compile_option_trains_like_eager():
+    eager, compiled = _model(), _model()
+    a = _trainer(eager, microbatch=4, loader=_batches(2), max_steps=2)
+    b = _trainer(compiled, microbatch=4, loader=_batches(2), max_steps=2, compile=True)
+    la, lb = a.fit()["train/loss"], b.fit()["train/loss"]
+    assert lb == pytest.approx(la, rel=1e-3)
