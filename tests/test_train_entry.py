@@ -85,3 +85,11 @@ def test_optuna_sweep_runs_a_few_trials(tmp_path):
         tmp_path / "outputs" / "multirun" / "sweep-optuna-lr" / "optimization_results.yaml"
     ).read_text()
     assert "best_params" in results and "optimizer.lr" in results
+
+
+@pytest.mark.slow
+def test_wandb_offline_logger_from_the_command_line(tmp_path):
+    pytest.importorskip("wandb")
+    _train(["experiment=smoke-cpu", "logger=wandb", "run_name=wb", *TINY], tmp_path)
+    runs = list((tmp_path / "outputs" / "wb" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("run-*.wandb"))

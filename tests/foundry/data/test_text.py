@@ -92,3 +92,24 @@ def test_missing_local_split_says_how_to_create_it(tmp_path):
 def test_config_needs_a_location():
     with pytest.raises(ValueError, match="data.local and data.remote"):
         TextDataConfig()
+
+
+def test_loader_streams_from_a_remote_into_the_local_cache(tmp_path):
+    _write(tmp_path / "remote", "train", 12)
+    cfg = TextDataConfig(remote=f"file://{tmp_path / 'remote'}", local=str(tmp_path / "cache"))
+    loader = build_text_dataloader(
+        cfg, tokenizer=_Tok(), device_batch_size=4, world=World(), split="train", max_seq_len=8, seed=0
+    )
+    assert sum(b["input_ids"].shape[0] for b in loader) == 12
+    assert (tmp_path / "cache" / "train" / "index.json").is_file()
+
+
+def test_loader_with_worker_processes_yields_every_sample(tmp_path):
+    _write(tmp_path, "train", 16)
+    cfg = TextDataConfig(local=str(tmp_path), num_workers=2)
+    loader = build_text_dataloader(
+        cfg, tokenizer=_Tok(), device_batch_size=4, world=World(), split="train", max_seq_len=8, seed=1
+    )
+    firsts = sorted(int(x) for b in loader for x in b["input_ids"][:, 0])
+    assert firsts == [i * 8 for i in range(16)]
+    assert all(b["input_ids"].dtype == torch.int64 for b in loader)
