@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean
+.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean train bench-trainer
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -45,8 +45,12 @@ format: ## apply ruff fixes and formatting
 	$(PY) -m ruff check --fix src tests scripts
 	$(PY) -m ruff format src tests scripts
 
-bench: ## run the benchmarks; each prints JSON lines
-	$(PY) scripts/bench/streaming_read.py
+BENCHES ?= streaming_read epoch_plan streaming_remote model_step trainer_overhead icl_eval
+
+bench: ## run every benchmark (BENCHES="..." to pick); each prints JSON lines with the machine
+	@for b in $(BENCHES); do \
+	  if [ -f scripts/bench/$$b.py ]; then echo "== $$b" >&2; $(PY) scripts/bench/$$b.py || exit 1; fi; \
+	done
 
 clean: ## remove run outputs and caches
 	rm -rf outputs multirun .pytest_cache .ruff_cache .hypothesis
