@@ -24,10 +24,10 @@ __all__ = [
 
 _LAZY = {
     "MDSWriter": "streaming.writer",
-    "JSONWriter": "streaming.writer",
-    "CSVWriter": "streaming.writer",
-    "TSVWriter": "streaming.writer",
-    "XSVWriter": "streaming.writer",
+    "JSONWriter": "streaming.text_writer",
+    "CSVWriter": "streaming.text_writer",
+    "TSVWriter": "streaming.text_writer",
+    "XSVWriter": "streaming.text_writer",
     "LocalDataset": "streaming.local",
     "merge_index": "streaming.merge",
     "Stream": "streaming.stream",
