@@ -1,0 +1,302 @@
+"""The Eval Gauntlet: ICL accuracies aggregated into category scores and named averages (foundry.md §5.7).
+
+Design note: this is a pure function over finished results, so it is tested on fixed numbers and can be
+re-run on a saved results JSON. Semantics follow llm-foundry's `EvalGauntlet`:
+
+* a benchmark is `<name>/<k>-shot`; evaluators split by category (`<name>/<k>-shot/<cat>`) are averaged with
+  equal weight into it;
+* its score is `acc - random_baseline` when `subtract_random_baseline`, divided by `1 - random_baseline`
+  when also `rescale_accuracy` (so chance is 0 and perfect is 1);
+* a category is the weighted mean of its benchmarks (weights: `EQUAL` 1, `SAMPLE_SZ` n,
+  `LOG_SAMPLE_SZ` max(log2 n, 1)); a category with any benchmark missing is `None`;
+* a named average is the plain mean of its categories, `None` if one of them is `None`.
+
+Missing benchmarks (e.g. task files absent from the data root) are listed under `missing` with a warning,
+and `partial` carries the same aggregation over the benchmarks that did run, clearly labelled, so a run on
+an incomplete data mirror still gives comparable-within-itself numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BenchmarkConfig",
+    "CategoryConfig",
+    "GauntletConfig",
+    "WEIGHTINGS",
+    "compute_gauntlet",
+    "gauntlet_config",
+    "gauntlet_metrics",
+    "gauntlet_markdown",
+]
+
+log = logging.getLogger(__name__)
+
+WEIGHTINGS = ("EQUAL", "SAMPLE_SZ", "LOG_SAMPLE_SZ")
+DEFAULT_AVERAGE = "default_average"
+
+
+@dataclass(kw_only=True)
+class BenchmarkConfig:
+    """One benchmark of a category: the task label, its few-shot count and the chance-level accuracy."""
+
+    name: str
+    num_fewshot: int
+    random_baseline: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.num_fewshot < 0:
+            raise ValueError(f"eval_gauntlet benchmark {self.name!r}: num_fewshot must be >= 0")
+        if not 0.0 <= self.random_baseline < 1.0:
+            raise ValueError(
+                f"eval_gauntlet benchmark {self.name!r}: random_baseline={self.random_baseline} must be in "
+                "[0, 1) (the accuracy of guessing, e.g. 0.25 for 4 choices)"
+            )
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}/{self.num_fewshot}-shot"
+
+
+@dataclass(kw_only=True)
+class CategoryConfig:
+    """A named group of benchmarks (e.g. `world_knowledge`)."""
+
+    name: str
+    benchmarks: list[BenchmarkConfig] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.benchmarks:
+            raise ValueError(f"eval_gauntlet category {self.name!r}: benchmarks is empty; list at least one")
+
+
+@dataclass(kw_only=True)
+class GauntletConfig:
+    """llm-foundry's `eval_gauntlet:` block."""
+
+    weighting: str = "EQUAL"
+    """EQUAL, SAMPLE_SZ (weight = number of examples) or LOG_SAMPLE_SZ (max(log2 n, 1))."""
+    subtract_random_baseline: bool = True
+    rescale_accuracy: bool = True
+    """Divide by (1 - random_baseline); needs subtract_random_baseline."""
+    categories: list[CategoryConfig] = field(default_factory=list)
+    averages: dict[str, list[str]] | None = None
+    """Name -> categories averaged; null -> one `default_average` over every category."""
+
+    def __post_init__(self) -> None:
+        self.weighting = self.weighting.upper()
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"eval_gauntlet.weighting={self.weighting!r}: choose one of {list(WEIGHTINGS)}")
+        if self.rescale_accuracy and not self.subtract_random_baseline:
+            raise ValueError(
+                "eval_gauntlet.rescale_accuracy=true needs subtract_random_baseline=true "
+                "(set rescale_accuracy: false, or subtract the baseline too)"
+            )
+        names = [c.name for c in self.categories]
+        if len(set(names)) != len(names):
+            raise ValueError(f"eval_gauntlet.categories: duplicate category names in {names}")
+        for avg, cats in (self.averages or {}).items():
+            unknown = [c for c in cats if c not in names]
+            if unknown:
+                raise ValueError(
+                    f"eval_gauntlet.averages.{avg}: unknown categories {unknown}; known: {names}"
+                )
+
+    def resolved_averages(self) -> dict[str, list[str]]:
+        if self.averages:
+            return {k: list(v) for k, v in self.averages.items()}
+        return {DEFAULT_AVERAGE: [c.name for c in self.categories]}
+
+
+def gauntlet_config(cfg: Any) -> GauntletConfig:  # noqa: ANN401 - dict, DictConfig or GauntletConfig
+    """A `GauntletConfig` from a dict / OmegaConf node (an `eval_gauntlet:` key is unwrapped)."""
+    if isinstance(cfg, GauntletConfig):
+        return cfg
+    if not isinstance(cfg, Mapping):
+        try:
+            from omegaconf import OmegaConf
+
+            cfg = OmegaConf.to_container(cfg, resolve=True)
+        except ValueError as err:
+            raise TypeError(f"gauntlet config must be a mapping, got {type(cfg).__name__}") from err
+    cfg = dict(cfg)
+    if "eval_gauntlet" in cfg:
+        cfg = dict(cfg["eval_gauntlet"])
+    known = {f.name for f in dataclasses.fields(GauntletConfig)}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise ValueError(f"eval_gauntlet: unknown keys {unknown}; known: {sorted(known)}")
+    cats = [
+        CategoryConfig(name=c["name"], benchmarks=[BenchmarkConfig(**b) for b in c.get("benchmarks") or []])
+        for c in cfg.pop("categories", None) or []
+    ]
+    averages = cfg.pop("averages", None)
+    if averages is not None:
+        averages = {k: list(v) for k, v in dict(averages).items()}
+    return GauntletConfig(categories=cats, averages=averages, **cfg)
+
+
+def _pick_accuracy(metrics: Mapping[str, Any], label: str) -> float:
+    """The evaluator's accuracy: llm-foundry's `*Accuracy*` metric first, else `accuracy`, else `acc`."""
+    for key in sorted(metrics):
+        if "Accuracy" in key and isinstance(metrics[key], int | float):
+            return float(metrics[key])
+    for key in ("accuracy", "acc"):
+        if isinstance(metrics.get(key), int | float):
+            return float(metrics[key])
+    raise ValueError(f"result {label!r} has no accuracy metric among {sorted(metrics)}")
+
+
+def _entry(label: str, value: Any) -> tuple[float, int | None]:  # noqa: ANN401
+    """(accuracy, number of examples or None) from a float, a metrics dict or a TaskResult-like object."""
+    if isinstance(value, int | float):
+        return float(value), None
+    n = None
+    if not isinstance(value, Mapping):  # a TaskResult: .metrics (+ .examples)
+        examples = getattr(value, "examples", None)
+        n = getattr(value, "num_samples", None) or (len(examples) if examples is not None else None)
+        value = value.metrics
+    elif isinstance(value.get("metrics"), Mapping):
+        n = value.get("num_samples")
+        value = value["metrics"]
+    n = value.get("num_samples", n) if n is None else n
+    return _pick_accuracy(value, label), (int(n) if n is not None else None)
+
+
+def _collect(results: Mapping[str, Any]) -> dict[str, tuple[float, int | None]]:
+    """Benchmark label `<name>/<k>-shot` -> (accuracy, n); sub-category evaluators averaged equally."""
+    groups: dict[str, list[tuple[float, int | None]]] = {}
+    for key, value in results.items():
+        label = key.removeprefix("icl/metrics/")
+        parts = label.split("/")
+        if len(parts) < 2 or not parts[1].endswith("-shot"):
+            continue  # not an ICL evaluator label (e.g. a gauntlet entry already in the dict)
+        groups.setdefault("/".join(parts[:2]), []).append(_entry(label, value))
+    out = {}
+    for label, entries in groups.items():
+        acc = sum(a for a, _ in entries) / len(entries)
+        ns = [n for _, n in entries]
+        out[label] = (acc, sum(ns) if all(n is not None for n in ns) else None)
+    return out
+
+
+def _weight(weighting: str, n: int | None, label: str) -> float:
+    if weighting == "EQUAL":
+        return 1.0
+    if n is None:
+        raise ValueError(
+            f"weighting={weighting} needs the number of examples of {label!r}; pass results with "
+            "`num_samples` (or TaskResult objects), or use weighting: EQUAL"
+        )
+    return float(n) if weighting == "SAMPLE_SZ" else max(math.log2(n), 1.0)
+
+
+def _aggregate(
+    cfg: GauntletConfig, scores: dict[str, tuple[float, float]], *, partial: bool
+) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """(category scores, named averages) from label -> (score, weight)."""
+    categories: dict[str, float | None] = {}
+    for cat in cfg.categories:
+        present = [scores[b.label] for b in cat.benchmarks if b.label in scores]
+        if not present or (not partial and len(present) < len(cat.benchmarks)):
+            categories[cat.name] = None
+            continue
+        total = sum(w for _, w in present)
+        categories[cat.name] = sum(s * w for s, w in present) / total
+    averages: dict[str, float | None] = {}
+    for name, cats in cfg.resolved_averages().items():
+        vals = [categories[c] for c in cats]
+        known = [v for v in vals if v is not None]
+        ok = known if partial else (vals if all(v is not None for v in vals) else [])
+        averages[name] = sum(ok) / len(ok) if ok else None
+    return categories, averages
+
+
+def compute_gauntlet(results: Mapping[str, Any], gauntlet_cfg: Any) -> dict[str, Any]:  # noqa: ANN401
+    """Aggregates ICL results into the Eval Gauntlet.
+
+    Args:
+        results: evaluator label (`<bench>/<k>-shot` or `<bench>/<k>-shot/<category>`, optionally prefixed
+            `icl/metrics/`) -> an accuracy float, a metrics dict (optionally `{"metrics": {...},
+            "num_samples": n}`) or a TaskResult (`.metrics`, `.examples`). The accuracy is the metric whose
+            name contains `Accuracy` (llm-foundry's), else `accuracy`, else `acc`.
+        gauntlet_cfg: a `GauntletConfig`, or a dict / OmegaConf node (with or without `eval_gauntlet:`).
+
+    Returns:
+        `{"benchmarks": {label: {accuracy, score, random_baseline, weight, num_samples}}, "categories":
+        {name: score|None}, "averages": {name: score|None}, "missing": [labels], "partial": {"categories",
+        "averages"} over the benchmarks present}`; `None` marks a category / average with missing input.
+    """
+    cfg = gauntlet_config(gauntlet_cfg)
+    collected = _collect(results)
+    benchmarks: dict[str, dict[str, Any]] = {}
+    scores: dict[str, tuple[float, float]] = {}
+    missing: list[str] = []
+    for cat in cfg.categories:
+        for bench in cat.benchmarks:
+            if bench.label not in collected:
+                missing.append(bench.label)
+                continue
+            acc, n = collected[bench.label]
+            score = acc
+            if cfg.subtract_random_baseline:
+                score -= bench.random_baseline
+                if cfg.rescale_accuracy:
+                    score /= 1.0 - bench.random_baseline
+            weight = _weight(cfg.weighting, n, bench.label)
+            scores[bench.label] = (score, weight)
+            benchmarks[bench.label] = {
+                "category": cat.name,
+                "accuracy": acc,
+                "score": score,
+                "random_baseline": bench.random_baseline,
+                "weight": weight,
+                "num_samples": n,
+            }
+    if missing:
+        log.warning(
+            "eval gauntlet: %d benchmark(s) have no result and their categories are reported as None "
+            "(see 'partial' for scores over the benchmarks present): %s",
+            len(missing),
+            ", ".join(missing),
+        )
+    categories, averages = _aggregate(cfg, scores, partial=False)
+    p_categories, p_averages = _aggregate(cfg, scores, partial=True)
+    return {
+        "benchmarks": benchmarks,
+        "categories": categories,
+        "averages": averages,
+        "missing": missing,
+        "partial": {"categories": p_categories, "averages": p_averages},
+    }
+
+
+def gauntlet_metrics(
+    gauntlet: Mapping[str, Any], prefix: str = "icl/metrics/eval_gauntlet/"
+) -> dict[str, float]:
+    """Flat loggable scalars (`<prefix><category>`, `<prefix><average>`), complete values only."""
+    flat = {**gauntlet["categories"], **gauntlet["averages"]}
+    return {f"{prefix}{k}": float(v) for k, v in flat.items() if v is not None}
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def gauntlet_markdown(gauntlet: Mapping[str, Any]) -> str:
+    """A markdown table: one row per category and average (complete and over-present-benchmarks)."""
+    part = gauntlet["partial"]
+    rows = ["| name | score | score (present benchmarks) |", "|---|---|---|"]
+    for kind in ("averages", "categories"):
+        for name, v in gauntlet[kind].items():
+            rows.append(f"| {name} | {_fmt(v)} | {_fmt(part[kind][name])} |")
+    if gauntlet["missing"]:
+        rows.append("")
+        rows.append("Missing benchmarks: " + ", ".join(gauntlet["missing"]))
+    return "\n".join(rows)
