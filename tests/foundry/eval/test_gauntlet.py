@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from foundry.eval.gauntlet import (
     GauntletConfig,
@@ -154,3 +156,56 @@ def test_config_from_omegaconf_wrapped():
     assert isinstance(cfg, GauntletConfig)
     assert cfg.resolved_averages() == {"default_average": ["wk", "lu"]}
     assert cfg.categories[0].benchmarks[0].label == "arc_easy/3-shot"
+
+
+# ---- the shipped definitions in evals/
+
+EVALS = Path(__file__).resolve().parents[3] / "evals"
+DOCUMENTED_ABSENT = {
+    "language_understanding/hellaswag.jsonl",
+    "world_knowledge/mmlu.jsonl",
+    "reading_comprehension/squad.jsonl",
+    "reading_comprehension/coqa.jsonl",
+    "world_knowledge/triviaqa_sm.jsonl",
+    "safety/bbq.jsonl",
+    "symbolic_problem_solving/bigbench_elementary_math_qa.jsonl",
+}
+TASK_TYPES = {"language_modeling", "multiple_choice", "schema", "generation_task_with_answers"}
+
+
+def _tasks(name: str) -> list[dict]:
+    return yaml.safe_load((EVALS / name).read_text())["icl_tasks"]
+
+
+@pytest.mark.parametrize("name", ["tasks_v0.3.yaml", "tasks_light.yaml"])
+def test_task_lists_parse_and_files_exist_or_documented_absent(name, shared_data):
+    root = shared_data / "icl"
+    readme = (EVALS / "README.md").read_text()
+    tasks = _tasks(name)
+    assert len({t["label"] for t in tasks}) == len(tasks)
+    for task in tasks:
+        assert task["icl_task_type"] in TASK_TYPES, task
+        assert isinstance(task["num_fewshot"], list) and all(k >= 0 for k in task["num_fewshot"])
+        uri = task["dataset_uri"]
+        assert not Path(uri).is_absolute(), f"{uri}: dataset_uri must be relative to the data root"
+        if uri in DOCUMENTED_ABSENT:
+            assert f"`{uri}`" in readme
+        else:
+            assert (root / uri).is_file(), f"{name}: {uri} neither under {root} nor documented absent"
+
+
+def test_v03_definitions_consistent():
+    tasks = _tasks("tasks_v0.3.yaml")
+    assert len(tasks) == 32
+    runs = {f"{t['label']}/{k}-shot" for t in tasks for k in t["num_fewshot"]}
+    cfg = gauntlet_config(yaml.safe_load((EVALS / "gauntlet_v0.3.yaml").read_text()))
+    labels = [b.label for c in cfg.categories for b in c.benchmarks]
+    assert len(labels) == 31 and set(labels) <= runs
+    assert cfg.resolved_averages()["core_average"] == [c.name for c in cfg.categories]
+    # every benchmark at chance accuracy -> every score 0; at 1.0 -> 1
+    for acc, want in ((None, 0.0), (1.0, 1.0)):
+        results = {
+            b.label: (b.random_baseline if acc is None else acc) for c in cfg.categories for b in c.benchmarks
+        }
+        out = compute_gauntlet(results, cfg)
+        assert out["averages"]["core_average"] == pytest.approx(want)
