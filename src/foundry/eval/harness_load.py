@@ -1,0 +1,158 @@
+"""Loading a model + tokenizer for the lm-eval adapter from `--model_args` strings.
+
+Design note: lm-eval hands us `key=value` strings, so this module turns the three ways users name a model
+into a (model, tokenizer) pair and nothing else:
+
+* `pretrained=<dir>`: an HF folder (`scripts/export_hf.py` output, a `save_pretrained` folder of our
+  `foundry_mpt`, or any transformers causal LM) loaded with `foundry.models.load_pretrained`;
+* `checkpoint=<dir>` that holds a `config.json`: the same;
+* `config=<model yaml path | conf/model name>` (+ `checkpoint=<weights file or checkpoint>`): the model is
+  built from its schema, then the weights are loaded with `foundry.checkpoint.load_weights` when that
+  function exists, else read as a plain state-dict file (.pt/.bin/.safetensors).
+
+The tokenizer is `tokenizer=` when given, else the model folder's own, else the config default
+(gpt-neox-20b from the local HF cache); offline failures name the argument to pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["DTYPES", "load_model_and_tokenizer", "model_schema"]
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_REPO = Path(__file__).resolve().parents[3]
+
+
+def _is_hf_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file()
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return path.is_dir() and any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+
+
+def model_schema(config: str) -> Any:  # noqa: ANN401 - MPTModelConfig | HFCausalLMConfig
+    """The typed model schema from a yaml path or a `conf/model/<name>.yaml` name (e.g. `mpt-tiny`)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from foundry.models import HFCausalLMConfig, MPTModelConfig
+
+    path = Path(config).expanduser()
+    if not path.is_file():
+        named = _REPO / "conf" / "model" / f"{config}.yaml"
+        if not named.is_file():
+            names = sorted(p.stem for p in (_REPO / "conf" / "model").glob("*.yaml"))
+            raise ValueError(f"config={config!r}: not a yaml file nor a model name; names: {names}")
+        path = named
+    body = yaml.safe_load(path.read_text()) or {}
+    defaults = body.pop("defaults", None) or []
+    schema = HFCausalLMConfig if "_hf_causal_lm" in defaults else MPTModelConfig
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), body))
+
+
+def _load_weights(model: nn.Module, checkpoint: str) -> None:
+    try:
+        ckpt = importlib.import_module("foundry.checkpoint")
+    except ImportError:
+        ckpt = None
+    loader = getattr(ckpt, "load_weights", None)
+    if loader is not None:
+        loader(model, checkpoint)
+        return
+    from foundry.models.export import _load_state_dict
+
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise ValueError(
+            f"checkpoint={checkpoint!r}: expected a weights file (.pt/.bin/.safetensors) or an HF folder "
+            "with config.json"
+        )
+    missing, unexpected = model.load_state_dict(_load_state_dict(path), strict=False)
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied embeddings
+    if missing or unexpected:
+        raise ValueError(
+            f"checkpoint={checkpoint!r} does not match the model: missing={missing} unexpected={unexpected}"
+        )
+
+
+def _build_from_config(config: str, checkpoint: str | None, dtype: torch.dtype) -> nn.Module:
+    from foundry.models import MPTModelConfig, build_model, materialize_
+
+    cfg = model_schema(config)
+    if isinstance(cfg, MPTModelConfig):
+        model = materialize_(build_model(cfg, device="meta"), device="cpu")
+    else:
+        model = build_model(cfg)
+    if checkpoint:
+        _load_weights(model, checkpoint)
+    else:
+        log.warning("config=%s without checkpoint=: evaluating randomly initialised weights", config)
+    return model.to(dtype)
+
+
+def _tokenizer(name: str | None, model_dir: Path | None, max_len: int | None) -> Any:  # noqa: ANN401
+    from foundry.tokenizers import TokenizerConfig, build_tokenizer
+
+    if name is None and model_dir is not None and _has_tokenizer(model_dir):
+        name = str(model_dir)
+    cfg = TokenizerConfig() if name is None else TokenizerConfig(name=name)
+    try:
+        return build_tokenizer(cfg)
+    except ValueError as err:
+        raise ValueError(
+            f"{err} (lm-eval: pass it as --model_args ...,tokenizer=/path/to/tokenizer.json)"
+        ) from err
+
+
+def load_model_and_tokenizer(
+    *,
+    pretrained: str | None = None,
+    config: str | None = None,
+    checkpoint: str | None = None,
+    tokenizer: str | None = None,
+    dtype: str = "float32",
+    device: str | torch.device = "cpu",
+) -> tuple[nn.Module, Any]:
+    """(model in eval mode on `device`, tokenizer) from the adapter's model arguments (see module doc).
+
+    Raises:
+        ValueError: naming the argument to fix when the combination is incomplete or a path is wrong.
+    """
+    from foundry.models import load_pretrained
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}: choose one of {sorted(DTYPES)}")
+    torch_dtype = DTYPES[dtype]
+    model_dir: Path | None = None
+    if pretrained is not None:
+        model_dir = Path(pretrained).expanduser()
+        if not _is_hf_dir(model_dir):
+            raise ValueError(f"pretrained={pretrained!r}: not a folder with config.json (an HF export)")
+    elif checkpoint is not None and config is None and _is_hf_dir(Path(checkpoint).expanduser()):
+        model_dir = Path(checkpoint).expanduser()
+    if model_dir is not None:
+        if config is not None:
+            raise ValueError(
+                "give either pretrained=<HF folder> or config=<model yaml> (+ checkpoint=), not both"
+            )
+        model = load_pretrained(model_dir, dtype=torch_dtype)
+    elif config is not None:
+        model = _build_from_config(config, checkpoint, torch_dtype)
+    else:
+        raise ValueError(
+            "name a model: pretrained=<HF folder>, checkpoint=<HF folder>, or config=<model yaml or "
+            "conf/model name> with checkpoint=<weights file>"
+        )
+    max_len = getattr(model.config, "max_seq_len", None)
+    tok = _tokenizer(tokenizer, model_dir, max_len)
+    return model.to(device).eval(), tok
