@@ -20,7 +20,14 @@ __all__ = [
 
 
 def build_loggers(
-    cfg: LoggerConfig, *, run_dir: Path, run_name: str, max_steps: int, progress_bar: bool = True
+    cfg: LoggerConfig,
+    *,
+    run_dir: Path,
+    run_name: str,
+    max_steps: int,
+    progress_bar: bool = True,
+    resume_step: int | None = None,
+    wandb_run_id: str | None = None,
 ) -> list[Logger]:
     """The loggers `cfg` enables, writing under `run_dir`.
 
@@ -30,14 +37,16 @@ def build_loggers(
         run_name: The W&B run name.
         max_steps: Progress-bar length.
         progress_bar: Draw a bar (else plain lines).
+        resume_step: The step a resumed run continues from (the metrics file drops rows after it).
+        wandb_run_id: The W&B run a resumed run continues (recorded in its checkpoint).
     """
     loggers: list[Logger] = []
     if cfg.console:
         loggers.append(ConsoleLogger(max_steps=max_steps, progress_bar=progress_bar))
     if cfg.jsonl:
-        loggers.append(JsonlLogger(run_dir / "metrics.jsonl"))
+        loggers.append(JsonlLogger(run_dir / "metrics.jsonl", resume_step=resume_step))
     if cfg.wandb is not None:
         from foundry.loggers.wandb import WandbLogger
 
-        loggers.append(WandbLogger(cfg.wandb, run_name=run_name, run_dir=run_dir))
+        loggers.append(WandbLogger(cfg.wandb, run_name=run_name, run_dir=run_dir, run_id=wandb_run_id))
     return loggers

@@ -23,11 +23,15 @@ class JsonlLogger:
 
     Args:
         path: The file, usually `<run_dir>/metrics.jsonl`.
+        resume_step: When resuming from a checkpoint at this step, rows logged after it (by the run that
+            crashed) are dropped first, so the file has no duplicate and no gap.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, resume_step: int | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            _truncate_after(self.path, resume_step)
         self._file = self.path.open("a", encoding="utf-8")
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
@@ -43,6 +47,21 @@ class JsonlLogger:
         """Closes the file."""
         if not self._file.closed:
             self._file.close()
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    """Keeps the rows with `step <= step` (atomically; a torn last line is dropped too)."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row.get("step", 0) <= step:
+            kept.append(line)
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    tmp.replace(path)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, float]]:

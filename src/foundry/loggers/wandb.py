@@ -22,9 +22,12 @@ class WandbLogger:
         cfg: Project/entity/group/tags/mode.
         run_name: The W&B run name.
         run_dir: W&B's files go to `<run_dir>/wandb`.
+        run_id: Continue this W&B run (a resumed training run passes the id its checkpoint recorded).
     """
 
-    def __init__(self, cfg: WandbConfig, *, run_name: str, run_dir: str | Path) -> None:
+    def __init__(
+        self, cfg: WandbConfig, *, run_name: str, run_dir: str | Path, run_id: str | None = None
+    ) -> None:
         try:
             import wandb
         except ImportError as e:
@@ -41,6 +44,8 @@ class WandbLogger:
             dir=str(run_dir),
             mode=cfg.mode,
             reinit="finish_previous",
+            id=run_id,
+            resume="allow" if run_id else None,
         )
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:

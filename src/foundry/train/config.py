@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from foundry.checkpoint.config import CheckpointConfig
+from foundry.parallel.config import ParallelismConfig
 from foundry.time import parse_duration
 
 __all__ = ["CheckpointConfig", "ParallelismConfig", "TrainerConfig", "PRECISIONS"]
@@ -84,38 +86,3 @@ class TrainerConfig:
             raise ValueError(f"trainer.log_interval={self.log_interval} must be >= 1")
         if self.device_eval_batch_size is not None and self.device_eval_batch_size < 1:
             raise ValueError(f"trainer.device_eval_batch_size={self.device_eval_batch_size} must be >= 1")
-
-
-@dataclass(kw_only=True)
-class ParallelismConfig:
-    """Data parallelism (`parallelism` group). Only single-process training exists until the next issue."""
-
-    strategy: str = "none"
-    """`none` (one process). DDP and FSDP arrive with the checkpointing / torchrun issue."""
-
-    def __post_init__(self) -> None:
-        if self.strategy != "none":
-            raise ValueError(
-                f"parallelism.strategy={self.strategy!r} is not implemented yet; use parallelism=none "
-                "(multi-process DDP/FSDP is the next issue)"
-            )
-
-
-@dataclass(kw_only=True)
-class CheckpointConfig:
-    """Checkpoint saving/loading (`checkpoint` group). Saving is not implemented yet (next issue)."""
-
-    save_folder: str | None = None
-    """Where checkpoints go; must stay null until checkpointing lands."""
-    save_interval: str = "1000ba"
-    """How often to save (used once checkpointing lands)."""
-    load_path: str | None = None
-    """A checkpoint to start from (not implemented yet)."""
-
-    def __post_init__(self) -> None:
-        _check_duration("save_interval", self.save_interval)
-        if self.save_folder is not None or self.load_path is not None:
-            raise ValueError(
-                "checkpoint.save_folder / checkpoint.load_path are not implemented yet (next issue); "
-                "use checkpoint=none"
-            )

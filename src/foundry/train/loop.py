@@ -20,6 +20,8 @@ from torch import nn
 
 from foundry.callbacks.base import Callback
 from foundry.loggers.base import Logger
+from foundry.parallel.dist import all_reduce_sum, world_size
+from foundry.parallel.grad import clip_grad_norm_, gradient_sync, microbatch_weight
 from foundry.train.auto_microbatch import is_oom, next_microbatch_size
 from foundry.train.batching import BatchPlan, loss_tokens, split_batch
 from foundry.train.config import TrainerConfig
@@ -87,37 +89,47 @@ class Trainer:
         self._iter: Iterator[dict[str, torch.Tensor]] | None = None
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: model, optimizer, scheduler, scaler, counters, RNG, dataloader."""
+    def run_state(self) -> dict[str, Any]:
+        """The non-tensor-heavy resume state: scheduler, scaler, counters (incl. the `auto` microbatch), data."""
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "scaler": None if self.scaler is None else self.scaler.state_dict(),
             "state": self.state.state_dict(),
-            "rng": rng_state(),
             "dataloader": getattr(self.train_loader, "state_dict", lambda: None)(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores what `state_dict` returned (the next step continues where that one stopped)."""
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and state["scheduler"] is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and state["scaler"] is not None:
-            self.scaler.load_state_dict(state["scaler"])
-        self.state.load_state_dict(state["state"])
+    def load_run_state(self, run: dict[str, Any]) -> None:
+        """Restores what `run_state` returned (the next step continues where that one stopped)."""
+        if self.scheduler is not None and run["scheduler"] is not None:
+            self.scheduler.load_state_dict(run["scheduler"])
+        if self.scaler is not None and run["scaler"] is not None:
+            self.scaler.load_state_dict(run["scaler"])
+        self.state.load_state_dict(run["state"])
         self.plan = BatchPlan(
             self.plan.global_batch_size,
             self.plan.device_batch_size,
             self.state.microbatch_size,
             self.plan.auto_microbatch,
         )
-        set_rng_state(state["rng"])
-        if state.get("dataloader") is not None:
-            self.train_loader.load_state_dict(state["dataloader"])
+        if run.get("dataloader") is not None:
+            self.train_loader.load_state_dict(run["dataloader"])
         self._iter = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume in one process: model, optimizer, run state and RNG."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "run": self.run_state(),
+            "rng": rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores what `state_dict` returned."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.load_run_state(state["run"])
+        set_rng_state(state["rng"])
 
     # ------------------------------------------------------------------ data
     def _next_batch(self) -> dict[str, torch.Tensor]:
@@ -138,22 +150,29 @@ class Trainer:
 
     # ------------------------------------------------------------------ step
     def _forward_backward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Accumulates gradients of the device batch; returns its (token-weighted) mean loss."""
+        """Accumulates gradients of the device batch; returns the global batch's (token-weighted) mean loss.
+
+        Each microbatch loss is weighted by its loss tokens / the GLOBAL batch's (all ranks) x world size, as
+        DDP/FSDP average gradients over ranks; gradients are reduced across ranks on the last microbatch only.
+        """
         micro = split_batch(batch, self.state.microbatch_size)
         by_tokens = self.cfg.accumulate_train_batch_on_tokens
-        total = loss_tokens(batch) if by_tokens else batch["input_ids"].shape[0]
-        total = max(total, 1)
+        count = loss_tokens(batch) if by_tokens else batch["input_ids"].shape[0]
+        total = float(all_reduce_sum(torch.tensor(float(count), dtype=torch.float64, device=self.device)))
+        ranks = world_size()
         loss_sum = torch.zeros((), device=self.device)
-        for mb in micro:
-            weight = (loss_tokens(mb) if by_tokens else mb["input_ids"].shape[0]) / total
-            with autocast(self.cfg.precision, device=self.device):
-                loss = self.forward_model(**mb).loss
-            scaled = loss * weight
-            if self.scaler is not None:
-                scaled = self.scaler.scale(scaled)
-            scaled.backward()
-            loss_sum += loss.detach().float() * weight
-        return loss_sum
+        for i, mb in enumerate(micro):
+            n = loss_tokens(mb) if by_tokens else mb["input_ids"].shape[0]
+            weight = microbatch_weight(n, global_count=total, world_size=ranks)
+            with gradient_sync(self.model, enabled=i == len(micro) - 1):
+                with autocast(self.cfg.precision, device=self.device):
+                    loss = self.forward_model(**mb).loss
+                scaled = loss * weight
+                if self.scaler is not None:
+                    scaled = self.scaler.scale(scaled)
+                scaled.backward()
+            loss_sum += loss.detach().float() * (weight / ranks)
+        return all_reduce_sum(loss_sum)
 
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One optimizer step on one device batch (with OOM retries under `auto`); returns its metrics."""
@@ -166,6 +185,11 @@ class Trainer:
             except RuntimeError as err:
                 if not (self.plan.auto_microbatch and is_oom(err)):
                     raise
+                if world_size() > 1:  # ranks would disagree on the retry and deadlock
+                    raise RuntimeError(
+                        f"out of memory with {world_size()} ranks: device_train_microbatch_size=auto cannot "
+                        "retry across ranks; set trainer.device_train_microbatch_size to an int"
+                    ) from err
                 self.optimizer.zero_grad(set_to_none=True)
                 del err
                 if self.device.type == "cuda":
@@ -177,7 +201,7 @@ class Trainer:
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         if self.cfg.grad_clip_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip_norm)
+            norm = clip_grad_norm_(list(self.model.parameters()), self.cfg.grad_clip_norm)
             metrics["train/grad_norm"] = float(norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
@@ -199,7 +223,8 @@ class Trainer:
     # ------------------------------------------------------------------ eval
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Token-weighted loss and perplexity over the eval split (or its first `eval_subset_num_batches`)."""
+        """Token-weighted loss and perplexity over the eval split (or its first `eval_subset_num_batches` per
+        rank), summed over all ranks."""
         if self.eval_loader is None:
             return {}
         self.model.eval()
@@ -215,9 +240,11 @@ class Trainer:
             loss_sum += loss.double() * n
             count += n
         self.model.train()
+        totals = torch.stack([loss_sum, torch.tensor(float(count), dtype=torch.float64, device=self.device)])
+        loss_sum, count = all_reduce_sum(totals).tolist()  # over every rank's share of the eval split
         if count == 0:
             return {}
-        mean = float(loss_sum) / count
+        mean = loss_sum / count
         return {"eval/loss": mean, "eval/perplexity": math.exp(min(mean, 700.0))}
 
     def _run_eval(self) -> None:

@@ -30,7 +30,14 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _build_model(cfg: Any, *, vocab: int, device: torch.device) -> torch.nn.Module:  # noqa: ANN401
+def _build_model(
+    cfg: Any,  # noqa: ANN401
+    *,
+    vocab: int,
+    device: torch.device,
+    defer_init: bool = False,
+) -> torch.nn.Module:
+    """Builds the model on `device`; with `defer_init` a meta-device MPT stays on meta (FSDP shards it first)."""
     from foundry.models import MPTModelConfig, build_model, materialize_
 
     if isinstance(cfg, MPTModelConfig):
@@ -40,26 +47,40 @@ def _build_model(cfg: Any, *, vocab: int, device: torch.device) -> torch.nn.Modu
                 f"model.vocab_size to at least {vocab} (a multiple of 64, e.g. {-(-vocab // 64) * 64})"
             )
         if cfg.init_device == "meta":
+            if defer_init:
+                return build_model(cfg, device="meta")
             return materialize_(build_model(cfg, device="meta"), device=device)
         return build_model(cfg, device=cfg.init_device).to(device)
     return build_model(cfg).to(device)
 
 
 def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN401 - foundry.config.TrainConfig
-    """Pretrains a causal LM as `cfg` describes.
+    """Pretrains a causal LM as `cfg` describes (one process, or every rank of a `torchrun` launch).
 
     Args:
         cfg: The root `TrainConfig` (dataclasses all the way down).
-        run_dir: Where `run.json`, `metrics.jsonl` and logger files go.
+        run_dir: Where `run.json`, `metrics.jsonl` and logger files go (written by rank 0 only).
 
     Returns:
-        The final metrics (`train/loss`, `eval/loss`, `eval/perplexity`, throughput, ...).
+        The final metrics (`train/loss`, `eval/loss`, `eval/perplexity`, throughput, ...), rank 0's on every rank.
     """
+    from foundry.parallel.dist import init_distributed, teardown
+
+    ctx = init_distributed(cfg.parallelism, device=resolve_device(cfg.trainer.device))
+    try:
+        return _pretrain(cfg, run_dir=run_dir, ctx=ctx)
+    finally:
+        teardown(ctx)
+
+
+def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: Any) -> dict[str, float]:  # noqa: ANN401
     from foundry.callbacks import build_callbacks
+    from foundry.checkpoint.callback import attach_checkpointing, find_start
     from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
     from foundry.data.text import build_text_dataloader, dataset_missing_message
     from foundry.loggers import build_loggers
     from foundry.optim import build_optimizer, build_scheduler
+    from foundry.parallel import barrier, broadcast_object, wrap_model
     from foundry.tokenizers import build_tokenizer
     from foundry.train.batching import plan_batches
     from foundry.train.loop import Trainer
@@ -72,24 +93,23 @@ def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN
     seed_all(cfg.seed)
     if cfg.trainer.deterministic:
         set_deterministic()
-    device = resolve_device(cfg.trainer.device)
+    device = ctx.device  # cuda:<LOCAL_RANK> under torchrun
     tc = replace(cfg.trainer, precision=resolve_precision(cfg.trainer.precision, device=device))
     max_seq_len = cfg.data.max_seq_len or getattr(cfg.model, "max_seq_len", None)
     if max_seq_len is None:
         raise ValueError("set data.max_seq_len (the model config has no max_seq_len)")
     if isinstance(cfg.data, QuickstartDataConfig):
+        if not ctx.is_main:
+            barrier()  # rank 0 builds the shared cache first; the others then find it complete
         prepare_quickstart(cfg.data, max_seq_len=max_seq_len)
+        if ctx.is_main:
+            barrier()
     for split in (cfg.data.train_split, cfg.data.eval_split):
         missing = split and dataset_missing_message(cfg.data, split)
         if missing:  # before the tokenizer, whose own (offline) error would hide this one
             raise FileNotFoundError(missing)
     tokenizer = build_tokenizer(cfg.tokenizer)
     world = World.detect()
-    if world.num_ranks > 1:
-        raise ValueError(
-            f"WORLD_SIZE={world.num_ranks}: multi-process training (torchrun, DDP/FSDP) is not implemented yet; "
-            "run a single process"
-        )
     plan = plan_batches(
         global_batch_size=tc.global_train_batch_size,
         world_size=world.num_ranks,
@@ -119,7 +139,10 @@ def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN
     eval_every = to_steps(
         parse_duration(tc.eval_interval), max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
     )
-    model = _build_model(cfg.model, vocab=len(tokenizer), device=device)
+    pc = cfg.parallelism
+    model = _build_model(cfg.model, vocab=len(tokenizer), device=device, defer_init=pc.strategy == "fsdp")
+    if pc.distributed or pc.activation_checkpointing:  # before the optimizer sees the parameters
+        model = wrap_model(model, cfg=pc, ctx=ctx, precision=tc.precision)
     optimizer = build_optimizer(cfg.optimizer, model=model)
     scheduler = build_scheduler(
         cfg.scheduler, optimizer=optimizer, max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
@@ -135,12 +158,24 @@ def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN
         "eval_interval_steps": eval_every,
         "n_params": sum(p.numel() for p in model.parameters()),
         "world_size": world.num_ranks,
+        "parallelism": pc.strategy,
         "precision": tc.precision,
     }
-    write_run_metadata(run_dir, config=cfg, derived=derived, device=device)
-    loggers = build_loggers(
-        cfg.logger, run_dir=run_dir, run_name=cfg.run_name, max_steps=max_steps, progress_bar=tc.progress_bar
-    )
+    ck = cfg.checkpoint
+    start = find_start(ck, run_name=cfg.run_name, run_dir=run_dir)
+    resumed = start is not None and not start.weights_only
+    loggers = []
+    if ctx.is_main:  # every rank runs the same steps; only rank 0 writes metadata, logs and the console
+        write_run_metadata(run_dir, config=cfg, derived=derived, device=device)
+        loggers = build_loggers(
+            cfg.logger,
+            run_dir=run_dir,
+            run_name=cfg.run_name,
+            max_steps=max_steps,
+            progress_bar=tc.progress_bar,
+            resume_step=start.info.manifest.step if resumed else None,
+            wandb_run_id=start.info.manifest.extra.get("wandb_run_id") if resumed else None,
+        )
     for logger in loggers:
         logger.log_hyperparameters({"config": asdict(cfg), "derived": derived})
     trainer = Trainer(
@@ -158,10 +193,24 @@ def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN
         loggers=loggers,
         callbacks=build_callbacks(cfg.callbacks),
     )
+    attach_checkpointing(
+        trainer,
+        ck,
+        start=start,
+        run_name=cfg.run_name,
+        run_dir=str(run_dir),
+        save_every_steps=to_steps(
+            parse_duration(ck.save_interval), max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
+        ),
+        model_config=cfg.model,
+        global_batch_size=plan.global_batch_size,
+        wandb_run_id=next((lg.run.id for lg in loggers if getattr(lg, "run", None) is not None), None),
+    )
     try:
         metrics = trainer.fit()
     finally:
         for logger in loggers:
             logger.close()
-    print(f"[foundry] run directory: {run_dir.resolve()}", flush=True)
-    return metrics
+    if ctx.is_main:
+        print(f"[foundry] run directory: {run_dir.resolve()}", flush=True)
+    return broadcast_object(metrics)  # identical final metrics (and final_metrics.json bytes) on every rank

@@ -60,11 +60,17 @@ def set_deterministic() -> None:
     torch.backends.cudnn.benchmark = False
 
 
+def _numpy_state() -> tuple[str, list[int], int, int, float]:
+    """numpy's legacy global state with plain ints (so `torch.load(weights_only=True)` accepts it)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
+    return str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)
+
+
 def rng_state() -> dict[str, Any]:
     """The state of every random generator the run uses."""
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": _numpy_state(),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -75,7 +81,8 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restores what `rng_state` captured."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

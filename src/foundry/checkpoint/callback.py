@@ -1,0 +1,85 @@
+"""Checkpointing wired into a training run: autoresume/`load_path` before the first step, saves after steps.
+
+Design note: the trainer knows nothing of checkpoints; `CheckpointCallback` saves from `on_step_end` and
+waits for the last upload in `on_fit_end`, and `start_run` does the loading, so the whole feature is one
+callback plus one call in `foundry.train.run`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from typing import Any
+
+from foundry.callbacks.base import Callback
+from foundry.checkpoint.config import CheckpointConfig
+from foundry.checkpoint.resume import StartPoint, load_into, resolve_start
+from foundry.checkpoint.saver import Checkpointer, resolve_format
+
+__all__ = ["CheckpointCallback", "attach_checkpointing", "find_start"]
+
+
+class CheckpointCallback(Callback):
+    """Saves through `checkpointer` at its interval and at the last step; waits for uploads at the end."""
+
+    def __init__(self, checkpointer: Checkpointer, *, fmt: str) -> None:
+        self.checkpointer = checkpointer
+        self.fmt = fmt
+
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+        ckpt = self.checkpointer
+        ckpt.poll()
+        step = trainer.state.step
+        if not ckpt.should_save(step, final=step >= trainer.max_steps):
+            return {}
+        ckpt.save(trainer, fmt=self.fmt)
+        return {"checkpoint/blocked_seconds": ckpt.last_blocked}
+
+    def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401
+        self.checkpointer.close()
+
+
+def attach_checkpointing(
+    trainer: Any,  # noqa: ANN401 - foundry.train.loop.Trainer
+    cfg: CheckpointConfig,
+    *,
+    start: StartPoint | None,
+    run_name: str,
+    run_dir: str,
+    save_every_steps: int,
+    model_config: Any,  # noqa: ANN401 - the model's config dataclass
+    global_batch_size: int,
+    wandb_run_id: str | None = None,
+) -> None:
+    """Loads `start` into `trainer` (if any) and, when `save_folder` is set, adds the saving callback."""
+    model_dict = asdict(model_config)
+    if start is not None:
+        load_into(
+            trainer,
+            start,
+            cfg=cfg,
+            cache_root=os.path.join(run_dir, ".checkpoint-cache"),
+            model_config=model_dict,
+            global_batch_size=global_batch_size,
+        )
+    if not cfg.save_folder:
+        return
+    checkpointer = Checkpointer(
+        cfg,
+        run_name=run_name,
+        run_dir=run_dir,
+        every_steps=save_every_steps,
+        model_config=model_dict,
+        extra={"global_train_batch_size": global_batch_size, "wandb_run_id": wandb_run_id},
+    )
+    checkpointer.last_saved_step = trainer.state.step
+    trainer.callbacks.append(
+        CheckpointCallback(checkpointer, fmt=resolve_format(cfg.save_format, trainer.model))
+    )
+
+
+def find_start(cfg: CheckpointConfig, *, run_name: str, run_dir: str | os.PathLike[str]) -> StartPoint | None:
+    """The checkpoint this run starts from (autoresume first, then `load_path`), or None."""
+    if not (cfg.save_folder or cfg.load_path):
+        return None
+    return resolve_start(cfg, run_name=run_name, scratch=os.path.join(run_dir, ".checkpoint-scratch"))

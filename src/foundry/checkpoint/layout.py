@@ -1,0 +1,182 @@
+"""Checkpoint layout and discovery: names, the manifest that proves a checkpoint complete, finding the newest.
+
+Layout of a save folder (local or remote)::
+
+    <save_folder>/
+      ep0-ba20/                 one directory per checkpoint (epoch, optimizer step)
+        manifest.json           written LAST: every file with its size and sha256, step, world size, configs
+        model.pt  state.pt      format "full" (rank 0 writes both)
+        .metadata  __0_0.distcp ...  rank0.pt ... common.pt    format "sharded" (torch.distributed.checkpoint)
+      latest                    the newest complete checkpoint's name (a convenience; discovery never trusts it)
+
+Design note: a checkpoint exists only once its manifest does, and the manifest is published after every file
+it lists, so a crash at any point leaves either a complete checkpoint or a torn directory that discovery skips
+with a warning. Discovery lists the folder and reads manifests rather than following a `latest` pointer, which
+is the failure the Composer `latest` symlink had on object stores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from foundry.checkpoint.store import CheckpointStore
+
+__all__ = [
+    "HASH",
+    "LATEST",
+    "MANIFEST",
+    "CheckpointInfo",
+    "Manifest",
+    "checkpoint_name",
+    "find_checkpoints",
+    "find_latest",
+    "open_checkpoint",
+    "read_manifest",
+]
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+LATEST = "latest"
+HASH = "sha256"
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^ep(\d+)-ba(\d+)$")
+
+
+def checkpoint_name(*, epoch: int, step: int) -> str:
+    """`ep{epoch}-ba{step}` (Composer's naming)."""
+    return f"ep{epoch}-ba{step}"
+
+
+@dataclass
+class Manifest:
+    """What `manifest.json` records."""
+
+    step: int
+    epoch: int
+    format: str
+    """`full` or `sharded`."""
+    world_size: int
+    weights_only: bool
+    files: dict[str, dict[str, Any]]
+    """Relative to the checkpoint directory: `{"bytes": n, "sha256": hex}`."""
+    tokens: int = 0
+    samples: int = 0
+    run_name: str = ""
+    model_config: dict[str, Any] = field(default_factory=dict)
+    """The model config the weights belong to (`asdict` of the schema)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Anything else worth keeping with the run (global batch size, W&B run id, ...)."""
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> str:
+        """Stable, human-readable JSON."""
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        """Parses what `to_json` wrote (unknown keys are an error: the file is not ours or is newer)."""
+        data = json.loads(text)
+        if data.get("format_version", 0) > FORMAT_VERSION:
+            raise ValueError(
+                f"manifest format_version {data['format_version']} is newer than this library's "
+                f"{FORMAT_VERSION}: upgrade foundry to load it"
+            )
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A complete checkpoint found in a store."""
+
+    store: CheckpointStore
+    name: str
+    manifest: Manifest
+
+    @property
+    def url(self) -> str:
+        """Where it is."""
+        return self.store.url(self.name)
+
+
+def read_manifest(store: CheckpointStore, name: str, *, scratch: str) -> Manifest:
+    """The manifest of checkpoint `name` (FileNotFoundError when it has none)."""
+    return Manifest.from_json(store.read_text(f"{name}/{MANIFEST}", scratch=scratch))
+
+
+def find_checkpoints(store: CheckpointStore, *, scratch: str) -> list[CheckpointInfo]:
+    """Every complete checkpoint in `store`, oldest first; torn ones are skipped with a warning.
+
+    A checkpoint is complete when its manifest exists, parses, and every file it lists is present (locally
+    also with the recorded size; remote digests are checked when the files are downloaded).
+    """
+    files = store.list()
+    by_dir: dict[str, set[str]] = {}
+    for rel in files:
+        head, _, tail = rel.partition("/")
+        if tail and _NAME.match(head):
+            by_dir.setdefault(head, set()).add(tail)
+    found: list[CheckpointInfo] = []
+    for name, present in by_dir.items():
+        where = store.url(name)
+        if MANIFEST not in present:
+            log.warning("ignoring torn checkpoint %s: no %s (the save was interrupted)", where, MANIFEST)
+            continue
+        try:
+            manifest = read_manifest(store, name, scratch=scratch)
+        except (ValueError, TypeError, OSError) as e:
+            log.warning("ignoring checkpoint %s: unreadable %s (%s)", where, MANIFEST, e)
+            continue
+        missing = [f for f in manifest.files if f not in present]
+        wrong = [
+            f
+            for f, meta in manifest.files.items()
+            if f in present and (size := store.size(f"{name}/{f}")) is not None and size != meta["bytes"]
+        ]
+        if missing or wrong:
+            log.warning(
+                "ignoring torn checkpoint %s: %s",
+                where,
+                "; ".join(
+                    ([f"missing {missing}"] if missing else []) + ([f"wrong size {wrong}"] if wrong else [])
+                ),
+            )
+            continue
+        found.append(CheckpointInfo(store, name, manifest))
+    found.sort(key=lambda c: (c.manifest.step, c.manifest.epoch))
+    return found
+
+
+def find_latest(store: CheckpointStore, *, scratch: str) -> CheckpointInfo | None:
+    """The newest complete checkpoint in `store`, or None."""
+    found = find_checkpoints(store, scratch=scratch)
+    return found[-1] if found else None
+
+
+def open_checkpoint(path: str, *, scratch: str) -> CheckpointInfo:
+    """The checkpoint at `path` (its directory, local or URL), or the newest one when `path` is a save folder.
+
+    Raises:
+        FileNotFoundError: Neither a checkpoint directory nor a folder holding a complete one.
+    """
+    path = path.rstrip("/")
+    parent, _, name = path.rpartition("/")
+    if name == MANIFEST:
+        parent, _, name = parent.rpartition("/")
+    if parent and name:
+        store = CheckpointStore(parent)
+        try:
+            return CheckpointInfo(store, name, read_manifest(store, name, scratch=scratch))
+        except FileNotFoundError:
+            pass
+    latest = find_latest(CheckpointStore(path), scratch=scratch)
+    if latest is None:
+        raise FileNotFoundError(
+            f"{path}: no checkpoint there (a checkpoint directory holds {MANIFEST}; a save folder holds "
+            "ep*-ba* directories). Check the path, or that the save that made it finished"
+        )
+    return latest

@@ -1,0 +1,193 @@
+"""Starting from a checkpoint: autoresume, `load_path`, weights-only loading, and the checks around them.
+
+Design note: autoresume wins over `load_path` (as in Composer: `load_path` is for the very first launch, e.g.
+fine-tuning from pretrained weights), it is on by default whenever `save_folder` is set, and it always says
+what it did: the checkpoint it loaded, or that it found none and starts fresh. A resumed run must be the same
+model: the manifest's model config is compared field by field and a mismatch names every differing field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+from torch import nn
+
+from foundry.checkpoint.config import CheckpointConfig
+from foundry.checkpoint.layout import HASH, CheckpointInfo, find_latest, open_checkpoint
+from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, dist_info, load_full, load_sharded
+from foundry.checkpoint.store import CheckpointStore
+from foundry.train.state import set_rng_state
+from streaming.storage import redact
+
+__all__ = ["StartPoint", "config_differences", "fetch", "load_into", "load_weights", "resolve_start"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """The checkpoint a run starts from, and how."""
+
+    info: CheckpointInfo
+    source: str
+    """`autoresume` or `load_path`."""
+    weights_only: bool
+
+
+def resolve_start(cfg: CheckpointConfig, *, run_name: str, scratch: str) -> StartPoint | None:
+    """The newest complete checkpoint in `save_folder` (autoresume), else `load_path`, else None."""
+    if cfg.resume_enabled:
+        folder = cfg.save_folder.replace("{run_name}", run_name)  # type: ignore[union-attr]
+        latest = find_latest(CheckpointStore(folder), scratch=scratch)
+        if latest is not None:
+            return StartPoint(latest, "autoresume", weights_only=False)
+        if dist_info()[0] == 0:
+            print(
+                f"[foundry] autoresume: no complete checkpoint in {redact(folder)}; starting fresh",
+                flush=True,
+            )
+    if cfg.load_path:
+        info = open_checkpoint(cfg.load_path, scratch=scratch)
+        weights_only = cfg.load_weights_only or info.manifest.weights_only
+        return StartPoint(info, "load_path", weights_only=weights_only)
+    return None
+
+
+def _plain(x: Any) -> Any:  # noqa: ANN401
+    return json.loads(json.dumps(x, default=str))
+
+
+def config_differences(saved: dict[str, Any], current: dict[str, Any], prefix: str = "model") -> list[str]:
+    """`model.d_model: checkpoint 64, config 128` lines for every differing (nested) field."""
+    saved, current = _plain(saved), _plain(current)
+    out: list[str] = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key, "<absent>"), current.get(key, "<absent>")
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_differences(a, b, f"{prefix}.{key}")
+        elif a != b:
+            out.append(f"{prefix}.{key}: checkpoint {a!r}, config {b!r}")
+    return out
+
+
+def _needed(info: CheckpointInfo, weights_only: bool) -> list[str]:
+    files = list(info.manifest.files)
+    if not weights_only:
+        return files
+    if info.manifest.format == "full":
+        return [MODEL_FILE]
+    return [f for f in files if f not in (STATE_FILE, COMMON_FILE) and not f.startswith("rank")]
+
+
+def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False) -> str:
+    """A local directory holding the checkpoint's files (downloaded and digest-checked when remote).
+
+    Under a process group, local rank 0 of each node downloads and the others wait at a barrier.
+    """
+    local = info.store.local_path(info.name)
+    if local is not None:
+        return local
+    target = os.path.join(cache_root, info.name)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        for rel in _needed(info, weights_only):
+            meta = info.manifest.files[rel]
+            path = os.path.join(target, rel)
+            if os.path.exists(path) and os.path.getsize(path) == meta["bytes"]:
+                continue
+            info.store.get(f"{info.name}/{rel}", path, expected={HASH: meta[HASH]}, algo=HASH)
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    return target
+
+
+def load_into(
+    trainer: Any,  # noqa: ANN401 - foundry.train.loop.Trainer
+    start: StartPoint,
+    *,
+    cfg: CheckpointConfig,
+    cache_root: str,
+    model_config: dict[str, Any] | None = None,
+    global_batch_size: int | None = None,
+) -> None:
+    """Loads `start` into the trainer (everything, or the weights only) and reports what it loaded."""
+    info, m = start.info, start.info.manifest
+    rank, world = dist_info()
+    if start.source == "autoresume" and model_config is not None and m.model_config:
+        diffs = config_differences(m.model_config, model_config)
+        if diffs:
+            raise ValueError(
+                f"autoresume: {redact(info.url)} was saved with a different model config:\n  "
+                + "\n  ".join(diffs)
+                + "\nRestore those values to resume this run, or start a new one (another run_name or "
+                "checkpoint.save_folder; checkpoint.load_path + load_weights_only=true to start from its weights)"
+            )
+    saved_gbs = m.extra.get("global_train_batch_size")
+    if not start.weights_only and global_batch_size and saved_gbs and saved_gbs != global_batch_size:
+        log.warning(
+            "resuming with global_train_batch_size=%s but the checkpoint was trained with %s: the data order "
+            "will not continue exactly",
+            global_batch_size,
+            saved_gbs,
+        )
+    t0 = time.perf_counter()
+    directory = fetch(info, cache_root=cache_root, weights_only=start.weights_only)
+    optimizer = None if start.weights_only else trainer.optimizer
+    kwargs = {"strict": cfg.load_strict, "allow_pickle": cfg.allow_pickle, "rank": rank}
+    if m.format == "full":
+        out = load_full(directory, trainer.model, optimizer, **kwargs)
+    else:
+        out = load_sharded(directory, trainer.model, optimizer, saved_world=m.world_size, **kwargs)
+    if out is not None:
+        trainer.load_run_state(out["run"])
+        if out["rng"] is not None:
+            set_rng_state(out["rng"])
+    if rank == 0:
+        what = (
+            "weights only"
+            if start.weights_only
+            else "model, optimizer, scheduler, counters, RNG, data position"
+        )
+        size = sum(meta["bytes"] for meta in m.files.values()) / 1e6
+        print(
+            f"[foundry] {start.source}: loaded {redact(info.url)} (step {m.step}, epoch {m.epoch}, {m.format}, "
+            f"saved by {m.world_size} rank(s), now {world}; {what}; {size:.1f} MB in "
+            f"{time.perf_counter() - t0:.2f} s)",
+            flush=True,
+        )
+
+
+def load_weights(
+    model: nn.Module,
+    path: str,
+    *,
+    strict: bool = True,
+    allow_pickle: bool = False,
+    cache_root: str = ".checkpoint-cache",
+) -> CheckpointInfo:
+    """Loads only the model weights of the checkpoint at `path` (directory or save folder, local or URL).
+
+    Returns:
+        The checkpoint loaded (its manifest has the step and the model config).
+    """
+    info = open_checkpoint(path, scratch=cache_root)
+    directory = fetch(info, cache_root=cache_root, weights_only=True)
+    rank = dist_info()[0]
+    if info.manifest.format == "full":
+        load_full(directory, model, None, strict=strict, allow_pickle=allow_pickle, rank=rank)
+    else:
+        load_sharded(
+            directory,
+            model,
+            None,
+            strict=strict,
+            allow_pickle=allow_pickle,
+            rank=rank,
+            saved_world=info.manifest.world_size,
+        )
+    return info

@@ -1,0 +1,269 @@
+"""`Checkpointer`: saves checkpoints during training, publishing each one only once it is complete.
+
+Design note: a save has a short synchronous part on every rank (gather or shard the state, copy it to CPU or
+write the torch.distributed.checkpoint files to local staging) and a background part (hash, upload, publish).
+Ranks never talk to each other from the background thread: each rank uploads its own files and then a small
+`.done-rank{r}.json` marker listing them with sizes and digests; rank 0 waits for every marker, merges them
+into `manifest.json`, publishes it last, then updates `latest` and applies retention. A crash anywhere before
+the manifest leaves a torn directory that discovery skips and the next retention pass removes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+
+from foundry.checkpoint.config import CheckpointConfig
+from foundry.checkpoint.layout import (
+    HASH,
+    LATEST,
+    MANIFEST,
+    Manifest,
+    checkpoint_name,
+    find_checkpoints,
+)
+from foundry.checkpoint.state import collect, dist_info, save_full, save_sharded, snapshot
+from foundry.checkpoint.store import CheckpointStore
+from foundry.train.state import rng_state
+from streaming.format.hashing import hash_file
+from streaming.storage import redact
+
+__all__ = ["Checkpointer", "SaveJob", "resolve_format"]
+
+log = logging.getLogger(__name__)
+_MARKER = ".done-rank{rank}.json"
+
+
+def resolve_format(fmt: str, model: Any) -> str:  # noqa: ANN401 - an nn.Module, maybe wrapped
+    """`auto` -> `sharded` when any submodule is FSDP2-sharded, else `full`."""
+    if fmt != "auto":
+        return fmt
+    from torch.distributed.fsdp import FSDPModule
+
+    return "sharded" if any(isinstance(m, FSDPModule) for m in model.modules()) else "full"
+
+
+@dataclass
+class SaveJob:
+    """One checkpoint on its way out (what the background thread needs)."""
+
+    name: str
+    staging: str
+    files: list[str]
+    manifest: Manifest
+    started: float
+    blocked: float
+
+
+class Checkpointer:
+    """Saves a trainer's state every `every_steps` steps and at the end.
+
+    Args:
+        cfg: The checkpoint config (`save_folder` must be set).
+        run_name: Expands `{run_name}` in `save_folder`.
+        run_dir: Default parent of the local staging folder.
+        every_steps: Save interval in optimizer steps (0: only at the end).
+        model_config: Recorded in the manifest (autoresume compares it with the current config).
+        extra: More facts for the manifest (e.g. the global batch size).
+    """
+
+    def __init__(
+        self,
+        cfg: CheckpointConfig,
+        *,
+        run_name: str,
+        run_dir: str,
+        every_steps: int,
+        model_config: dict[str, Any],
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        if not cfg.save_folder:
+            raise ValueError("Checkpointer needs checkpoint.save_folder")
+        self.cfg = cfg
+        self.store = CheckpointStore(cfg.save_folder.replace("{run_name}", run_name))
+        self.run_name = run_name
+        self.every_steps = every_steps
+        self.model_config = model_config
+        self.extra = dict(extra or {})
+        self.scratch = os.path.join(run_dir, ".checkpoint-scratch")
+        self.staging_root = cfg.staging_folder or os.path.join(run_dir, ".checkpoint-staging")
+        self.rank, self.world = dist_info()
+        self.last_saved_step = -1
+        self.last_blocked = 0.0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending: Future[None] | None = None
+
+    # ----------------------------------------------------------------- when
+    def should_save(self, step: int, *, final: bool) -> bool:
+        """True at every `every_steps` multiple and at the final step (never twice for one step)."""
+        if step == self.last_saved_step or step == 0:
+            return False
+        return final or (self.every_steps > 0 and step % self.every_steps == 0)
+
+    # ----------------------------------------------------------------- save
+    def save(self, trainer: Any, *, fmt: str) -> None:  # noqa: ANN401 - foundry.train.loop.Trainer
+        """Saves the trainer's state now (every rank calls it); returns once training may continue."""
+        self.wait()
+        start = time.perf_counter()
+        s = trainer.state
+        name = checkpoint_name(epoch=s.epoch, step=s.step)
+        staging = self.store.local_path(name) or os.path.join(self.staging_root, name)
+        self._clear(name, staging)
+        weights_only = self.cfg.save_weights_only
+        optimizer = None if weights_only else trainer.optimizer
+        run_state = None if weights_only else trainer.run_state()
+        if fmt == "sharded":
+            model_sd, optim_sd = collect(trainer.model, optimizer, full=False)
+            files = save_sharded(
+                staging,
+                model_sd=model_sd,
+                optim_sd=optim_sd,
+                run_state=run_state,
+                rng=rng_state(),
+                rank=self.rank,
+            )
+            write = None
+        else:
+            model_sd, optim_sd = collect(trainer.model, optimizer, full=True)
+            rngs = self._gather_rngs() if not weights_only else None
+            files = [] if self.rank else (["model.pt"] if weights_only else ["model.pt", "state.pt"])
+            payload = (model_sd, optim_sd, run_state, rngs)
+            if self.rank == 0 and self.cfg.async_upload:
+                payload = snapshot(payload)
+
+            def write(p: tuple[Any, ...] = payload) -> None:
+                save_full(staging, model_sd=p[0], optim_sd=p[1], run_state=p[2], rngs=p[3])
+
+        manifest = Manifest(
+            step=s.step,
+            epoch=s.epoch,
+            format=fmt,
+            world_size=self.world,
+            weights_only=weights_only,
+            files={},
+            tokens=s.tokens,
+            samples=s.samples,
+            run_name=self.run_name,
+            model_config=self.model_config,
+            extra=self.extra,
+        )
+        job = SaveJob(name, staging, files, manifest, start, 0.0)
+        self.last_saved_step = s.step
+        if self.cfg.async_upload:
+            job.blocked = time.perf_counter() - start
+            self._pending = self._pool.submit(self._finish, job, write)
+        else:
+            self._finish(job, write)
+            job.blocked = time.perf_counter() - start
+        self.last_blocked = job.blocked
+
+    def _gather_rngs(self) -> list[Any]:
+        mine = rng_state()
+        if self.world == 1:
+            return [mine]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, mine)
+        return out
+
+    def _clear(self, name: str, staging: str) -> None:
+        """Removes leftovers of an earlier attempt at the same checkpoint (before any rank writes)."""
+        if self.rank == 0:
+            leftovers = [f for f in self.store.list() if f.startswith(name + "/")]
+            if leftovers:
+                self.store.delete_dir(name, [f[len(name) + 1 :] for f in leftovers])
+        if os.path.isdir(staging) and self.store.remote:
+            shutil.rmtree(staging, ignore_errors=True)
+        if self.world > 1:
+            dist.barrier()
+
+    # ----------------------------------------------------------------- background
+    def _finish(self, job: SaveJob, write: Any) -> None:  # noqa: ANN401 - a callable or None
+        if write is not None and self.rank == 0:
+            write()
+        metas = {}
+        for f in job.files:
+            path = os.path.join(job.staging, f)
+            metas[f] = {"bytes": os.path.getsize(path), HASH: hash_file(HASH, path)}
+            self.store.put(path, f"{job.name}/{f}")
+        if self.store.remote:
+            shutil.rmtree(job.staging, ignore_errors=True)
+        if job.manifest.format == "sharded" and self.world > 1:
+            self.store.put_text(
+                json.dumps(metas), f"{job.name}/{_MARKER.format(rank=self.rank)}", scratch=self.scratch
+            )
+            if self.rank != 0:
+                return
+            metas = self._await_markers(job.name)
+        if self.rank != 0:
+            return
+        job.manifest.files = metas
+        self.store.put_text(job.manifest.to_json(), f"{job.name}/{MANIFEST}", scratch=self.scratch)
+        self.store.put_text(job.name + "\n", LATEST, scratch=self.scratch)
+        size = sum(m["bytes"] for m in metas.values())
+        print(
+            f"[foundry] checkpoint {redact(self.store.url(job.name))} complete: {size / 1e6:.1f} MB, "
+            f"training blocked {job.blocked:.2f} s, done after {time.perf_counter() - job.started:.2f} s",
+            flush=True,
+        )
+        self._retain(job.manifest.step)
+
+    def _await_markers(self, name: str, timeout: float = 3600.0) -> dict[str, Any]:
+        want = {_MARKER.format(rank=r) for r in range(self.world)}
+        deadline = time.monotonic() + timeout
+        while True:
+            present = {f[len(name) + 1 :] for f in self.store.list() if f.startswith(name + "/")}
+            if want <= present:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"checkpoint {name}: ranks {sorted(want - present)} never finished uploading"
+                )
+            time.sleep(0.2)
+        merged: dict[str, Any] = {}
+        for marker in sorted(want):
+            merged.update(json.loads(self.store.read_text(f"{name}/{marker}", scratch=self.scratch)))
+        return merged
+
+    def _retain(self, newest: int) -> None:
+        """Keeps the newest `save_num_checkpoints_to_keep`; removes torn directories older than `newest`."""
+        files = self.store.list()
+        complete = find_checkpoints(self.store, scratch=self.scratch)
+        keep = self.cfg.save_num_checkpoints_to_keep
+        doomed = {c.name for c in complete[:-keep]} if keep > 0 else set()
+        names = {c.name for c in complete}
+        for rel in files:
+            head = rel.split("/", 1)[0]
+            step = head.rpartition("-ba")[2]
+            if "/" in rel and head not in names and step.isdigit() and int(step) < newest:
+                doomed.add(head)
+        for name in sorted(doomed):
+            self.store.delete_dir(name, [f[len(name) + 1 :] for f in files if f.startswith(name + "/")])
+            log.info("checkpoint retention: removed %s", redact(self.store.url(name)))
+
+    # ----------------------------------------------------------------- lifecycle
+    def poll(self) -> None:
+        """Re-raises a background failure (call once a step; cheap)."""
+        if self._pending is not None and self._pending.done():
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def wait(self) -> None:
+        """Blocks until the checkpoint in flight (if any) is complete; re-raises its failure."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def close(self) -> None:
+        """Waits for the last checkpoint and stops the background thread."""
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown(wait=True)

@@ -1,0 +1,197 @@
+"""Writing and reading checkpoint contents: model and optimizer (full or sharded), run state, per-rank RNG.
+
+Design note: model and optimizer go through `torch.distributed.checkpoint.state_dict`, which names tensors
+by their unwrapped module path, so a checkpoint written under DDP, FSDP2 or one process loads under any of
+them; the sharded format is plain `torch.distributed.checkpoint`, which reshards on load (N ranks -> M).
+Every file is read with `torch.load(weights_only=True)` unless the user opts into pickle: our own run state
+is kept to tensors, numbers, strings and containers so that the safe loader takes it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+__all__ = [
+    "MODEL_FILE",
+    "STATE_FILE",
+    "COMMON_FILE",
+    "collect",
+    "dist_info",
+    "load_file",
+    "load_full",
+    "load_sharded",
+    "save_full",
+    "save_sharded",
+    "snapshot",
+]
+
+MODEL_FILE = "model.pt"
+STATE_FILE = "state.pt"
+COMMON_FILE = "common.pt"
+
+
+def dist_info() -> tuple[int, int]:
+    """(rank, world size); (0, 1) without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def rank_file(rank: int) -> str:
+    """The per-rank state file of a sharded checkpoint."""
+    return f"rank{rank}.pt"
+
+
+def collect(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, *, full: bool
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Model and optimizer state dicts, keyed by unwrapped parameter names.
+
+    Args:
+        model: The (possibly DDP/FSDP-wrapped) model.
+        optimizer: Its optimizer, or None for weights only.
+        full: Gather full tensors to CPU (rank 0 gets them under FSDP); otherwise local shards.
+    """
+    options = StateDictOptions(full_state_dict=full, cpu_offload=full)
+    if optimizer is None:
+        return get_model_state_dict(model, options=options), None
+    return get_state_dict(model, optimizer, options=options)
+
+
+def snapshot(tree: Any) -> Any:  # noqa: ANN401 - nested containers
+    """A deep copy with every tensor cloned to CPU (so training may go on while a thread writes it)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, dict):
+        return type(tree)((k, snapshot(v)) for k, v in tree.items())
+    if isinstance(tree, list | tuple):
+        return type(tree)(snapshot(v) for v in tree)
+    return tree
+
+
+def save_full(
+    directory: str,
+    *,
+    model_sd: dict[str, Any],
+    optim_sd: dict[str, Any] | None,
+    run_state: dict[str, Any] | None,
+    rngs: list[Any] | None,
+) -> list[str]:
+    """Writes `model.pt` (weights) and, unless weights only, `state.pt`; returns the file names."""
+    os.makedirs(directory, exist_ok=True)
+    torch.save(model_sd, os.path.join(directory, MODEL_FILE))
+    if optim_sd is None:
+        return [MODEL_FILE]
+    torch.save({"optimizer": optim_sd, "run": run_state, "rng": rngs}, os.path.join(directory, STATE_FILE))
+    return [MODEL_FILE, STATE_FILE]
+
+
+def save_sharded(
+    directory: str,
+    *,
+    model_sd: dict[str, Any],
+    optim_sd: dict[str, Any] | None,
+    run_state: dict[str, Any] | None,
+    rng: Any,  # noqa: ANN401
+    rank: int,
+) -> list[str]:
+    """`torch.distributed.checkpoint` of model (+ optimizer), plus this rank's RNG and rank 0's run state.
+
+    Every rank calls it (it is a collective under a process group). Returns the files *this rank* wrote.
+    """
+    os.makedirs(directory, exist_ok=True)
+    state = {"model": model_sd} if optim_sd is None else {"model": model_sd, "optim": optim_sd}
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(directory, single_file_per_rank=True))
+    mine = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, f"__{rank}_*.distcp")))
+    if rank == 0:
+        mine.append(".metadata")
+    if optim_sd is not None:
+        torch.save({"rng": rng}, os.path.join(directory, rank_file(rank)))
+        mine.append(rank_file(rank))
+        if rank == 0:
+            torch.save({"run": run_state}, os.path.join(directory, COMMON_FILE))
+            mine.append(COMMON_FILE)
+    return mine
+
+
+def load_file(path: str, *, allow_pickle: bool) -> Any:  # noqa: ANN401
+    """`torch.load` to CPU, refusing pickled objects unless `allow_pickle`."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not allow_pickle)
+    except Exception as e:  # the unpickler's error type varies between torch versions
+        if allow_pickle or "weights_only" not in str(e):
+            raise
+        raise ValueError(
+            f"{path}: holds pickled Python objects, which can run arbitrary code when loaded; it was refused. "
+            "If you trust this file, set checkpoint.allow_pickle=true"
+        ) from None
+
+
+def load_full(
+    directory: str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    *,
+    strict: bool,
+    allow_pickle: bool,
+    rank: int,
+) -> dict[str, Any] | None:
+    """Loads `model.pt` (and `state.pt` when `optimizer` is given).
+
+    Returns:
+        None for weights only, else `{"run": run state, "rng": this rank's RNG state}` (rank 0's when the
+        checkpoint was saved by fewer ranks).
+    """
+    weights = load_file(os.path.join(directory, MODEL_FILE), allow_pickle=allow_pickle)
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=strict))
+    if optimizer is None:
+        return None
+    state = load_file(os.path.join(directory, STATE_FILE), allow_pickle=allow_pickle)
+    set_optimizer_state_dict(
+        model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True)
+    )
+    rngs = state["rng"] or [None]
+    return {"run": state["run"], "rng": rngs[rank] if rank < len(rngs) else rngs[0]}
+
+
+def load_sharded(
+    directory: str,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    *,
+    strict: bool,
+    allow_pickle: bool,
+    rank: int,
+    saved_world: int,
+) -> dict[str, Any] | None:
+    """Loads a `torch.distributed.checkpoint` directory into the (possibly differently sharded) model."""
+    model_sd, optim_sd = collect(model, optimizer, full=False)
+    state = {"model": model_sd} if optim_sd is None else {"model": model_sd, "optim": optim_sd}
+    dcp.load(
+        state,
+        storage_reader=dcp.FileSystemReader(directory),
+        planner=DefaultLoadPlanner(allow_partial_load=not strict),
+    )
+    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=strict))
+    if optimizer is None:
+        return None
+    set_optimizer_state_dict(model, optimizer, state["optim"])
+    own = rank_file(rank if rank < saved_world else 0)
+    rng = load_file(os.path.join(directory, own), allow_pickle=allow_pickle)["rng"]
+    run = load_file(os.path.join(directory, COMMON_FILE), allow_pickle=allow_pickle)["run"]
+    return {"run": run, "rng": rng}

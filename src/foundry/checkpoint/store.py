@@ -1,0 +1,129 @@
+"""Where checkpoints live: a local directory or an object-store prefix, behind one small interface.
+
+Design note: every path here is *relative to the save folder* (`ep0-ba20/model.pt`), so the saver, the
+finder and the loader never branch on local vs remote; the remote side reuses the streaming storage layer
+(retries, backoff, credential redaction) instead of a second client stack.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from streaming.storage import download_file, is_remote, join_url, list_files, redact, upload_file
+from streaming.storage.backends import get_backend
+
+__all__ = ["CheckpointStore"]
+
+
+class CheckpointStore:
+    """Files under `root` (a local directory or a URL), addressed by relative paths.
+
+    Args:
+        root: The save folder.
+    """
+
+    def __init__(self, root: str) -> None:
+        if root.startswith("file://"):
+            root = root[len("file://") :]
+        self.root = root.rstrip("/") if is_remote(root) else str(Path(root).expanduser())
+        self.remote = is_remote(root)
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({redact(self.root)!r})"
+
+    def url(self, rel: str) -> str:
+        """The full URL or path of `rel`."""
+        return join_url(self.root, rel) if self.remote else os.path.join(self.root, rel)
+
+    def local_path(self, rel: str) -> str | None:
+        """The path of `rel` on this machine (None for remote stores)."""
+        return None if self.remote else os.path.join(self.root, rel)
+
+    def list(self) -> list[str]:
+        """Every file under the root, relative, sorted ([] when the root does not exist yet)."""
+        if not self.remote:
+            if not os.path.isdir(self.root):
+                return []
+            return sorted(
+                os.path.relpath(os.path.join(d, f), self.root)
+                for d, _, files in os.walk(self.root)
+                for f in files
+            )
+        prefix = self.root + "/"
+        return sorted(u[len(prefix) :] for u in list_files(prefix) if u.startswith(prefix))
+
+    def size(self, rel: str) -> int | None:
+        """Bytes of a local file (None when missing, or for remote stores)."""
+        path = self.local_path(rel)
+        if path is None or not os.path.exists(path):
+            return None
+        return os.path.getsize(path)
+
+    def put(self, path: str, rel: str) -> None:
+        """Publishes the local file `path` as `rel` (an upload, or an atomic move/copy into place)."""
+        if self.remote:
+            upload_file(path, self.url(rel))
+            return
+        dst = self.url(rel)
+        if os.path.abspath(path) == os.path.abspath(dst):
+            return
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        tmp = f"{dst}.tmp-{os.getpid()}"
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, dst)
+
+    def put_text(self, text: str, rel: str, *, scratch: str) -> None:
+        """Publishes `text` as `rel` atomically (through a file in the `scratch` directory)."""
+        os.makedirs(scratch, exist_ok=True)
+        tmp = os.path.join(scratch, f".{os.path.basename(rel)}.tmp-{os.getpid()}")
+        Path(tmp).write_text(text, encoding="utf-8")
+        try:
+            if self.remote:
+                upload_file(tmp, self.url(rel))
+            else:
+                dst = self.url(rel)
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                os.replace(tmp, dst)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def get(
+        self, rel: str, path: str, *, expected: dict[str, str] | None = None, algo: str | None = None
+    ) -> None:
+        """Copies `rel` to the local `path`, checking its digest when `algo` and `expected` are given."""
+        download_file(self.url(rel), path, expected_hashes=expected, validate_hash=algo)
+
+    def read_text(self, rel: str, *, scratch: str) -> str:
+        """The text of a (small) file."""
+        local = self.local_path(rel)
+        if local is not None:
+            return Path(local).read_text(encoding="utf-8")
+        os.makedirs(scratch, exist_ok=True)
+        tmp = os.path.join(scratch, f".{os.path.basename(rel)}.read-{os.getpid()}")
+        try:
+            download_file(self.url(rel), tmp)
+            return Path(tmp).read_text(encoding="utf-8")
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def delete(self, rel: str) -> None:
+        """Removes one file (missing files are fine)."""
+        if self.remote:
+            get_backend(self.url(rel)).delete(self.url(rel))
+            return
+        path = self.url(rel)
+        if os.path.exists(path):
+            os.remove(path)
+
+    def delete_dir(self, name: str, files: list[str]) -> None:
+        """Removes checkpoint `name`: its manifest first (so it is never seen half-deleted), then its files."""
+        manifest = f"{name}/manifest.json"
+        ordered = [manifest] + [f for f in files if f != manifest]
+        for rel in ordered:
+            self.delete(rel)
+        if not self.remote:
+            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
