@@ -1,0 +1,114 @@
+"""Task data: jsonl rows from a local path, an object-store URL, `hf://` (datasets) or `offline://` (code).
+
+Design note: every source ends as a list of plain dicts in llm-foundry's jsonl formats (foundry.md §5.2), so
+prompt construction never knows where rows came from. A missing local file raises `MissingTaskData`, whose
+message names the file and how to get it; the runner turns it into a skip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from foundry.eval.config import ICLTaskConfig
+from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
+
+__all__ = ["MissingTaskData", "load_rows", "resolve_local"]
+
+_REPO = Path(__file__).resolve().parents[3]
+_LF_PREFIXES = ("eval/local_data/", "scripts/eval/local_data/")
+
+
+class MissingTaskData(FileNotFoundError):
+    """A task's data file is absent (the message says which and how to get it)."""
+
+
+def resolve_local(uri: str, data_root: str | Path) -> Path:
+    """A local `dataset_uri` as a path: absolute as is, else under `data_root` (llm-foundry's
+    `eval/local_data/` prefix is dropped, so its task yamls work against a mirror of that folder)."""
+    path = Path(uri).expanduser()
+    if path.is_absolute():
+        return path
+    for prefix in _LF_PREFIXES:
+        if uri.startswith(prefix):
+            uri = uri[len(prefix) :]
+    root = Path(data_root).expanduser()
+    if not root.is_absolute() and not root.is_dir() and (_REPO / root).is_dir():
+        root = _REPO / root  # a repo-relative default (evals/data) when run from elsewhere
+    return root / uri
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}:{n}: not a JSON line ({err})") from err
+    return rows
+
+
+def _download(url: str) -> Path:
+    from streaming.storage.transfer import download_file
+
+    cache = Path(os.environ.get("FOUNDRY_CACHE") or tempfile.gettempdir()) / "icl_data"
+    local = cache / hashlib.sha1(url.encode()).hexdigest()[:16] / Path(url.split("?")[0]).name
+    if not local.is_file():
+        download_file(url, str(local))
+    return local
+
+
+def _load_hf(task: ICLTaskConfig) -> list[dict[str, Any]]:
+    import datasets
+
+    name = task.dataset_uri.removeprefix("hf://")
+    kwargs = dict(task.hf_loading_vars)
+    data = datasets.load_dataset(name, **kwargs)
+    if isinstance(data, datasets.DatasetDict):
+        if len(data) != 1:
+            raise ValueError(
+                f"icl_tasks[{task.label!r}]: {task.dataset_uri} has splits {list(data)}; pick one with "
+                "hf_loading_vars: {split: ...}"
+            )
+        data = next(iter(data.values()))
+    rows = []
+    for row in data:
+        if task.hf_parsing_map:
+            mapped = {key: " ".join(str(row[c]) for c in cols) for key, cols in task.hf_parsing_map.items()}
+            row = {**row, **mapped}
+        rows.append(dict(row))
+    return rows
+
+
+def load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, Any]]:
+    """The task's rows (dicts in llm-foundry's jsonl format).
+
+    Raises:
+        MissingTaskData: a local file is absent. ValueError: an unknown offline task or a malformed line.
+    """
+    uri = task.dataset_uri
+    if uri.startswith("offline://"):
+        name = uri.removeprefix("offline://")
+        if name not in OFFLINE_TASKS:
+            raise ValueError(
+                f"icl_tasks[{task.label!r}].dataset_uri={uri!r}: offline tasks are {OFFLINE_TASKS}"
+            )
+        return generate_offline(name)
+    if uri.startswith("hf://"):
+        return _load_hf(task)
+    if "://" in uri and not uri.startswith("file://"):
+        return _read_jsonl(_download(uri))
+    path = resolve_local(uri.removeprefix("file://"), data_root)
+    if not path.is_file():
+        raise MissingTaskData(
+            f"task {task.label!r}: data file {path} not found. Copy llm-foundry's "
+            f"scripts/eval/local_data/{uri.split('local_data/')[-1]} there, point eval.data_root (or $EVAL_DATA) "
+            "at a folder holding it, or give dataset_uri an object-store URL / hf:// dataset"
+        )
+    return _read_jsonl(path)
