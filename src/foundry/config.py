@@ -109,14 +109,28 @@ def _run_dir() -> Path:
 def _eval_task(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     if importlib.util.find_spec("foundry.eval") is None:
         raise ValueError("task=eval needs foundry.eval (ICL evaluation), which is not installed in this tree")
-    from foundry.eval import run_icl_eval
+    from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
+    from foundry.eval import load_task_configs, run_icl_eval
     from foundry.tokenizers import build_tokenizer
     from foundry.train.run import _build_model, resolve_device
 
+    if cfg.eval is None or not load_task_configs(cfg.eval):
+        raise ValueError(
+            "task=eval has no ICL tasks: pick an eval group, e.g. eval=offline or eval=gauntlet-v0.3"
+        )
+    if isinstance(cfg.data, QuickstartDataConfig) and not Path(cfg.tokenizer.name).expanduser().exists():
+        # the quick-start tokenizer is built with its data (same arguments as pretrain)
+        prepare_quickstart(
+            cfg.data, max_seq_len=cfg.data.max_seq_len or getattr(cfg.model, "max_seq_len", 2048)
+        )
     device = resolve_device(cfg.trainer.device)
     tokenizer = build_tokenizer(cfg.tokenizer)
     model = _build_model(cfg.model, vocab=len(tokenizer), device=device)
-    results = run_icl_eval(cfg.eval, model=model, tokenizer=tokenizer, device=device)
+    if cfg.checkpoint.load_path:
+        from foundry.checkpoint import load_weights
+
+        load_weights(model, cfg.checkpoint.load_path)
+    results = run_icl_eval(cfg.eval, model=model, tokenizer=tokenizer, device=device, output_dir=run_dir)
     (run_dir / "eval_results.json").write_text(json.dumps(results, indent=2, default=str))
     return {k: float(v) for k, v in results.items() if isinstance(v, int | float)}
 

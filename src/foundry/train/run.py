@@ -178,6 +178,8 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: Any) -> dict[str, float]:  
         )
     for logger in loggers:
         logger.log_hyperparameters({"config": asdict(cfg), "derived": derived})
+    from foundry.eval.callback import icl_callbacks
+
     trainer = Trainer(
         model=model,
         optimizer=optimizer,
@@ -191,7 +193,8 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: Any) -> dict[str, float]:  
         max_seq_len=max_seq_len,
         device=device,
         loggers=loggers,
-        callbacks=build_callbacks(cfg.callbacks),
+        callbacks=build_callbacks(cfg.callbacks)
+        + icl_callbacks(cfg.eval, tokenizer=tokenizer, run_dir=run_dir),
     )
     attach_checkpointing(
         trainer,
