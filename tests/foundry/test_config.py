@@ -79,7 +79,7 @@ def test_bad_keys_and_types_fail_at_compose_naming_the_key(conf, override, needl
         ("trainer.device_train_microbatch_size=0", "device_train_microbatch_size"),
         ("trainer.max_duration=12parsecs", "trainer.max_duration"),
         ("task=finetune", "task"),
-        ("parallelism.strategy=fsdp", "parallelism.strategy"),
+        ("parallelism.strategy=zero3", "parallelism.strategy"),
     ],
 )
 def test_invalid_values_fail_before_anything_is_built(conf, override, needle):

@@ -1,0 +1,172 @@
+"""The process group of a run: init from the `torchrun` environment, the rank's device, collectives, teardown.
+
+Design note: `torchrun` (single node, or multi-node through its c10d rendezvous) sets `RANK`, `WORLD_SIZE`,
+`LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT`; `init_distributed` reads them once and
+returns a frozen `DistContext` that travels as a value (no global state of ours). A DDP/FSDP config run as a
+plain `python train.py` gets a 1-rank group on an in-memory store, so every strategy also runs without
+torchrun. A group that already exists (a test harness made it) is used and left alone at teardown. The
+collective helpers are no-ops without a group, so the trainer calls them unconditionally.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from foundry.parallel.config import ParallelismConfig
+
+__all__ = [
+    "DistContext",
+    "all_reduce_sum",
+    "barrier",
+    "broadcast_object",
+    "init_distributed",
+    "resolve_backend",
+    "teardown",
+    "world_size",
+]
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """This process's place in the run: ranks, the device it trains on, and whether it owns the group."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    device: torch.device = torch.device("cpu")
+    owns_group: bool = False
+    """True when `init_distributed` created the process group (so `teardown` destroys it)."""
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that writes run metadata, logs and the console."""
+        return self.rank == 0
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "")
+    try:
+        return int(raw) if raw != "" else default
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def resolve_backend(backend: str, *, device: torch.device) -> str:
+    """`auto` -> nccl on CUDA, gloo otherwise; nccl on a non-CUDA device is an error naming the fix."""
+    if backend == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl" and device.type != "cuda":
+        raise ValueError(
+            f"parallelism.backend=nccl needs CUDA (device is {device}); use backend=gloo or auto"
+        )
+    return backend
+
+
+def init_distributed(
+    cfg: ParallelismConfig,
+    *,
+    device: torch.device,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 1800.0,
+) -> DistContext:
+    """Joins (or creates) the process group the environment describes and picks this rank's device.
+
+    Args:
+        cfg: The parallelism config (strategy and backend).
+        device: The configured device; `cuda` becomes `cuda:<LOCAL_RANK>` (and is made current).
+        env: Environment to read (default `os.environ`).
+        timeout_s: Collective timeout.
+
+    Returns:
+        The context; without a group (strategy `none`, one process) it describes a 1-rank world.
+
+    Raises:
+        ValueError: Several processes but `strategy=none`, or a backend that cannot run on the device.
+    """
+    env = os.environ if env is None else env
+    world_size = _env_int(env, "WORLD_SIZE", 1)
+    rank = _env_int(env, "RANK", 0)
+    local_rank = _env_int(env, "LOCAL_RANK", 0)
+    local_world = _env_int(env, "LOCAL_WORLD_SIZE", world_size)
+    if world_size > 1 and not cfg.distributed:
+        raise ValueError(
+            f"WORLD_SIZE={world_size} (torchrun) but parallelism.strategy=none would train {world_size} "
+            "independent copies; use parallelism=ddp or parallelism=fsdp (or run a single process)"
+        )
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if dist.is_available() and dist.is_initialized():
+        return DistContext(
+            rank=dist.get_rank(),
+            world_size=dist.get_world_size(),
+            local_rank=local_rank,
+            local_world_size=local_world,
+            device=device,
+        )
+    if not cfg.distributed:
+        return DistContext(device=device)
+    backend = resolve_backend(cfg.backend, device=device)
+    kwargs: dict[str, Any] = {"backend": backend, "timeout": timedelta(seconds=timeout_s)}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    if "MASTER_ADDR" in env:  # torchrun: env:// rendezvous (multi-node through c10d)
+        dist.init_process_group(init_method="env://", rank=rank, world_size=world_size, **kwargs)
+    else:  # a DDP/FSDP config in a plain single process: a 1-rank group on an in-memory store
+        if world_size != 1:
+            raise ValueError(f"WORLD_SIZE={world_size} but MASTER_ADDR is unset; launch with torchrun")
+        dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1, **kwargs)
+    return DistContext(
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        local_world_size=local_world,
+        device=device,
+        owns_group=True,
+    )
+
+
+def teardown(ctx: DistContext) -> None:
+    """Destroys the process group if `init_distributed` created it."""
+    if ctx.owns_group and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def barrier() -> None:
+    """Waits for every rank (no-op without a multi-rank group)."""
+    if _active():
+        dist.barrier()
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sums `tensor` over ranks in place and returns it (unchanged without a multi-rank group)."""
+    if _active():
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast_object(obj: Any, *, src: int = 0) -> Any:  # noqa: ANN401 - any picklable value
+    """Rank `src`'s `obj` on every rank (unchanged without a multi-rank group)."""
+    if not _active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def world_size() -> int:
+    """Ranks in the process group (1 without one)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
