@@ -6,9 +6,11 @@ into a (model, tokenizer) pair and nothing else:
 * `pretrained=<dir>`: an HF folder (`scripts/export_hf.py` output, a `save_pretrained` folder of our
   `foundry_mpt`, or any transformers causal LM) loaded with `foundry.models.load_pretrained`;
 * `checkpoint=<dir>` that holds a `config.json`: the same;
-* `config=<model yaml path | conf/model name>` (+ `checkpoint=<weights file or checkpoint>`): the model is
-  built from its schema, then the weights are loaded with `foundry.checkpoint.load_weights` when that
-  function exists, else read as a plain state-dict file (.pt/.bin/.safetensors).
+* `checkpoint=<foundry checkpoint>` (a directory with `manifest.json`, or a save folder: its newest
+  complete checkpoint; local or URL): the model is built from the config its manifest records and the
+  weights loaded with `foundry.checkpoint.load_weights`;
+* `config=<model yaml path | conf/model name>` (+ `checkpoint=<weights file or foundry checkpoint>`): the
+  model is built from that schema; a weights file (.pt/.bin/.safetensors) is read as a state dict.
 
 The tokenizer is `tokenizer=` when given, else the model folder's own, else the config default
 (gpt-neox-20b from the local HF cache); offline failures name the argument to pass.
@@ -16,8 +18,8 @@ The tokenizer is `tokenizer=` when given, else the model folder's own, else the 
 
 from __future__ import annotations
 
-import importlib
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +45,6 @@ def _has_tokenizer(path: Path) -> bool:
 def model_schema(config: str) -> Any:  # noqa: ANN401 - MPTModelConfig | HFCausalLMConfig
     """The typed model schema from a yaml path or a `conf/model/<name>.yaml` name (e.g. `mpt-tiny`)."""
     import yaml
-    from omegaconf import OmegaConf
-
-    from foundry.models import HFCausalLMConfig, MPTModelConfig
 
     path = Path(config).expanduser()
     if not path.is_file():
@@ -56,39 +55,65 @@ def model_schema(config: str) -> Any:  # noqa: ANN401 - MPTModelConfig | HFCausa
         path = named
     body = yaml.safe_load(path.read_text()) or {}
     defaults = body.pop("defaults", None) or []
-    schema = HFCausalLMConfig if "_hf_causal_lm" in defaults else MPTModelConfig
+    return _schema_from_dict(body, hf="_hf_causal_lm" in defaults)
+
+
+def _schema_from_dict(body: dict[str, Any], *, hf: bool | None = None) -> Any:  # noqa: ANN401
+    """A typed model schema from a plain mapping (a yaml body or a checkpoint manifest's `model_config`)."""
+    from omegaconf import OmegaConf
+
+    from foundry.models import HFCausalLMConfig, MPTModelConfig
+
+    if hf is None:
+        hf = "pretrained_model_name_or_path" in body
+    schema = HFCausalLMConfig if hf else MPTModelConfig
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), body))
 
 
-def _load_weights(model: nn.Module, checkpoint: str) -> None:
-    try:
-        ckpt = importlib.import_module("foundry.checkpoint")
-    except ImportError:
-        ckpt = None
-    loader = getattr(ckpt, "load_weights", None)
-    if loader is not None:
-        loader(model, checkpoint)
-        return
+def _load_state_file(model: nn.Module, path: Path) -> None:
+    """A plain weights file (.pt/.bin/.safetensors; `{'model': ...}` wrappers and `model.` prefixes accepted)."""
     from foundry.models.export import _load_state_dict
 
-    path = Path(checkpoint)
-    if not path.is_file():
-        raise ValueError(
-            f"checkpoint={checkpoint!r}: expected a weights file (.pt/.bin/.safetensors) or an HF folder "
-            "with config.json"
-        )
     missing, unexpected = model.load_state_dict(_load_state_dict(path), strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied embeddings
     if missing or unexpected:
         raise ValueError(
-            f"checkpoint={checkpoint!r} does not match the model: missing={missing} unexpected={unexpected}"
+            f"checkpoint={str(path)!r} does not match the model: missing={missing} unexpected={unexpected}"
         )
 
 
-def _build_from_config(config: str, checkpoint: str | None, dtype: torch.dtype) -> nn.Module:
+def _manifest_model_config(checkpoint: str) -> dict[str, Any]:
+    """The model config recorded in a foundry checkpoint's manifest (directory or save folder, local or URL)."""
+    from foundry.checkpoint import open_checkpoint
+
+    with tempfile.TemporaryDirectory() as scratch:
+        info = open_checkpoint(checkpoint, scratch=scratch)
+    if not info.manifest.model_config:
+        raise ValueError(
+            f"checkpoint={checkpoint!r} records no model config: pass config=<model yaml or name>"
+        )
+    return dict(info.manifest.model_config)
+
+
+def _load_weights(model: nn.Module, checkpoint: str) -> None:
+    path = Path(checkpoint).expanduser()
+    if path.is_file():
+        _load_state_file(model, path)
+        return
+    from foundry.checkpoint import load_weights
+
+    with tempfile.TemporaryDirectory() as cache:
+        load_weights(model, checkpoint, cache_root=cache)
+
+
+def _build_from_config(config: str | None, checkpoint: str | None, dtype: torch.dtype) -> nn.Module:
     from foundry.models import MPTModelConfig, build_model, materialize_
 
-    cfg = model_schema(config)
+    if config is None:
+        assert checkpoint is not None
+        cfg = _schema_from_dict(_manifest_model_config(checkpoint))
+    else:
+        cfg = model_schema(config)
     if isinstance(cfg, MPTModelConfig):
         model = materialize_(build_model(cfg, device="meta"), device="cpu")
     else:
@@ -100,7 +125,7 @@ def _build_from_config(config: str, checkpoint: str | None, dtype: torch.dtype) 
     return model.to(dtype)
 
 
-def _tokenizer(name: str | None, model_dir: Path | None, max_len: int | None) -> Any:  # noqa: ANN401
+def _tokenizer(name: str | None, model_dir: Path | None) -> Any:  # noqa: ANN401
     from foundry.tokenizers import TokenizerConfig, build_tokenizer
 
     if name is None and model_dir is not None and _has_tokenizer(model_dir):
@@ -146,13 +171,16 @@ def load_model_and_tokenizer(
                 "give either pretrained=<HF folder> or config=<model yaml> (+ checkpoint=), not both"
             )
         model = load_pretrained(model_dir, dtype=torch_dtype)
-    elif config is not None:
+    elif config is not None or checkpoint is not None:
+        if config is None and Path(checkpoint).expanduser().is_file():
+            raise ValueError(
+                f"checkpoint={checkpoint!r} is a weights file: pass config=<model yaml or name> too"
+            )
         model = _build_from_config(config, checkpoint, torch_dtype)
     else:
         raise ValueError(
-            "name a model: pretrained=<HF folder>, checkpoint=<HF folder>, or config=<model yaml or "
-            "conf/model name> with checkpoint=<weights file>"
+            "name a model: pretrained=<HF folder>, checkpoint=<HF folder or foundry checkpoint>, or "
+            "config=<model yaml or conf/model name> with checkpoint=<weights file>"
         )
-    max_len = getattr(model.config, "max_seq_len", None)
-    tok = _tokenizer(tokenizer, model_dir, max_len)
+    tok = _tokenizer(tokenizer, model_dir)
     return model.to(device).eval(), tok
