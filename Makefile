@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean train bench-trainer
+.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean train bench-trainer eval-harness
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -60,3 +60,15 @@ train: ## offline quick start (mpt-tiny, ~1 min on CPU); pass overrides with ARG
 
 bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
 	$(PY) scripts/bench/trainer_overhead.py
+
+# lm-evaluation-harness on our model (offline; local task yamls in evals/harness_tasks, data under EVAL_DATA).
+TASKS ?= piqa_local,lambada_local
+HARNESS_ARGS ?= --device cpu --batch_size 16
+eval-harness: ## lm-eval tasks on a model: make eval-harness CKPT=<HF export or checkpoint> TASKS=piqa_local [TOKENIZER=... LIMIT=...]
+	@if [ -z "$(CKPT)" ]; then echo "set CKPT=<HF export folder or foundry checkpoint> (see README: lm-evaluation-harness)"; exit 2; fi
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EVAL_DATA="$${EVAL_DATA:-$(CURDIR)/../shared/data/icl}" \
+	$(PY) -m foundry.eval.harness run --model foundry \
+	  --model_args "checkpoint=$(CKPT)$(if $(TOKENIZER),$(comma)tokenizer=$(TOKENIZER))$(if $(CONFIG),$(comma)config=$(CONFIG))" \
+	  --tasks $(TASKS) --include_path evals/harness_tasks $(HARNESS_ARGS) $(if $(LIMIT),--limit $(LIMIT)) \
+	  --output_path $(or $(OUT),outputs/eval-harness)
+comma := ,
