@@ -142,6 +142,27 @@ def load_file(path: str, *, allow_pickle: bool) -> Any:  # noqa: ANN401
         ) from None
 
 
+def _check_keys(model: nn.Module, stored: set[str], strict: bool) -> None:
+    """Raises (when `strict`) if the stored weight names and the model's differ, naming both sides."""
+    expected = set(get_model_state_dict(model))
+    missing, unexpected = sorted(expected - stored), sorted(stored - expected)
+    if strict and (missing or unexpected):
+        raise RuntimeError(
+            "the checkpoint's weights do not match the model: "
+            + (
+                f"missing from the checkpoint: {missing[:8]}{' ...' if len(missing) > 8 else ''}; "
+                if missing
+                else ""
+            )
+            + (
+                f"not in the model: {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}; "
+                if unexpected
+                else ""
+            )
+            + "check model config, or load with checkpoint.load_strict=false to load the matching tensors only"
+        )
+
+
 def load_full(
     directory: str,
     model: nn.Module,
@@ -158,6 +179,7 @@ def load_full(
         checkpoint was saved by fewer ranks).
     """
     weights = load_file(os.path.join(directory, MODEL_FILE), allow_pickle=allow_pickle)
+    _check_keys(model, set(weights), strict)
     set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=strict))
     if optimizer is None:
         return None
@@ -181,6 +203,9 @@ def load_sharded(
 ) -> dict[str, Any] | None:
     """Loads a `torch.distributed.checkpoint` directory into the (possibly differently sharded) model."""
     model_sd, optim_sd = collect(model, optimizer, full=False)
+    if strict:
+        stored = dcp.FileSystemReader(directory).read_metadata().state_dict_metadata
+        _check_keys(model, {k[len("model.") :] for k in stored if k.startswith("model.")}, strict)
     state = {"model": model_sd} if optim_sd is None else {"model": model_sd, "optim": optim_sd}
     dcp.load(
         state,

@@ -1,0 +1,106 @@
+"""Acceptance tests through `train.py`: kill -9 and rerun gives the same run; buckets; torn saves; mismatches."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+
+from foundry.checkpoint import CheckpointStore, find_latest
+from tests.foundry.checkpoint.runs import (
+    assert_bitwise_equal,
+    env_for,
+    final_state,
+    train,
+    train_and_kill,
+    train_rows,
+)
+
+STEPS = 30
+RUN = [
+    "trainer.max_duration=30ba",
+    "trainer.eval_interval=0",
+    "checkpoint=local",
+    "checkpoint.save_interval=3ba",
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("foundry-cache")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache):
+    """An uninterrupted run: its final checkpoint and metrics."""
+    cwd = tmp_path_factory.mktemp("ref")
+    train([*RUN, "run_name=ref"], cwd, env_for(cache))
+    return cwd / "outputs" / "ref"
+
+
+def _check_same_run(run_dir, reference) -> None:
+    model, optim = final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}")
+    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
+    assert_bitwise_equal(model, ref_model, "model")
+    assert_bitwise_equal(optim, ref_optim, "optimizer")
+    rows = train_rows(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)), "no gap and no duplicate step"
+    ref_rows = train_rows(reference / "metrics.jsonl")
+    assert [r["train/loss"] for r in rows] == [r["train/loss"] for r in ref_rows]
+
+
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+)
+def test_kill_9_at_a_random_step_then_rerun_is_the_same_run(tmp_path, cache, reference, seed):
+    at = random.Random(seed).randint(4, STEPS - 6)
+    args = [*RUN, "run_name=killed"]
+    run_dir = tmp_path / "outputs" / "killed"
+    killed_at = train_and_kill(args, tmp_path, env_for(cache), metrics=run_dir / "metrics.jsonl", at_step=at)
+    assert killed_at < STEPS
+    proc = train(args, tmp_path, env_for(cache))
+    assert "autoresume: loaded" in proc.stdout
+    _check_same_run(run_dir, reference)
+
+
+@pytest.mark.slow
+def test_rerun_of_a_finished_run_trains_nothing_more(tmp_path, cache):
+    args = ["trainer.max_duration=4ba", "trainer.eval_interval=0", "checkpoint=local", "run_name=done"]
+    train(args, tmp_path, env_for(cache))
+    proc = train(args, tmp_path, env_for(cache))
+    assert "autoresume: loaded" in proc.stdout and "(step 4," in proc.stdout
+    assert [r["step"] for r in train_rows(tmp_path / "outputs" / "done" / "metrics.jsonl")] == [1, 2, 3, 4]
+
+
+@pytest.mark.slow
+def test_changed_model_config_fails_naming_the_field(tmp_path, cache):
+    args = ["trainer.max_duration=2ba", "trainer.eval_interval=0", "checkpoint=local", "run_name=cfg"]
+    train(args, tmp_path, env_for(cache))
+    proc = train([*args, "trainer.max_duration=4ba", "model.n_layers=3"], tmp_path, env_for(cache), ok=False)
+    assert proc.returncode != 0
+    assert "model.n_layers: checkpoint 2, config 3" in proc.stderr
+
+
+@pytest.mark.slow
+def test_save_to_s3_delete_local_run_dir_autoresume_from_bucket(
+    tmp_path, cache, reference, s3_bucket, s3_env
+):
+    env = env_for(cache)  # s3_env put the loopback endpoint and credentials in os.environ
+    args = [*RUN, "run_name=ref", f"checkpoint.save_folder={s3_bucket}/ckpts"]
+    run_dir = tmp_path / "outputs" / "ref"
+    train_and_kill(args, tmp_path, env, metrics=run_dir / "metrics.jsonl", at_step=STEPS // 2)
+    saved = find_latest(CheckpointStore(f"{s3_bucket}/ckpts"), scratch=str(tmp_path / "scratch"))
+    assert saved is not None and saved.manifest.step >= 3
+    shutil.rmtree(run_dir)
+    proc = train(args, tmp_path, env)
+    assert f"autoresume: loaded {s3_bucket}/ckpts/ep0-ba{saved.manifest.step}" in proc.stdout
+    latest = find_latest(CheckpointStore(f"{s3_bucket}/ckpts"), scratch=str(tmp_path / "scratch"))
+    assert latest is not None and latest.manifest.step == STEPS
+    local = tmp_path / "final"
+    for rel in latest.manifest.files:
+        latest.store.get(f"{latest.name}/{rel}", str(local / rel))
+    model, optim = final_state(local)
+    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
+    assert_bitwise_equal(model, ref_model, "model")
+    assert_bitwise_equal(optim, ref_optim, "optimizer")

@@ -1,0 +1,263 @@
+"""In-process checkpoint tests: full and sharded round trips, async vs sync, retention, torn saves, safety."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+
+import pytest
+import torch
+
+from foundry.checkpoint import (
+    CheckpointConfig,
+    Checkpointer,
+    CheckpointStore,
+    config_differences,
+    find_checkpoints,
+    find_latest,
+    load_into,
+    load_weights,
+    resolve_start,
+)
+from foundry.models import MPTModelConfig, build_model
+from foundry.optim import AdamWConfig, build_optimizer
+from foundry.train.batching import BatchPlan
+from foundry.train.config import TrainerConfig
+from foundry.train.loop import Trainer
+from tests.foundry.checkpoint.runs import assert_bitwise_equal
+
+MODEL = MPTModelConfig(d_model=32, n_heads=2, n_layers=2, max_seq_len=16, vocab_size=64)
+
+
+def _batches(n: int, seed: int = 1) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [
+        {"input_ids": (ids := torch.randint(0, 64, (8, 16), generator=g)), "labels": ids.clone()}
+        for _ in range(n)
+    ]
+
+
+def _trainer(max_steps: int, *, seed: int = 0, loader=None) -> Trainer:
+    torch.manual_seed(seed)
+    model = build_model(MODEL)
+    cfg = TrainerConfig(
+        global_train_batch_size=8,
+        device_train_microbatch_size=4,
+        device="cpu",
+        precision="fp32",
+        progress_bar=False,
+    )
+    return Trainer(
+        model=model,
+        optimizer=build_optimizer(AdamWConfig(lr=1e-3), model=model),
+        scheduler=None,
+        train_loader=loader if loader is not None else _batches(max_steps),
+        eval_loader=None,
+        cfg=cfg,
+        plan=BatchPlan(8, 8, 4, False),
+        max_steps=max_steps,
+        eval_interval_steps=0,
+        max_seq_len=16,
+        device=torch.device("cpu"),
+    )
+
+
+def _save(tmp_path, trainer, *, fmt="full", keep=-1, asynchronous=True, weights_only=False) -> Checkpointer:
+    cfg = CheckpointConfig(
+        save_folder=str(tmp_path / "ckpts"),
+        save_num_checkpoints_to_keep=keep,
+        async_upload=asynchronous,
+        save_weights_only=weights_only,
+    )
+    return Checkpointer(
+        cfg, run_name="t", run_dir=str(tmp_path / "run"), every_steps=1, model_config=asdict(MODEL)
+    )
+
+
+def _resume_and_finish(tmp_path, reference: Trainer, *, fmt: str, steps: int = 4, at: int = 2) -> None:
+    batches = _batches(steps)
+    first = _trainer(at, loader=batches)
+    first.fit()
+    ckpt = _save(tmp_path, first, fmt=fmt)
+    ckpt.save(first, fmt=fmt)
+    ckpt.close()
+    second = _trainer(steps, seed=9, loader=batches[at:])
+    cfg = CheckpointConfig(save_folder=str(tmp_path / "ckpts"))
+    start = resolve_start(cfg, run_name="t", scratch=str(tmp_path / "scratch"))
+    assert start is not None and start.source == "autoresume" and start.info.manifest.step == at
+    load_into(second, start, cfg=cfg, cache_root=str(tmp_path / "cache"), model_config=asdict(MODEL))
+    assert second.state.step == at
+    second.fit()
+    assert_bitwise_equal(second.model.state_dict(), reference.model.state_dict(), "model")
+    assert_bitwise_equal(
+        second.optimizer.state_dict()["state"], reference.optimizer.state_dict()["state"], "optim"
+    )
+
+
+@pytest.fixture(scope="module")
+def reference() -> Trainer:
+    ref = _trainer(4)
+    ref.fit()
+    return ref
+
+
+@pytest.mark.parametrize("fmt", ["full", "sharded"])
+def test_resume_continues_bitwise_identically(tmp_path, reference, fmt):
+    _resume_and_finish(tmp_path, reference, fmt=fmt)
+
+
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_manifest_lists_every_file_with_size_and_digest(tmp_path, asynchronous):
+    tr = _trainer(1)
+    tr.fit()
+    ckpt = _save(tmp_path, tr, asynchronous=asynchronous)
+    ckpt.save(tr, fmt="full")
+    ckpt.close()
+    folder = tmp_path / "ckpts"
+    manifest = json.loads((folder / "ep0-ba1" / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"model.pt", "state.pt"}
+    for name, meta in manifest["files"].items():
+        assert os.path.getsize(folder / "ep0-ba1" / name) == meta["bytes"] and len(meta["sha256"]) == 64
+    assert manifest["model_config"]["d_model"] == 32 and manifest["step"] == 1
+    assert (folder / "latest").read_text().strip() == "ep0-ba1"
+
+
+def test_async_save_snapshots_the_state_training_goes_on(tmp_path):
+    tr = _trainer(3)
+    tr.fit()
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    ckpt = _save(tmp_path, tr)
+    ckpt.save(tr, fmt="full")
+    with torch.no_grad():
+        for p in tr.model.parameters():
+            p.add_(1.0)  # training moves on while the thread writes
+    ckpt.close()
+    saved = torch.load(tmp_path / "ckpts" / "ep0-ba3" / "model.pt", weights_only=True)
+    assert_bitwise_equal(dict(saved), before)
+
+
+def test_retention_keeps_the_newest_and_removes_torn_directories(tmp_path):
+    tr = _trainer(5)
+    torn = tmp_path / "ckpts" / "ep0-ba1"
+    torn.mkdir(parents=True)
+    (torn / "model.pt").write_bytes(b"partial")
+    ckpt = _save(tmp_path, tr, keep=2)
+    for _ in range(4):
+        tr.train_step(tr._next_batch())
+        ckpt.save(tr, fmt="full")
+    ckpt.close()
+    names = [
+        c.name for c in find_checkpoints(CheckpointStore(str(tmp_path / "ckpts")), scratch=str(tmp_path))
+    ]
+    assert names == ["ep0-ba3", "ep0-ba4"]
+    assert sorted(os.listdir(tmp_path / "ckpts")) == ["ep0-ba3", "ep0-ba4", "latest"]
+
+
+def test_torn_checkpoints_are_skipped_with_a_warning(tmp_path, caplog):
+    tr = _trainer(2)
+    ckpt = _save(tmp_path, tr)
+    tr.train_step(tr._next_batch())
+    ckpt.save(tr, fmt="full")
+    tr.train_step(tr._next_batch())
+    ckpt.save(tr, fmt="full")
+    ckpt.close()
+    folder = tmp_path / "ckpts"
+    (folder / "ep0-ba2" / "state.pt").write_bytes(b"truncated")  # wrong size: torn after the manifest?
+    os.makedirs(folder / "ep0-ba3")
+    (folder / "ep0-ba3" / "model.pt").write_bytes(b"no manifest")
+    latest = find_latest(CheckpointStore(str(folder)), scratch=str(tmp_path))
+    assert latest is not None and latest.name == "ep0-ba1"
+    assert "ep0-ba3: no manifest.json" in caplog.text and "wrong size ['state.pt']" in caplog.text
+
+
+def test_weights_only_save_and_load_weights(tmp_path):
+    tr = _trainer(1)
+    tr.fit()
+    ckpt = _save(tmp_path, tr, weights_only=True)
+    ckpt.save(tr, fmt="full")
+    ckpt.close()
+    assert sorted(os.listdir(tmp_path / "ckpts" / "ep0-ba1")) == ["manifest.json", "model.pt"]
+    model = build_model(MODEL)
+    info = load_weights(model, str(tmp_path / "ckpts"), cache_root=str(tmp_path / "c"))
+    assert info.manifest.weights_only and info.manifest.step == 1
+    assert_bitwise_equal(model.state_dict(), tr.model.state_dict())
+
+
+def test_sharded_weights_load_into_a_plain_model(tmp_path):
+    tr = _trainer(1)
+    tr.fit()
+    ckpt = _save(tmp_path, tr)
+    ckpt.save(tr, fmt="sharded")
+    ckpt.close()
+    files = sorted(os.listdir(tmp_path / "ckpts" / "ep0-ba1"))
+    assert ".metadata" in files and "__0_0.distcp" in files and "common.pt" in files
+    model = build_model(MODEL)
+    load_weights(model, str(tmp_path / "ckpts" / "ep0-ba1"), cache_root=str(tmp_path / "c"))
+    assert_bitwise_equal(model.state_dict(), tr.model.state_dict())
+
+
+def test_strict_load_names_the_mismatch(tmp_path):
+    tr = _trainer(1)
+    ckpt = _save(tmp_path, tr)
+    tr.train_step(tr._next_batch())
+    ckpt.save(tr, fmt="full")
+    ckpt.close()
+    bigger = build_model(MPTModelConfig(d_model=32, n_heads=2, n_layers=3, max_seq_len=16, vocab_size=64))
+    with pytest.raises(RuntimeError, match="blocks.2"):
+        load_weights(bigger, str(tmp_path / "ckpts"))
+    load_weights(bigger, str(tmp_path / "ckpts"), strict=False)  # non-strict: the shared layers load
+
+
+def test_pickled_objects_are_refused_unless_allowed(tmp_path):
+    tr = _trainer(1)
+    ckpt = _save(tmp_path, tr)
+    tr.train_step(tr._next_batch())
+    ckpt.save(tr, fmt="full")
+    ckpt.close()
+    model_pt = tmp_path / "ckpts" / "ep0-ba1" / "model.pt"
+    weights = torch.load(model_pt, weights_only=True)
+    torch.save({**weights, "evil": Exploit()}, model_pt)
+    manifest = tmp_path / "ckpts" / "ep0-ba1" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["files"]["model.pt"]["bytes"] = os.path.getsize(model_pt)
+    manifest.write_text(json.dumps(m))
+    model = build_model(MODEL)
+    with pytest.raises(ValueError, match="allow_pickle"):
+        load_weights(model, str(tmp_path / "ckpts"))
+    load_weights(model, str(tmp_path / "ckpts"), strict=False, allow_pickle=True)
+
+
+class Exploit:
+    """Stands for any pickled object (a real attack would run code in `__reduce__`)."""
+
+
+def test_config_differences_name_every_field():
+    saved = {"d_model": 64, "attn_config": {"alibi": True, "clip_qkv": None}, "n_layers": 2}
+    current = {"d_model": 128, "attn_config": {"alibi": False, "clip_qkv": None}, "n_layers": 2}
+    assert config_differences(saved, current) == [
+        "model.attn_config.alibi: checkpoint True, config False",
+        "model.d_model: checkpoint 64, config 128",
+    ]
+
+
+def test_autoresume_with_another_model_config_fails(tmp_path):
+    tr = _trainer(1)
+    ckpt = _save(tmp_path, tr)
+    tr.train_step(tr._next_batch())
+    ckpt.save(tr, fmt="full")
+    ckpt.close()
+    cfg = CheckpointConfig(save_folder=str(tmp_path / "ckpts"))
+    start = resolve_start(cfg, run_name="t", scratch=str(tmp_path))
+    changed = {**asdict(MODEL), "n_layers": 3}
+    with pytest.raises(ValueError, match=r"model\.n_layers: checkpoint 2, config 3"):
+        load_into(_trainer(2), start, cfg=cfg, cache_root=str(tmp_path / "c"), model_config=changed)
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="checkpoint.save_format"):
+        CheckpointConfig(save_format="zip")
+    with pytest.raises(ValueError, match="save_num_checkpoints_to_keep"):
+        CheckpointConfig(save_num_checkpoints_to_keep=0)
+    assert CheckpointConfig(save_folder="x").resume_enabled
+    assert not CheckpointConfig(save_folder="x", autoresume=False).resume_enabled
