@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import random
 import shutil
+import signal
+import subprocess
+import time
 
 import pytest
 
 from foundry.checkpoint import CheckpointStore, find_latest
 from tests.foundry.checkpoint.runs import (
     assert_bitwise_equal,
+    command,
     env_for,
     final_state,
     train,
     train_and_kill,
     train_rows,
 )
+from tests.streaming.storage.fault_proxy import FaultProxy
 
 STEPS = 30
 RUN = [
@@ -104,3 +109,32 @@ def test_save_to_s3_delete_local_run_dir_autoresume_from_bucket(
     ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
     assert_bitwise_equal(model, ref_model, "model")
     assert_bitwise_equal(optim, ref_optim, "optimizer")
+
+
+def test_kill_during_upload_leaves_no_checkpoint_autoresume_would_pick(tmp_path, cache, s3_bucket, s3_env):
+    stalled = "/ckpts/ep0-ba6/state.pt"  # model.pt is up, state.pt hangs: a torn checkpoint
+
+    def stall(n, method, path):  # the second checkpoint's uploads hang until the process is killed
+        return 120.0 if method == "PUT" and stalled in path else None
+
+    with FaultProxy(s3_env, stall) as proxy:
+        env = env_for(cache, S3_ENDPOINT_URL=proxy.url)
+        args = [*RUN, "run_name=torn", f"checkpoint.save_folder={s3_bucket}/ckpts"]
+        proc = subprocess.Popen(
+            command(args), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while not any(stalled in p for _, _, p, _ in proxy.injected) and time.monotonic() < deadline:
+                assert proc.poll() is None, "training ended before its upload stalled"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    store = CheckpointStore(f"{s3_bucket}/ckpts")
+    names = {rel.split("/")[0] for rel in store.list()}
+    assert "ep0-ba6" in names, "the torn checkpoint's first files did reach the bucket"
+    latest = find_latest(store, scratch=str(tmp_path / "scratch"))
+    assert latest is not None and latest.name == "ep0-ba3"
