@@ -31,7 +31,7 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
         for module in model.modules()
         if isinstance(module, nn.ModuleList)
         for child in module
-        if not names or type(child).__name__ in names
+        if not names or any(c.__name__ in names for c in type(child).__mro__)  # FSDP subclasses too
     ]
     if not blocks:
         raise ValueError(
