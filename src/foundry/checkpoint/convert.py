@@ -1,0 +1,168 @@
+"""Checkpoint conversions: sharded <-> full, and either to a Hugging Face folder, with bounded memory.
+
+Design note: tensors never all sit in RAM at once. Sharded -> full loads every tensor into a file-backed
+(`torch.from_file`, shared mmap) buffer, so the OS pages them out as needed, and `torch.save` streams them
+into the output; full -> sharded and -> HF read the full files with `torch.load(mmap=True)`. The result is a
+normal checkpoint: its own directory with a manifest (sizes and sha256), published last.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, Manifest, open_checkpoint
+from foundry.checkpoint.resume import fetch
+from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, rank_file
+from foundry.checkpoint.store import CheckpointStore
+from streaming.format.hashing import hash_file
+
+__all__ = ["convert_checkpoint", "read_sharded", "to_hf"]
+
+
+def _mmap_tensor(directory: str, index: int, meta: TensorStorageMetadata) -> torch.Tensor:
+    numel = 1
+    for d in meta.size:
+        numel *= d
+    path = os.path.join(directory, f"{index}.bin")
+    return torch.from_file(path, shared=True, size=max(numel, 1), dtype=meta.properties.dtype)[:numel].view(
+        meta.size
+    )
+
+
+def read_sharded(directory: str, *, scratch: str, prefix: str | None = None) -> dict[str, Any]:
+    """A sharded checkpoint's nested state (`{"model": ..., "optim": ...}`) in file-backed tensors.
+
+    Args:
+        directory: The torch.distributed.checkpoint directory.
+        scratch: Where the file-backed buffers go (as large as the tensors read).
+        prefix: Read only the keys under this top-level key (e.g. `model`).
+    """
+    reader = dcp.FileSystemReader(directory)
+    metadata = reader.read_metadata()
+    flat: dict[str, Any] = {}
+    for i, (key, meta) in enumerate(metadata.state_dict_metadata.items()):
+        if prefix is not None and not key.startswith(prefix + "."):
+            continue
+        flat[key] = _mmap_tensor(scratch, i, meta) if isinstance(meta, TensorStorageMetadata) else None
+    dcp.load(flat, storage_reader=reader, planner=DefaultLoadPlanner(flatten_state_dict=False))
+    mapping = {k: v for k, v in (metadata.planner_data or {}).items() if k in flat}
+    return unflatten_state_dict(flat, mapping)
+
+
+def _publish(staging: str, dst: str, manifest: Manifest) -> str:
+    """Hashes the staged files, publishes them and then the manifest to `dst` (local dir or URL)."""
+    files = {}
+    for name in sorted(os.listdir(staging)):
+        path = os.path.join(staging, name)
+        files[name] = {"bytes": os.path.getsize(path), HASH: hash_file(HASH, path)}
+    parent, _, name = dst.rstrip("/").rpartition("/")
+    store = CheckpointStore(parent or ".")
+    for rel in files:
+        store.put(os.path.join(staging, rel), f"{name}/{rel}")
+    store.put_text(
+        replace(manifest, files=files).to_json(), f"{name}/{MANIFEST}", scratch=staging + "-scratch"
+    )
+    shutil.rmtree(staging + "-scratch", ignore_errors=True)
+    return store.url(name)
+
+
+def _sharded_to_full(src: str, staging: str, info: CheckpointInfo, scratch: str) -> Manifest:
+    state = read_sharded(src, scratch=scratch, prefix="model" if info.manifest.weights_only else None)
+    torch.save(state["model"], os.path.join(staging, MODEL_FILE))
+    if not info.manifest.weights_only:
+        run = torch.load(os.path.join(src, COMMON_FILE), weights_only=True)["run"]
+        rngs = [
+            torch.load(os.path.join(src, rank_file(r)), weights_only=True)["rng"]
+            for r in range(info.manifest.world_size)
+            if os.path.exists(os.path.join(src, rank_file(r)))
+        ]
+        torch.save({"optimizer": state["optim"], "run": run, "rng": rngs}, os.path.join(staging, STATE_FILE))
+    return replace(info.manifest, format="full")
+
+
+def _full_to_sharded(src: str, staging: str, info: CheckpointInfo) -> Manifest:
+    model = torch.load(os.path.join(src, MODEL_FILE), mmap=True, weights_only=True)
+    if info.manifest.weights_only:
+        dcp.save({"model": model}, storage_writer=dcp.FileSystemWriter(staging, single_file_per_rank=True))
+        return replace(info.manifest, format="sharded")
+    state = torch.load(os.path.join(src, STATE_FILE), mmap=True, weights_only=True)
+    dcp.save(
+        {"model": model, "optim": state["optimizer"]},
+        storage_writer=dcp.FileSystemWriter(staging, single_file_per_rank=True),
+    )
+    torch.save({"run": state["run"]}, os.path.join(staging, COMMON_FILE))
+    rngs = state["rng"] or []
+    for r, rng in enumerate(rngs):
+        torch.save({"rng": rng}, os.path.join(staging, rank_file(r)))
+    return replace(info.manifest, format="sharded", world_size=max(len(rngs), 1))
+
+
+def convert_checkpoint(src: str, dst: str, *, to: str, work_dir: str | None = None) -> str:
+    """Writes checkpoint `src` (directory or save folder, local or URL) in format `to` as `dst`.
+
+    Returns:
+        Where the converted checkpoint is (`dst`).
+    """
+    if to not in ("full", "sharded"):
+        raise ValueError(f"to={to!r}: choose full or sharded (use to_hf for a Hugging Face folder)")
+    with tempfile.TemporaryDirectory(dir=work_dir, prefix="convert-") as tmp:
+        info = open_checkpoint(src, scratch=tmp)
+        if info.manifest.format == to:
+            raise ValueError(f"{src} is already {to}")
+        local = fetch(info, cache_root=os.path.join(tmp, "download"))
+        staging = os.path.join(tmp, "out")
+        os.makedirs(staging)
+        if to == "full":
+            scratch = os.path.join(tmp, "tensors")
+            os.makedirs(scratch)
+            manifest = _sharded_to_full(local, staging, info, scratch)
+        else:
+            manifest = _full_to_sharded(local, staging, info)
+        return _publish(staging, dst, manifest)
+
+
+def to_hf(
+    src: str, out_dir: str, *, tokenizer: Any = None, fmt: str = "auto", dtype: torch.dtype = torch.float32
+) -> str:  # noqa: ANN401
+    """Exports the model of checkpoint `src` to a Hugging Face folder (see `foundry.models.export.export_hf`).
+
+    Returns:
+        The HF format written (`hf_mpt` or `foundry`).
+    """
+    from foundry.models import build_model
+    from foundry.models.export import export_hf
+    from foundry.models.schema import model_schema_from_dict
+
+    with tempfile.TemporaryDirectory(prefix="to-hf-") as tmp:
+        info = open_checkpoint(src, scratch=tmp)
+        if not info.manifest.model_config:
+            raise ValueError(
+                f"{src}: the manifest records no model config; export it with scripts/export_hf.py"
+            )
+        schema = model_schema_from_dict(info.manifest.model_config)
+        local = fetch(info, cache_root=os.path.join(tmp, "download"), weights_only=True)
+        if info.manifest.format == "full":
+            weights = torch.load(os.path.join(local, MODEL_FILE), mmap=True, weights_only=True)
+        else:
+            scratch = os.path.join(tmp, "tensors")
+            os.makedirs(scratch)
+            weights = read_sharded(local, scratch=scratch, prefix="model")["model"]
+        model = build_model(schema, device="meta")
+        model.load_state_dict(weights, strict=True, assign=True)
+        for (
+            module
+        ) in model.modules():  # non-persistent buffers (e.g. ALiBi/positions) are rebuilt, not stored
+            if any(b.is_meta for b in module.buffers(recurse=False)) and hasattr(module, "reset_buffers"):
+                module.to_empty(device="cpu", recurse=False)
+                module.reset_buffers()
+        return export_hf(model, out_dir, tokenizer=tokenizer, fmt=fmt, dtype=dtype)
