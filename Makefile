@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean train bench-trainer eval-harness
+.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean train train-ddp bench-trainer eval-harness
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -57,6 +57,12 @@ clean: ## remove run outputs and caches
 
 train: ## offline quick start (mpt-tiny, ~1 min on CPU); pass overrides with ARGS="model=mpt-125m data=c4"
 	$(PY) train.py $(ARGS)
+
+NPROC ?= 2
+PARALLELISM ?= ddp
+train-ddp: ## the quick start on NPROC=2 CPU processes under torchrun (PARALLELISM=ddp|fsdp|fsdp-grad-op|hsdp)
+	OMP_NUM_THREADS=1 $(PY) -m torch.distributed.run --standalone --nproc_per_node=$(NPROC) train.py \
+	  parallelism=$(PARALLELISM) $(ARGS)
 
 bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
 	$(PY) scripts/bench/trainer_overhead.py
