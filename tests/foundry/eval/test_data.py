@@ -1,0 +1,120 @@
+"""Task data sources: every llm-foundry file in the shared mirror parses, absent files are skipped with a
+message, object-store URLs (loopback S3), hf:// (datasets, on a local folder) and offline:// tasks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from foundry.eval.config import EvalConfig, ICLTaskConfig
+from foundry.eval.data import MissingTaskData, load_rows, resolve_local
+from foundry.eval.prompts import build_examples
+from foundry.eval.runner import load_tasks
+from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
+
+
+def _kind(row: dict) -> str | None:
+    if "context_options" in row:
+        return "schema"
+    if "choices" in row:
+        return "multiple_choice"
+    if "answer" in row:
+        return "generation_task_with_answers"
+    if "continuation" in row:
+        return "language_modeling"
+    return None  # code evaluation (HumanEval), removed in llm-foundry v0.9
+
+
+def test_every_shared_icl_file_parses_and_builds_prompts(shared_data, icl_tokenizer):
+    root = shared_data / "icl"
+    if not root.is_dir():
+        pytest.skip(f"no ICL data at {root}")
+    files = sorted(root.rglob("*.jsonl"))
+    assert files
+    built = 0
+    for path in files:
+        rel = str(path.relative_to(root))
+        task = ICLTaskConfig(label=path.stem, dataset_uri=rel, icl_task_type="language_modeling")
+        rows = load_rows(task, data_root=root)
+        assert rows, rel
+        kind = _kind(rows[0])
+        if kind is None:
+            assert "programming" in rel
+            continue
+        cfg = ICLTaskConfig(
+            label=path.stem, dataset_uri=rel, icl_task_type=kind, has_categories="category" in rows[0]
+        )
+        examples = build_examples(cfg, rows, icl_tokenizer, num_fewshot=1, max_seq_len=2048, limit=3)
+        assert len(examples) >= 1 and all(r.context for ex in examples for r in ex.requests), rel
+        built += 1
+    assert built >= 30
+
+
+def test_missing_file_is_skipped_with_a_message_naming_it(tmp_path, capsys):
+    cfg = EvalConfig(
+        icl_tasks=[
+            {"label": "squad", "dataset_uri": "eval/local_data/reading_comprehension/squad.jsonl",
+             "icl_task_type": "generation_task_with_answers"},
+            {"label": "copy", "dataset_uri": "offline://repeat_copy", "icl_task_type": "language_modeling"},
+        ],
+        data_root=str(tmp_path),
+    )  # fmt: skip
+    skipped: list[str] = []
+    tasks = load_tasks(cfg, skipped=skipped)
+    assert [t.label for t in tasks] == ["copy/0-shot"]
+    assert str(tmp_path / "reading_comprehension" / "squad.jsonl") in skipped[0]
+    assert "EVAL_DATA" in skipped[0] and "skipping ICL task" in capsys.readouterr().out
+    cfg.skip_missing = False
+    with pytest.raises(MissingTaskData, match="squad.jsonl"):
+        load_tasks(cfg)
+
+
+def test_data_root_from_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("EVAL_DATA", str(tmp_path))
+    assert EvalConfig().data_root == str(tmp_path)
+    assert resolve_local("eval/local_data/a/b.jsonl", tmp_path) == tmp_path / "a" / "b.jsonl"
+
+
+def _write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_object_store_url(s3_bucket, s3_env, tmp_path, monkeypatch):
+    import boto3
+
+    monkeypatch.setenv("FOUNDRY_CACHE", str(tmp_path / "cache"))
+    rows = [{"context": "a b", "continuation": "c"}, {"context": "d", "continuation": "e"}]
+    _write(tmp_path / "lm.jsonl", rows)
+    bucket = s3_bucket.removeprefix("s3://")
+    boto3.client("s3", endpoint_url=s3_env).upload_file(str(tmp_path / "lm.jsonl"), bucket, "icl/lm.jsonl")
+    task = ICLTaskConfig(
+        label="lm", dataset_uri=f"{s3_bucket}/icl/lm.jsonl", icl_task_type="language_modeling"
+    )
+    assert load_rows(task, data_root=tmp_path / "nowhere") == rows
+
+
+def test_hf_uri_with_parsing_map_on_a_local_folder(tmp_path):
+    pytest.importorskip("datasets")
+    _write(tmp_path / "ds" / "test.jsonl", [{"q": "Capital of", "q2": "France?", "a": "Paris"}])
+    task = ICLTaskConfig(
+        label="hf", dataset_uri=f"hf://{tmp_path / 'ds'}", icl_task_type="generation_task_with_answers",
+        hf_loading_vars={"split": "test", "cache_dir": str(tmp_path / "hf-cache")}, hf_parsing_map={"context": ["q", "q2"], "answer": ["a"]},
+    )  # fmt: skip
+    rows = load_rows(task, data_root=tmp_path)
+    assert rows[0]["context"] == "Capital of France?" and rows[0]["answer"] == "Paris"
+
+
+def test_offline_tasks_are_deterministic_and_well_formed():
+    for name in OFFLINE_TASKS:
+        rows = generate_offline(name)
+        assert rows == generate_offline(name) and len(rows) == 100
+    mc = generate_offline("arithmetic_mc")
+    assert all(eval(r["query"].rstrip("=")) == int(r["choices"][r["gold"]]) for r in mc)  # noqa: S307
+    schema = generate_offline("compare_schema")
+    assert all(r["context_options"][r["gold"]].startswith(r["continuation"].split()[-1][:-1]) for r in schema)
+    with pytest.raises(ValueError, match="offline tasks are"):
+        load_rows(
+            ICLTaskConfig(label="x", dataset_uri="offline://nope", icl_task_type="schema"), data_root="."
+        )
