@@ -104,7 +104,7 @@ def test_hf_causal_lm_evaluates(icl_tokenizer, tmp_path):
     model = build_model(HFCausalLMConfig(pretrained_model_name_or_path=str(tmp_path / "gpt2")))
     fast = run_icl_eval(_offline_cfg(limit=4), model=model, tokenizer=icl_tokenizer, device="cpu")
     ref = run_icl_eval(
-        _offline_cfg(pad_to_max_seq_len=True), model=model, tokenizer=icl_tokenizer, device="cpu"
+        _offline_cfg(limit=4, pad_to_max_seq_len=True), model=model, tokenizer=icl_tokenizer, device="cpu"
     )
     assert fast == ref and all(math.isfinite(v) for v in fast.values())
 
