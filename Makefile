@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean train train-ddp bench-trainer eval-harness
+.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean train train-ddp bench-trainer eval-harness eval
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -66,6 +66,15 @@ train-ddp: ## the quick start on NPROC=2 CPU processes under torchrun (PARALLELI
 
 bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
 	$(PY) scripts/bench/trainer_overhead.py
+
+# ICL evaluation (foundry.eval). Without CKPT: the newest quick-start checkpoint if there is one, else random init.
+EVAL ?= offline
+eval: ## ICL tasks on a model: make eval [CKPT=<checkpoint>] [MODEL=mpt-tiny] [EVAL=offline|light|gauntlet-v0.3] [ARGS=...]
+	@ckpt="$(CKPT)"; \
+	if [ -z "$$ckpt" ] && [ -d outputs/quickstart/checkpoints ]; then ckpt=outputs/quickstart/checkpoints; fi; \
+	if [ -z "$$ckpt" ]; then echo "[make eval] no CKPT and no outputs/quickstart/checkpoints: evaluating a randomly initialised model"; fi; \
+	set -x; EVAL_DATA="$${EVAL_DATA:-$(CURDIR)/../shared/data/icl}" $(PY) train.py task=eval model=$(or $(MODEL),mpt-tiny) \
+	  eval=$(EVAL) run_name=$(or $(RUN_NAME),eval) $${ckpt:+checkpoint.load_path=$$ckpt} $(ARGS)
 
 # lm-evaluation-harness on our model (offline; local task yamls in evals/harness_tasks, data under EVAL_DATA).
 TASKS ?= piqa_local,lambada_local

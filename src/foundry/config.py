@@ -132,6 +132,10 @@ def _eval_task(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         load_weights(model, cfg.checkpoint.load_path)
     results = run_icl_eval(cfg.eval, model=model, tokenizer=tokenizer, device=device, output_dir=run_dir)
     (run_dir / "eval_results.json").write_text(json.dumps(results, indent=2, default=str))
+    print(
+        (run_dir / "icl_results.md").read_text() + f"\n[foundry] ICL results in {run_dir.resolve()}",
+        flush=True,
+    )
     return {k: float(v) for k, v in results.items() if isinstance(v, int | float)}
 
 
