@@ -1,7 +1,8 @@
 """`Checkpointer`: saves checkpoints during training, publishing each one only once it is complete.
 
-Design note: a save has a short synchronous part on every rank (gather or shard the state, copy it to CPU or
-write the torch.distributed.checkpoint files to local staging) and a background part (hash, upload, publish).
+Design note: a save has a short synchronous part on every rank (gather or shard the state and write it to
+local staging, which for a local `save_folder` is the checkpoint directory itself: at local-disk speed this is
+no slower than a copy in memory would be) and a background part (hash, upload, publish).
 Ranks never talk to each other from the background thread: each rank uploads its own files and then a small
 `.done-rank{r}.json` marker listing them with sizes and digests; rank 0 waits for every marker, merges them
 into `manifest.json`, publishes it last, then updates `latest` and applies retention. A crash anywhere before
@@ -30,7 +31,7 @@ from foundry.checkpoint.layout import (
     checkpoint_name,
     find_checkpoints,
 )
-from foundry.checkpoint.state import collect, dist_info, save_full, save_sharded, snapshot
+from foundry.checkpoint.state import collect, dist_info, save_full, save_sharded
 from foundry.checkpoint.store import CheckpointStore
 from foundry.train.state import rng_state
 from streaming.format.hashing import hash_file
@@ -130,18 +131,14 @@ class Checkpointer:
                 rng=rng_state(),
                 rank=self.rank,
             )
-            write = None
         else:
             model_sd, optim_sd = collect(trainer.model, optimizer, full=True)
-            rngs = self._gather_rngs() if not weights_only else None
-            files = [] if self.rank else (["model.pt"] if weights_only else ["model.pt", "state.pt"])
-            payload = (model_sd, optim_sd, run_state, rngs)
-            if self.rank == 0 and self.cfg.async_upload:
-                payload = snapshot(payload)
-
-            def write(p: tuple[Any, ...] = payload) -> None:
-                save_full(staging, model_sd=p[0], optim_sd=p[1], run_state=p[2], rngs=p[3])
-
+            rngs = None if weights_only else self._gather_rngs()
+            files = []
+            if self.rank == 0:
+                files = save_full(
+                    staging, model_sd=model_sd, optim_sd=optim_sd, run_state=run_state, rngs=rngs
+                )
         manifest = Manifest(
             step=s.step,
             epoch=s.epoch,
@@ -159,9 +156,9 @@ class Checkpointer:
         self.last_saved_step = s.step
         if self.cfg.async_upload:
             job.blocked = time.perf_counter() - start
-            self._pending = self._pool.submit(self._finish, job, write)
+            self._pending = self._pool.submit(self._finish, job)
         else:
-            self._finish(job, write)
+            self._finish(job)
             job.blocked = time.perf_counter() - start
         self.last_blocked = job.blocked
 
@@ -185,9 +182,7 @@ class Checkpointer:
             dist.barrier()
 
     # ----------------------------------------------------------------- background
-    def _finish(self, job: SaveJob, write: Any) -> None:  # noqa: ANN401 - a callable or None
-        if write is not None and self.rank == 0:
-            write()
+    def _finish(self, job: SaveJob) -> None:
         metas = {}
         for f in job.files:
             path = os.path.join(job.staging, f)
@@ -208,9 +203,10 @@ class Checkpointer:
         self.store.put_text(job.manifest.to_json(), f"{job.name}/{MANIFEST}", scratch=self.scratch)
         self.store.put_text(job.name + "\n", LATEST, scratch=self.scratch)
         size = sum(m["bytes"] for m in metas.values())
+        how = f"training blocked {job.blocked:.2f} s, " if self.cfg.async_upload else "synchronous, "
         print(
             f"[foundry] checkpoint {redact(self.store.url(job.name))} complete: {size / 1e6:.1f} MB, "
-            f"training blocked {job.blocked:.2f} s, done after {time.perf_counter() - job.started:.2f} s",
+            f"{how}done after {time.perf_counter() - job.started:.2f} s",
             flush=True,
         )
         self._retain(job.manifest.step)

@@ -123,7 +123,7 @@ def test_manifest_lists_every_file_with_size_and_digest(tmp_path, asynchronous):
     assert (folder / "latest").read_text().strip() == "ep0-ba1"
 
 
-def test_async_save_snapshots_the_state_training_goes_on(tmp_path):
+def test_async_save_holds_the_state_of_its_step_while_training_goes_on(tmp_path):
     tr = _trainer(3)
     tr.fit()
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
