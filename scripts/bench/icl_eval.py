@@ -71,7 +71,7 @@ def _build_model(name: str, *, max_seq_len: int, device: str) -> torch.nn.Module
         cfg = model_schema(name)
         cfg.max_seq_len = max_seq_len
         if device == "cpu":
-            cfg.attn_config["attn_impl"] = "torch"
+            cfg.attn_config.attn_impl = "torch"
     torch.manual_seed(0)
     return materialize_(build_model(cfg, device="meta"), device=device).eval()
 
