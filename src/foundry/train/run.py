@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from foundry.time import parse_duration, to_steps
+
+if TYPE_CHECKING:
+    from foundry.parallel.dist import DistContext
 
 __all__ = ["pretrain", "resolve_device"]
 
@@ -73,7 +76,7 @@ def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN
         teardown(ctx)
 
 
-def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: Any) -> dict[str, float]:  # noqa: ANN401
+def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, float]:  # noqa: ANN401
     from foundry.callbacks import build_callbacks
     from foundry.checkpoint.callback import attach_checkpointing, find_start
     from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
