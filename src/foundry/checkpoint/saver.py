@@ -1,8 +1,9 @@
 """`Checkpointer`: saves checkpoints during training, publishing each one only once it is complete.
 
-Design note: a save has a short synchronous part on every rank (gather or shard the state and write it to
-local staging, which for a local `save_folder` is the checkpoint directory itself: at local-disk speed this is
-no slower than a copy in memory would be) and a background part (hash, upload, publish).
+Design note: a save has a short synchronous part on every rank (gather or shard the state and copy it to CPU
+memory; a multi-rank sharded save writes its torch.distributed.checkpoint files here, since that is a
+collective) and a background part (write to local staging, which for a local `save_folder` is the checkpoint
+directory itself, then hash, upload, publish).
 Ranks never talk to each other from the background thread: each rank uploads its own files and then a small
 `.done-rank{r}.json` marker listing them with sizes and digests; rank 0 waits for every marker, merges them
 into `manifest.json`, publishes it last, then updates `latest` and applies retention. A crash anywhere before
@@ -16,8 +17,10 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch.distributed as dist
@@ -31,7 +34,7 @@ from foundry.checkpoint.layout import (
     checkpoint_name,
     find_checkpoints,
 )
-from foundry.checkpoint.state import collect, dist_info, save_full, save_sharded
+from foundry.checkpoint.state import collect, dist_info, save_full, save_sharded, snapshot
 from foundry.checkpoint.store import CheckpointStore
 from foundry.train.state import rng_state
 from streaming.format.hashing import hash_file
@@ -62,6 +65,8 @@ class SaveJob:
     manifest: Manifest
     started: float
     blocked: float
+    write: Callable[[], list[str]] | None = None
+    """Writes the files in the background (returns their names); None when they are already written."""
 
 
 class Checkpointer:
@@ -121,24 +126,32 @@ class Checkpointer:
         weights_only = self.cfg.save_weights_only
         optimizer = None if weights_only else trainer.optimizer
         run_state = None if weights_only else trainer.run_state()
+        # What may wait for the background thread: writing itself, when this rank can write alone (full format
+        # on rank 0, or sharded in one process); the state is then copied first if it is the live CPU tensors.
         if fmt == "sharded":
             model_sd, optim_sd = collect(trainer.model, optimizer, full=False)
-            files = save_sharded(
-                staging,
-                model_sd=model_sd,
-                optim_sd=optim_sd,
-                run_state=run_state,
-                rng=rng_state(),
-                rank=self.rank,
-            )
+            payload = {"model_sd": model_sd, "optim_sd": optim_sd, "run_state": run_state, "rng": rng_state()}
+            deferred = not (
+                dist.is_available() and dist.is_initialized()
+            )  # dcp.save is a collective otherwise
+            writer = partial(save_sharded, staging, rank=self.rank)
         else:
             model_sd, optim_sd = collect(trainer.model, optimizer, full=True)
             rngs = None if weights_only else self._gather_rngs()
-            files = []
-            if self.rank == 0:
-                files = save_full(
-                    staging, model_sd=model_sd, optim_sd=optim_sd, run_state=run_state, rngs=rngs
-                )
+            payload = {"model_sd": model_sd, "optim_sd": optim_sd, "run_state": run_state, "rngs": rngs}
+            deferred = True
+            writer = partial(save_full, staging) if self.rank == 0 else None
+        deferred = deferred and self.cfg.async_upload
+        if deferred and trainer.device.type == "cpu":
+            payload = snapshot(
+                payload
+            )  # on GPUs `collect` already copied to CPU (full) or the write is synchronous
+        write = None
+        if writer is not None:
+            write = partial(writer, **payload)
+        files: list[str] = []
+        if write is not None and not deferred:
+            files, write = write(), None
         manifest = Manifest(
             step=s.step,
             epoch=s.epoch,
@@ -152,7 +165,7 @@ class Checkpointer:
             model_config=self.model_config,
             extra=self.extra,
         )
-        job = SaveJob(name, staging, files, manifest, start, 0.0)
+        job = SaveJob(name, staging, files, manifest, start, 0.0, write)
         self.last_saved_step = s.step
         if self.cfg.async_upload:
             job.blocked = time.perf_counter() - start
@@ -183,6 +196,8 @@ class Checkpointer:
 
     # ----------------------------------------------------------------- background
     def _finish(self, job: SaveJob) -> None:
+        if job.write is not None:
+            job.files = job.write()
         metas = {}
         for f in job.files:
             path = os.path.join(job.staging, f)

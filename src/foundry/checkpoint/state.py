@@ -37,6 +37,7 @@ __all__ = [
     "load_sharded",
     "save_full",
     "save_sharded",
+    "snapshot",
 ]
 
 MODEL_FILE = "model.pt"
@@ -70,6 +71,17 @@ def collect(
     if optimizer is None:
         return get_model_state_dict(model, options=options), None
     return get_state_dict(model, optimizer, options=options)
+
+
+def snapshot(tree: Any) -> Any:  # noqa: ANN401 - nested containers
+    """A deep copy with every tensor cloned to CPU (so training may go on while a thread writes it)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().to("cpu", copy=True)
+    if isinstance(tree, dict):
+        return type(tree)((k, snapshot(v)) for k, v in tree.items())
+    if isinstance(tree, list | tuple):
+        return type(tree)(snapshot(v) for v in tree)
+    return tree
 
 
 def save_full(
