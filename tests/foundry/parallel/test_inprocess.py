@@ -163,3 +163,16 @@ def test_an_existing_group_is_used_and_left_alone(group):
     assert isinstance(ctx, DistContext) and not ctx.owns_group
     teardown(ctx)
     assert dist.is_initialized()
+
+
+def test_any_transformers_causal_lm_is_sharded_per_block(group):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    def gpt2() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16))
+
+    ref = _steps(gpt2())
+    model = wrap_model(gpt2(), cfg=_cfg(), ctx=group, precision="fp32")
+    assert [type(b).__name__ for b in transformer_blocks(model)] == ["FSDPGPT2Block"] * 2
+    assert _steps(model) == pytest.approx(ref, abs=1e-6)
