@@ -55,7 +55,8 @@ class SpeedMonitor(Callback):
 
         if self._peak is None and trainer.device.type == "cuda":
             self._peak = peak_flops(torch.cuda.get_device_name(trainer.device), trainer.cfg.precision)
-        fpt = getattr(trainer.model, "flops_per_token", None)
+        model = getattr(trainer.model, "module", trainer.model)  # DDP wraps; FSDP2 keeps the class's methods
+        fpt = getattr(model, "flops_per_token", None)
         self._flops_per_token = fpt(trainer.max_seq_len) if callable(fpt) else None
 
     def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
@@ -69,9 +70,10 @@ class SpeedMonitor(Callback):
             return {}
         samples = sum(w[1] for w in self._window) / secs
         tokens = sum(w[2] for w in self._window) / secs
+        ranks = plan.global_batch_size // plan.device_batch_size  # every rank runs the same steps
         out = {
-            "throughput/samples_per_sec": samples,
-            "throughput/tokens_per_sec": tokens,
+            "throughput/samples_per_sec": samples * ranks,
+            "throughput/tokens_per_sec": tokens * ranks,
             "throughput/device/tokens_per_sec": tokens,
         }
         if self._flops_per_token is not None:
