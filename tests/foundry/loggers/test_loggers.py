@@ -59,7 +59,7 @@ def test_build_loggers_respects_flags(tmp_path):
 
 
 def _trainer_stub(**kw):
-    plan = SimpleNamespace(device_batch_size=4)
+    plan = SimpleNamespace(device_batch_size=4, global_batch_size=4)
     model = SimpleNamespace(flops_per_token=lambda s: 1e6)
     base = {"plan": plan, "max_seq_len": 8, "device": torch.device("cpu"), "model": model, "cfg": None}
     return SimpleNamespace(**{**base, **kw})
@@ -129,3 +129,11 @@ def test_wandb_offline_run_writes_its_files(tmp_path, monkeypatch):
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     assert list(runs[0].glob("run-*.wandb"))
+
+
+def test_speed_monitor_reports_global_throughput_over_ranks():
+    tr = _trainer_stub(plan=SimpleNamespace(device_batch_size=4, global_batch_size=8))  # 2 ranks
+    sm = SpeedMonitor(SpeedMonitorConfig(window_size=2, peak_flops=None))
+    sm.on_fit_start(tr)
+    out = sm.on_step_end(tr, step_seconds=1.0)
+    assert out["throughput/tokens_per_sec"] == 2 * out["throughput/device/tokens_per_sec"]
