@@ -168,8 +168,8 @@ class FoundryLM(TemplateLM):
         for idx in _batches(order, self.batch_size):
             logprobs = self._forward_logprobs([inputs[i] for i in idx])
             for row, i in enumerate(idx):
-                cont = requests[i][2]
                 end = len(inputs[i])
+                cont = requests[i][2][-end:]  # a continuation longer than max_length: its last tokens
                 lp = logprobs[row, end - len(cont) : end]
                 target = torch.tensor(cont, device=lp.device)
                 greedy = bool((lp.argmax(-1) == target).all())

@@ -12,12 +12,14 @@ into a (model, tokenizer) pair and nothing else:
 * `config=<model yaml path | conf/model name>` (+ `checkpoint=<weights file or foundry checkpoint>`): the
   model is built from that schema; a weights file (.pt/.bin/.safetensors) is read as a state dict.
 
-The tokenizer is `tokenizer=` when given, else the model folder's own, else the config default
-(gpt-neox-20b from the local HF cache); offline failures name the argument to pass.
+The tokenizer is `tokenizer=` when given, else the model folder's own, else the one recorded in the
+`run.json` of the training run a local checkpoint sits in (`outputs/<run>/checkpoints/...`), else the
+config default (gpt-neox-20b from the local HF cache); offline failures name the argument to pass.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from pathlib import Path
@@ -125,12 +127,29 @@ def _build_from_config(config: str | None, checkpoint: str | None, dtype: torch.
     return model.to(dtype)
 
 
-def _tokenizer(name: str | None, model_dir: Path | None) -> Any:  # noqa: ANN401
+def _run_tokenizer(checkpoint: str | None) -> Any:  # noqa: ANN401 - TokenizerConfig | None
+    """The tokenizer config of the training run a local checkpoint belongs to (its `run.json`), if found."""
+    from foundry.tokenizers import TokenizerConfig
+
+    if checkpoint is None or "://" in checkpoint:
+        return None
+    path = Path(checkpoint).expanduser().resolve()
+    for parent in [path, *path.parents][:4]:
+        run = parent / "run.json"
+        if run.is_file():
+            tok = (json.loads(run.read_text()).get("config") or {}).get("tokenizer") or {}
+            if tok.get("name") and Path(tok["name"]).expanduser().exists():
+                return TokenizerConfig(**tok)
+            return None
+    return None
+
+
+def _tokenizer(name: str | None, model_dir: Path | None, checkpoint: str | None) -> Any:  # noqa: ANN401
     from foundry.tokenizers import TokenizerConfig, build_tokenizer
 
     if name is None and model_dir is not None and _has_tokenizer(model_dir):
         name = str(model_dir)
-    cfg = TokenizerConfig() if name is None else TokenizerConfig(name=name)
+    cfg = TokenizerConfig(name=name) if name is not None else _run_tokenizer(checkpoint) or TokenizerConfig()
     try:
         return build_tokenizer(cfg)
     except ValueError as err:
@@ -182,5 +201,5 @@ def load_model_and_tokenizer(
             "name a model: pretrained=<HF folder>, checkpoint=<HF folder or foundry checkpoint>, or "
             "config=<model yaml or conf/model name> with checkpoint=<weights file>"
         )
-    tok = _tokenizer(tokenizer, model_dir)
+    tok = _tokenizer(tokenizer, model_dir, checkpoint)
     return model.to(device).eval(), tok

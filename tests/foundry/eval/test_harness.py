@@ -133,6 +133,49 @@ def test_config_plus_weights_equals_export(tiny, both):
     assert [x for x, _ in a] == pytest.approx([x for x, _ in b], abs=1e-5)
 
 
+def _write_foundry_checkpoint(tiny, run_dir: Path) -> Path:
+    """A weights-only `full` checkpoint in the trainer's layout: <run>/run.json, <run>/checkpoints/ep0-ba1/."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from foundry.checkpoint import Manifest
+
+    ckpt = run_dir / "checkpoints" / "ep0-ba1"
+    ckpt.mkdir(parents=True)
+    state = torch.load(tiny.weights, weights_only=True)["model"]
+    torch.save(state, ckpt / "model.pt")
+    data = (ckpt / "model.pt").read_bytes()
+    manifest = Manifest(
+        step=1, epoch=0, format="full", world_size=1, weights_only=True,
+        files={"model.pt": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}},
+        model_config=dataclasses.asdict(model_schema(str(tiny.yaml))),
+    )  # fmt: skip
+    (ckpt / "manifest.json").write_text(manifest.to_json())
+    (run_dir / "checkpoints" / "latest").write_text("ep0-ba1\n")
+    run = {"config": {"tokenizer": {"name": str(tiny.tok), "eos_token": "<|endoftext|>"}}}
+    (run_dir / "run.json").write_text(json.dumps(run))
+    return ckpt
+
+
+def test_foundry_checkpoint_with_config_and_tokenizer_from_the_run(tiny, both, tmp_path):
+    ours, _ = both
+    ckpt = _write_foundry_checkpoint(tiny, tmp_path / "run")
+    want = [x for x, _ in ours.loglikelihood(LL_REQUESTS[:3])]
+    for path in (ckpt, ckpt.parent):  # a checkpoint directory, or the save folder (newest checkpoint)
+        lm = FoundryLM(checkpoint=str(path), device="cpu")  # model config: manifest; tokenizer: run.json
+        assert [x for x, _ in lm.loglikelihood(LL_REQUESTS[:3])] == pytest.approx(want, abs=1e-5)
+
+
+def test_continuation_longer_than_max_length_scores_its_last_tokens(both):
+    ours, _ = both
+    cont = " and" * 120  # 120 tokens + context > 96
+    ((lp, _),) = ours.loglikelihood(_reqs(("Start", cont)))
+    ids = ours.tok_encode("Start" + cont)
+    ((lp2, _),) = ours._loglikelihood_tokens([(None, ids[-97:-96], ids[-96:])])
+    assert lp == pytest.approx(lp2, abs=1e-5)
+
+
 def test_model_argument_errors(tiny):
     with pytest.raises(ValueError, match="name a model"):
         load_model_and_tokenizer()
