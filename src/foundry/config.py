@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,9 @@ def run_task(cfg: DictConfig) -> float | None:
     """
     run_dir = _run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    main = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes the run's files
+    if main:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     train_cfg = to_train_config(cfg)
     if train_cfg.task == "pretrain":
         from foundry.train.run import pretrain
@@ -157,7 +160,8 @@ def run_task(cfg: DictConfig) -> float | None:
         metrics = pretrain(train_cfg, run_dir=run_dir)
     else:
         metrics = _eval_task(train_cfg, run_dir)
-    (run_dir / "final_metrics.json").write_text(json.dumps(metrics, indent=2))
+    if main:
+        (run_dir / "final_metrics.json").write_text(json.dumps(metrics, indent=2))
     for key in ("eval/loss", "train/loss"):
         if key in metrics and math.isfinite(metrics[key]):
             return float(metrics[key])
