@@ -120,10 +120,10 @@ class CheckpointStore:
             os.remove(path)
 
     def delete_dir(self, name: str, files: list[str]) -> None:
-        """Removes checkpoint `name`: its manifest first (so it is never seen half-deleted), then its files."""
-        manifest = f"{name}/manifest.json"
-        ordered = [manifest] + [f for f in files if f != manifest]
+        """Removes checkpoint `name` (`files` relative to it): its manifest first, so it is never seen
+        half-deleted, then the rest."""
+        ordered = ["manifest.json"] + [f for f in files if f != "manifest.json"]
         for rel in ordered:
-            self.delete(rel)
+            self.delete(f"{name}/{rel}")
         if not self.remote:
             shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)

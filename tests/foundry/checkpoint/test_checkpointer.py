@@ -261,3 +261,28 @@ def test_config_validation_names_the_field():
         CheckpointConfig(save_num_checkpoints_to_keep=0)
     assert CheckpointConfig(save_folder="x").resume_enabled
     assert not CheckpointConfig(save_folder="x", autoresume=False).resume_enabled
+
+
+def test_remote_save_retention_and_resume_through_s3(tmp_path, s3_bucket, reference):
+    batches = _batches(4)
+    tr = _trainer(4, loader=batches)
+    cfg = CheckpointConfig(save_folder=f"{s3_bucket}/run", save_num_checkpoints_to_keep=2)
+    ckpt = Checkpointer(
+        cfg, run_name="t", run_dir=str(tmp_path / "run"), every_steps=1, model_config=asdict(MODEL)
+    )
+    for _ in range(2):
+        tr.train_step(tr._next_batch())
+        ckpt.save(tr, fmt="full")
+        tr.train_step(tr._next_batch())
+        ckpt.save(tr, fmt="sharded")
+    ckpt.close()
+    store = CheckpointStore(f"{s3_bucket}/run")
+    assert sorted({rel.split("/")[0] for rel in store.list()}) == ["ep0-ba3", "ep0-ba4", "latest"]
+    assert not os.listdir(tmp_path / "run" / ".checkpoint-staging"), "staged files are removed once uploaded"
+    resumed = _trainer(4, seed=5, loader=batches)
+    start = resolve_start(
+        CheckpointConfig(save_folder=f"{s3_bucket}/run"), run_name="t", scratch=str(tmp_path / "s")
+    )
+    assert start is not None and start.info.name == "ep0-ba4" and start.info.manifest.format == "sharded"
+    load_into(resumed, start, cfg=cfg, cache_root=str(tmp_path / "c"), model_config=asdict(MODEL))
+    assert_bitwise_equal(resumed.model.state_dict(), reference.model.state_dict())

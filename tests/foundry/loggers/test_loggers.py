@@ -125,10 +125,14 @@ def test_wandb_offline_run_writes_its_files(tmp_path, monkeypatch):
     for step in range(1, 4):
         log.log_metrics({"train/loss": 1.0 / step}, step=step)
     assert log.run.name == "my-run"
+    log_id = log.run.id
     log.close()
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     assert list(runs[0].glob("run-*.wandb"))
+    resumed = WandbLogger(WandbConfig(project="test"), run_name="my-run", run_dir=tmp_path, run_id=log_id)
+    assert resumed.run.id == log_id, "a resumed training run continues the W&B run its checkpoint recorded"
+    resumed.close()
 
 
 def test_speed_monitor_reports_global_throughput_over_ranks():
