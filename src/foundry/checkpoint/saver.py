@@ -131,9 +131,8 @@ class Checkpointer:
         if fmt == "sharded":
             model_sd, optim_sd = collect(trainer.model, optimizer, full=False)
             payload = {"model_sd": model_sd, "optim_sd": optim_sd, "run_state": run_state, "rng": rng_state()}
-            deferred = not (
-                dist.is_available() and dist.is_initialized()
-            )  # dcp.save is a collective otherwise
+            # under a process group dcp.save is a collective: it must run here, on every rank
+            deferred = not (dist.is_available() and dist.is_initialized())
             writer = partial(save_sharded, staging, rank=self.rank)
         else:
             model_sd, optim_sd = collect(trainer.model, optimizer, full=True)
@@ -142,10 +141,8 @@ class Checkpointer:
             deferred = True
             writer = partial(save_full, staging) if self.rank == 0 else None
         deferred = deferred and self.cfg.async_upload
-        if deferred and trainer.device.type == "cpu":
-            payload = snapshot(
-                payload
-            )  # on GPUs `collect` already copied to CPU (full) or the write is synchronous
+        if deferred and (fmt == "sharded" or trainer.device.type == "cpu"):
+            payload = snapshot(payload)  # a full state on a GPU is already a CPU copy (`cpu_offload`)
         write = None
         if writer is not None:
             write = partial(writer, **payload)
