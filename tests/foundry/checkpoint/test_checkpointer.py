@@ -95,6 +95,16 @@ def _resume_and_finish(tmp_path, reference: Trainer, *, fmt: str, steps: int = 4
     )
 
 
+def _one_checkpoint(tmp_path, *, fmt: str = "full", **save_kw) -> Trainer:
+    """Trains one step and saves it as `ckpts/ep0-ba1`."""
+    tr = _trainer(1)
+    tr.fit()
+    ckpt = _save(tmp_path, tr, **save_kw)
+    ckpt.save(tr, fmt=fmt)
+    ckpt.close()
+    return tr
+
+
 @pytest.fixture(scope="module")
 def reference() -> Trainer:
     ref = _trainer(4)
@@ -109,11 +119,7 @@ def test_resume_continues_bitwise_identically(tmp_path, reference, fmt):
 
 @pytest.mark.parametrize("asynchronous", [True, False])
 def test_manifest_lists_every_file_with_size_and_digest(tmp_path, asynchronous):
-    tr = _trainer(1)
-    tr.fit()
-    ckpt = _save(tmp_path, tr, asynchronous=asynchronous)
-    ckpt.save(tr, fmt="full")
-    ckpt.close()
+    _one_checkpoint(tmp_path, asynchronous=asynchronous)
     folder = tmp_path / "ckpts"
     manifest = json.loads((folder / "ep0-ba1" / "manifest.json").read_text())
     assert set(manifest["files"]) == {"model.pt", "state.pt"}
@@ -172,11 +178,7 @@ def test_torn_checkpoints_are_skipped_with_a_warning(tmp_path, caplog):
 
 
 def test_weights_only_save_and_load_weights(tmp_path):
-    tr = _trainer(1)
-    tr.fit()
-    ckpt = _save(tmp_path, tr, weights_only=True)
-    ckpt.save(tr, fmt="full")
-    ckpt.close()
+    tr = _one_checkpoint(tmp_path, weights_only=True)
     assert sorted(os.listdir(tmp_path / "ckpts" / "ep0-ba1")) == ["manifest.json", "model.pt"]
     model = build_model(MODEL)
     info = load_weights(model, str(tmp_path / "ckpts"), cache_root=str(tmp_path / "c"))
@@ -185,11 +187,7 @@ def test_weights_only_save_and_load_weights(tmp_path):
 
 
 def test_sharded_weights_load_into_a_plain_model(tmp_path):
-    tr = _trainer(1)
-    tr.fit()
-    ckpt = _save(tmp_path, tr)
-    ckpt.save(tr, fmt="sharded")
-    ckpt.close()
+    tr = _one_checkpoint(tmp_path, fmt="sharded")
     files = sorted(os.listdir(tmp_path / "ckpts" / "ep0-ba1"))
     assert ".metadata" in files and "__0_0.distcp" in files and "common.pt" in files
     model = build_model(MODEL)
@@ -198,11 +196,7 @@ def test_sharded_weights_load_into_a_plain_model(tmp_path):
 
 
 def test_strict_load_names_the_mismatch(tmp_path):
-    tr = _trainer(1)
-    ckpt = _save(tmp_path, tr)
-    tr.train_step(tr._next_batch())
-    ckpt.save(tr, fmt="full")
-    ckpt.close()
+    _one_checkpoint(tmp_path)
     bigger = build_model(MPTModelConfig(d_model=32, n_heads=2, n_layers=3, max_seq_len=16, vocab_size=64))
     with pytest.raises(RuntimeError, match="blocks.2"):
         load_weights(bigger, str(tmp_path / "ckpts"))
@@ -210,11 +204,7 @@ def test_strict_load_names_the_mismatch(tmp_path):
 
 
 def test_pickled_objects_are_refused_unless_allowed(tmp_path):
-    tr = _trainer(1)
-    ckpt = _save(tmp_path, tr)
-    tr.train_step(tr._next_batch())
-    ckpt.save(tr, fmt="full")
-    ckpt.close()
+    _one_checkpoint(tmp_path)
     model_pt = tmp_path / "ckpts" / "ep0-ba1" / "model.pt"
     weights = torch.load(model_pt, weights_only=True)
     torch.save({**weights, "evil": Exploit()}, model_pt)
@@ -242,11 +232,7 @@ def test_config_differences_name_every_field():
 
 
 def test_autoresume_with_another_model_config_fails(tmp_path):
-    tr = _trainer(1)
-    ckpt = _save(tmp_path, tr)
-    tr.train_step(tr._next_batch())
-    ckpt.save(tr, fmt="full")
-    ckpt.close()
+    _one_checkpoint(tmp_path)
     cfg = CheckpointConfig(save_folder=str(tmp_path / "ckpts"))
     start = resolve_start(cfg, run_name="t", scratch=str(tmp_path))
     changed = {**asdict(MODEL), "n_layers": 3}

@@ -12,37 +12,32 @@ from foundry.checkpoint import load_weights, open_checkpoint
 from foundry.checkpoint.convert import convert_checkpoint, to_hf
 from foundry.models import build_model
 from tests.foundry.checkpoint.runs import REPO, assert_bitwise_equal
-from tests.foundry.checkpoint.test_checkpointer import MODEL, _save, _trainer
+from tests.foundry.checkpoint.test_checkpointer import MODEL, _one_checkpoint
 
 
 def _saved(tmp_path, fmt: str):
-    tr = _trainer(2)
-    tr.fit()
-    ckpt = _save(tmp_path, tr)
-    ckpt.save(tr, fmt=fmt)
-    ckpt.close()
-    return tr, str(tmp_path / "ckpts" / "ep0-ba2")
+    return _one_checkpoint(tmp_path, fmt=fmt), str(tmp_path / "ckpts" / "ep0-ba1")
 
 
 @pytest.mark.parametrize(("src_fmt", "to"), [("sharded", "full"), ("full", "sharded")])
 def test_round_trip_keeps_every_tensor(tmp_path, src_fmt, to):
     tr, src = _saved(tmp_path, src_fmt)
-    out = convert_checkpoint(src, str(tmp_path / "out" / "ep0-ba2"), to=to)
+    out = convert_checkpoint(src, str(tmp_path / "out" / "ep0-ba1"), to=to)
     info = open_checkpoint(out, scratch=str(tmp_path))
-    assert info.manifest.format == to and info.manifest.step == 2
-    back = convert_checkpoint(out, str(tmp_path / "back" / "ep0-ba2"), to=src_fmt)
+    assert info.manifest.format == to and info.manifest.step == 1
+    back = convert_checkpoint(out, str(tmp_path / "back" / "ep0-ba1"), to=src_fmt)
     for where in (out, back):
         model = build_model(MODEL)
         load_weights(model, where, cache_root=str(tmp_path / "c"))
         assert_bitwise_equal(model.state_dict(), tr.model.state_dict())
     if to == "full":
-        state = torch.load(tmp_path / "out" / "ep0-ba2" / "state.pt", weights_only=True)
+        state = torch.load(tmp_path / "out" / "ep0-ba1" / "state.pt", weights_only=True)
         ref = tr.optimizer.state_dict()["state"]  # keyed by index; the checkpoint's by parameter name
         got = state["optimizer"]["state"]
         assert sorted(float(v["exp_avg"].sum()) for v in got.values()) == sorted(
             float(v["exp_avg"].sum()) for v in ref.values()
         )
-        assert state["run"]["state"]["step"] == 2
+        assert state["run"]["state"]["step"] == 1
 
 
 @pytest.mark.parametrize("fmt", ["full", "sharded"])
@@ -67,6 +62,6 @@ def test_to_hf_matches_the_model(tmp_path, fmt):
 def test_script_help_and_run(tmp_path):
     _, src = _saved(tmp_path, "sharded")
     cmd = [sys.executable, str(REPO / "scripts" / "convert_checkpoint.py"), "--src", src, "--to", "full"]
-    proc = subprocess.run([*cmd, "--dst", str(tmp_path / "o" / "ep0-ba2")], capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "--dst", str(tmp_path / "o" / "ep0-ba1")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "wrote a full checkpoint" in proc.stdout
