@@ -12,9 +12,10 @@ benchmark; both give the same numbers up to float rounding. Generation is a gree
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -60,18 +61,64 @@ def _pad_left(seqs: Sequence[Sequence[int]], length: int, pad: int, device: torc
     return out.to(device)
 
 
-def _score_rows(
-    logits: torch.Tensor, targets: Sequence[Sequence[int]], starts: Sequence[int]
+def logit_head(model: nn.Module, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """hidden states -> logits for `model` (its `logits` method, else its output embedding with the config's
+    final softcapping), or None when that does not reproduce `model(...).logits` on a probe input.
+
+    Scoring then runs `model.base_model` and unembeds only the scored positions (the unembedding is most of
+    the compute of a small model with a 50k vocabulary).
+    """
+    fn = getattr(model, "logits", None)
+    if not callable(fn):
+        get = getattr(model, "get_output_embeddings", None)
+        lm_head = get() if callable(get) else None
+        if lm_head is None or getattr(model, "base_model", model) is model:
+            return None
+        cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+
+        def fn(hidden: torch.Tensor) -> torch.Tensor:
+            out = lm_head(hidden)
+            return cap * torch.tanh(out / cap) if cap else out
+
+    ids = torch.arange(1, 9, device=device)[None]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            full = model(input_ids=ids, use_cache=False).logits.float()
+            mine = fn(model.base_model(input_ids=ids, use_cache=False).last_hidden_state).float()
+    except Exception:  # noqa: BLE001 - any mismatch in the interface: use full forwards
+        return None
+    finally:
+        model.train(was_training)
+    return fn if mine.shape == full.shape and torch.allclose(mine, full, rtol=1e-4, atol=1e-4) else None
+
+
+def _forward_scores(
+    model: nn.Module,
+    head: Callable[[torch.Tensor], torch.Tensor] | None,
+    ids: torch.Tensor,
+    targets: Sequence[Sequence[int]],
+    starts: Sequence[int],
+    **kwargs: Any,  # noqa: ANN401 - attention_mask, position_ids, past_key_values
 ) -> list[RowScore]:
-    """Scores row i's `targets[i]`, predicted by logits at positions starts[i] .. starts[i]+len-1."""
-    out = []
-    for i, tgt in enumerate(targets):
-        n = len(tgt)
-        lg = logits[i, starts[i] : starts[i] + n].float().log_softmax(-1)
-        ids = torch.tensor(tgt, device=lg.device)
-        lp = lg.gather(-1, ids[:, None]).squeeze(-1)
-        out.append(RowScore(float(lp.double().sum()), n, bool((lg.argmax(-1) == ids).all())))
-    return out
+    """One forward; row i's `targets[i]` are predicted at positions starts[i] .. starts[i]+len-1."""
+    lens = [len(t) for t in targets]
+    rows = torch.repeat_interleave(torch.arange(len(targets)), torch.tensor(lens)).to(ids.device)
+    pos = torch.tensor([s + j for s, n in zip(starts, lens) for j in range(n)], device=ids.device)
+    tgt = torch.tensor([t for row in targets for t in row], device=ids.device)
+    use_cache = "past_key_values" in kwargs
+    if head is None:
+        logits = model(input_ids=ids, use_cache=use_cache, **kwargs).logits[rows, pos]
+    else:
+        hidden = model.base_model(input_ids=ids, use_cache=use_cache, **kwargs).last_hidden_state
+        logits = head(hidden[rows, pos])
+    lp = logits.float().log_softmax(-1)
+    tok = lp.gather(-1, tgt[:, None]).squeeze(-1).double().cpu()
+    hit = (lp.argmax(-1) == tgt).cpu()
+    return [
+        RowScore(float(a.sum()), n, bool(b.all())) for a, b, n in zip(tok.split(lens), hit.split(lens), lens)
+    ]
 
 
 def _full_batches(order: list[int], requests: Sequence[Request], batch_size: int) -> Iterator[list[int]]:
@@ -90,6 +137,7 @@ def _score_full(
     pad_id: int,
     pad_to: int | None,
     precision: str,
+    head: Callable[[torch.Tensor], torch.Tensor] | None,
 ) -> dict[int, RowScore]:
     """Full forwards over context+continuation rows (dynamic padding, or padded to `pad_to` with a mask)."""
     if pad_to is None:
@@ -103,11 +151,12 @@ def _score_full(
         if pad_to is not None:
             lens = torch.tensor([len(r) for r in rows], device=device)
             kwargs["attention_mask"] = (torch.arange(length, device=device)[None] < lens[:, None]).long()
-        with _amp(precision, device):
-            logits = model(input_ids=ids, use_cache=False, **kwargs).logits
         starts = [len(requests[i].context) - 1 for i in batch]
-        for i, score in zip(batch, _score_rows(logits, [requests[i].continuation for i in batch], starts)):
-            out[i] = score
+        with _amp(precision, device):
+            scores = _forward_scores(
+                model, head, ids, [requests[i].continuation for i in batch], starts, **kwargs
+            )
+        out.update(zip(batch, scores))
     return out
 
 
@@ -121,6 +170,15 @@ def _shared_prefix(group: Sequence[Request]) -> int:
     return n
 
 
+def _worth_caching(group: Sequence[Request], min_saving: float = 0.25) -> bool:
+    """Reuse the prefix when that skips at least `min_saving` of the group's tokens (the masked two-pass
+    forward costs more per token than one causal pass, so short shared prefixes run whole)."""
+    if len(group) < 2:
+        return False
+    total = sum(len(r.context) + len(r.continuation) for r in group)
+    return _shared_prefix(group) * (len(group) - 1) >= min_saving * total
+
+
 @torch.no_grad()
 def _score_cached(
     model: nn.Module,
@@ -131,6 +189,7 @@ def _score_cached(
     batch_size: int,
     pad_id: int,
     precision: str,
+    head: Callable[[torch.Tensor], torch.Tensor] | None,
 ) -> dict[int, RowScore]:
     """Per group: the shared prefix once (left-padded, masked), then every row's suffix over its KV cache."""
     base = model.base_model
@@ -164,13 +223,20 @@ def _score_cached(
         cache.reorder_cache(torch.tensor(owner, device=device))
         mask = torch.cat([p_mask[owner], torch.ones(len(flat), s_len, dtype=torch.long, device=device)], 1)
         pos = torch.tensor(cut, device=device)[:, None] + torch.arange(s_len, device=device)[None]
-        with _amp(precision, device):
-            logits = model(
-                input_ids=s_ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True
-            ).logits
         starts = [len(requests[i].context) - 1 - n for i, n in zip(flat, cut)]
-        for i, score in zip(flat, _score_rows(logits, [requests[i].continuation for i in flat], starts)):
-            out[i] = score
+        conts = [requests[i].continuation for i in flat]
+        with _amp(precision, device):
+            scores = _forward_scores(
+                model,
+                head,
+                s_ids,
+                conts,
+                starts,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=cache,
+            )
+        out.update(zip(flat, scores))
     return out
 
 
@@ -202,38 +268,24 @@ def score_requests(
     """
     was_training = model.training
     model.eval()
+    common: dict[str, Any] = {
+        "device": device,
+        "batch_size": batch_size,
+        "pad_id": pad_id,
+        "precision": precision,
+    }
     try:
-        if pad_to_max_seq_len is not None:
-            scores = _score_full(
-                model, requests, list(range(len(requests))), device=device, batch_size=batch_size,
-                pad_id=pad_id, pad_to=pad_to_max_seq_len, precision=precision,
-            )  # fmt: skip
+        if pad_to_max_seq_len is not None:  # the reference: full logits over every padded position
+            everything = list(range(len(requests)))
+            scores = _score_full(model, requests, everything, pad_to=pad_to_max_seq_len, head=None, **common)
         else:
-            cached = [g for g in groups or [] if len(g) > 1 and _shared_prefix([requests[i] for i in g]) > 0]
+            head = logit_head(model, device)
+            cached = [g for g in groups or [] if _worth_caching([requests[i] for i in g])]
             in_group = {i for g in cached for i in g}
             rest = [i for i in range(len(requests)) if i not in in_group]
-            scores = _score_full(
-                model,
-                requests,
-                rest,
-                device=device,
-                batch_size=batch_size,
-                pad_id=pad_id,
-                pad_to=None,
-                precision=precision,
-            )
+            scores = _score_full(model, requests, rest, pad_to=None, head=head, **common)
             if cached:
-                scores.update(
-                    _score_cached(
-                        model,
-                        requests,
-                        cached,
-                        device=device,
-                        batch_size=batch_size,
-                        pad_id=pad_id,
-                        precision=precision,
-                    )
-                )
+                scores.update(_score_cached(model, requests, cached, head=head, **common))
     finally:
         model.train(was_training)
     return [scores[i] for i in range(len(requests))]
@@ -264,6 +316,7 @@ def generate_greedy(
     if pad_to is None:
         order.sort(key=lambda i: -len(contexts[i]))
     texts: dict[int, str] = {}
+    head = None if pad_to is not None else logit_head(model, device)
     was_training = model.training
     model.eval()
     try:
@@ -279,16 +332,21 @@ def generate_greedy(
             cache = None
             step_ids = ids
             for _ in range(max_new_tokens):
+                kwargs = {
+                    "attention_mask": mask,
+                    "position_ids": pos,
+                    "past_key_values": cache,
+                    "use_cache": True,
+                }
                 with _amp(precision, device):
-                    res = model(
-                        input_ids=step_ids,
-                        attention_mask=mask,
-                        position_ids=pos,
-                        past_key_values=cache,
-                        use_cache=True,
-                    )
+                    if head is None:
+                        res = model(input_ids=step_ids, **kwargs)
+                        last = res.logits[:, -1]
+                    else:  # unembed only the last position
+                        res = model.base_model(input_ids=step_ids, **kwargs)
+                        last = head(res.last_hidden_state[:, -1])
                 cache = res.past_key_values
-                nxt = res.logits[:, -1].float().argmax(-1)
+                nxt = last.float().argmax(-1)
                 for r, tok in enumerate(nxt.tolist()):
                     if done[r]:
                         continue
