@@ -186,7 +186,7 @@ def evaluate_task(
     examples = build_examples(
         task.cfg, task.rows, tokenizer, num_fewshot=task.num_fewshot, max_seq_len=max_len, limit=task.limit
     )
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
     scores: list[Any] = []
     outputs: list[str] = []
     if kind == "generation_task_with_answers":
