@@ -114,8 +114,8 @@ class EvalConfig:
 
     icl_tasks: Any = field(default_factory=list)
     """A list of `ICLTaskConfig` mappings, or the path of a yaml with an `icl_tasks:` list."""
-    data_root: str = field(default_factory=default_data_root)
-    """Relative `dataset_uri`s resolve here (default `$EVAL_DATA`, else `evals/data`)."""
+    data_root: str | None = None
+    """Relative `dataset_uri`s resolve here; null -> `$EVAL_DATA` (read when tasks load), else `evals/data`."""
     batch_size: int = 16
     """Sequences per forward (multiple choice: all choices of a question stay together)."""
     max_seq_len: int | None = None

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from foundry.eval.config import EvalConfig, ICLTaskConfig, load_task_configs, read_yaml_key
+from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root, load_task_configs, read_yaml_key
 from foundry.eval.data import MissingTaskData, load_rows
 from foundry.eval.metrics import GEN_ACCURACY, LM_ACCURACY, MC_ACCURACY, exact_match, mc_predictions
 from foundry.eval.prompts import Example, build_examples
@@ -71,7 +71,7 @@ def load_tasks(cfg: EvalConfig, *, skipped: list[str] | None = None) -> list[ICL
     out = []
     for task in load_task_configs(cfg):
         try:
-            rows = load_rows(task, data_root=cfg.data_root)
+            rows = load_rows(task, data_root=cfg.data_root or default_data_root())
         except MissingTaskData as err:
             if not cfg.skip_missing:
                 raise

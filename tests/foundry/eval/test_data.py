@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from foundry.eval.config import EvalConfig, ICLTaskConfig
+from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root
 from foundry.eval.data import MissingTaskData, load_rows, resolve_local
 from foundry.eval.prompts import build_examples
 from foundry.eval.runner import load_tasks
@@ -72,7 +72,7 @@ def test_missing_file_is_skipped_with_a_message_naming_it(tmp_path, capsys):
 
 def test_data_root_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("EVAL_DATA", str(tmp_path))
-    assert EvalConfig().data_root == str(tmp_path)
+    assert EvalConfig().data_root is None and default_data_root() == str(tmp_path)
     assert resolve_local("eval/local_data/a/b.jsonl", tmp_path) == tmp_path / "a" / "b.jsonl"
 
 

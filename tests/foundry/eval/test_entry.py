@@ -68,3 +68,17 @@ def test_pretrain_logs_icl_metrics_and_its_checkpoint_evaluates(run, tmp_path):
     )
     fresh = logprobs(run(["task=eval", "model=mpt-tiny", "eval=offline", *TINY]))
     assert len(trained) == 6 and trained != fresh  # the checkpoint's weights were evaluated
+
+
+@pytest.mark.slow
+def test_gauntlet_v03_on_the_shared_mirror(run, shared_data, neox_tokenizer_path, monkeypatch):
+    if not (shared_data / "icl").is_dir() or not neox_tokenizer_path.is_file():
+        pytest.skip("needs ../shared/data/icl and the gpt-neox-20b tokenizer")
+    monkeypatch.setenv("EVAL_DATA", str(shared_data / "icl"))
+    out = run(["task=eval", "model=mpt-tiny", "model.vocab_size=50304", "model.max_seq_len=2048",
+               f"tokenizer.name={neox_tokenizer_path}", "eval=gauntlet-v0.3", "eval.limit=3"])  # fmt: skip
+    doc = json.loads((out / "icl_results.json").read_text())
+    assert {"hellaswag", "squad"} <= {s.split("'")[1] for s in doc["skipped"]}  # absent: skipped by name
+    assert "gsm8k/0-shot" in doc["tasks"] and "winogrande/5-shot" in doc["tasks"]
+    assert doc["gauntlet"]["partial"]["averages"]["core_average"] is not None
+    assert "## Eval Gauntlet" in (out / "icl_results.md").read_text()
