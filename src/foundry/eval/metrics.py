@@ -8,6 +8,7 @@ and `acc_norm` the highest log-likelihood per character of the choice text (lm-e
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections.abc import Sequence
@@ -16,7 +17,11 @@ __all__ = [
     "LM_ACCURACY",
     "MC_ACCURACY",
     "GEN_ACCURACY",
+    "LM_ECE",
+    "MC_ECE",
     "exact_match",
+    "expected_calibration_error",
+    "mc_confidence",
     "mc_predictions",
     "normalize_answer",
 ]
@@ -24,6 +29,8 @@ __all__ = [
 LM_ACCURACY = "InContextLearningLMAccuracy"
 MC_ACCURACY = "InContextLearningMultipleChoiceAccuracy"
 GEN_ACCURACY = "InContextLearningGenerationExactMatchAccuracy"
+LM_ECE = "InContextLearningLMExpectedCalibrationError"
+MC_ECE = "InContextLearningMCExpectedCalibrationError"
 
 _PUNCT = set(string.punctuation) | {"\u2018", "\u2019", "\u00b4", "`"}
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -76,3 +83,28 @@ def exact_match(
     clean = normalize_answer if normalize else str.strip
     answer = clean(output)
     return any(answer.startswith(clean(label)) for label in labels), answer
+
+
+def expected_calibration_error(
+    confidences: Sequence[float], correct: Sequence[bool], *, buckets: int = 10
+) -> float:
+    """`sum_b (n_b / N) |acc_b - mid_b|` over `buckets` equal confidence bins (mid_b: the bin's centre)."""
+    if not confidences:
+        return float("nan")
+    counts = [0] * buckets
+    hits = [0] * buckets
+    for conf, ok in zip(confidences, correct):
+        b = min(int(conf * buckets), buckets - 1)
+        counts[b] += 1
+        hits[b] += int(ok)
+    total = len(confidences)
+    return sum(
+        n / total * abs(h / n - (b + 0.5) / buckets) for b, (n, h) in enumerate(zip(counts, hits)) if n
+    )
+
+
+def mc_confidence(token_logprobs: Sequence[Sequence[float]], pred: int) -> float:
+    """llm-foundry's MC confidence: the predicted choice's mean token probability over the sum of every
+    choice's mean token probability."""
+    means = [sum(math.exp(t) for t in toks) / max(len(toks), 1) for toks in token_logprobs]
+    return means[pred] / sum(means) if sum(means) > 0 else 0.0

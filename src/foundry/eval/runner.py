@@ -22,7 +22,17 @@ from torch import nn
 
 from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root, load_task_configs, read_yaml_key
 from foundry.eval.data import MissingTaskData, load_rows
-from foundry.eval.metrics import GEN_ACCURACY, LM_ACCURACY, MC_ACCURACY, exact_match, mc_predictions
+from foundry.eval.metrics import (
+    GEN_ACCURACY,
+    LM_ACCURACY,
+    LM_ECE,
+    MC_ACCURACY,
+    MC_ECE,
+    exact_match,
+    expected_calibration_error,
+    mc_confidence,
+    mc_predictions,
+)
 from foundry.eval.prompts import Example, build_examples
 from foundry.eval.scorer import generate_greedy, score_requests
 
@@ -123,6 +133,7 @@ def _outcomes(
             rec.update(
                 continuation=ex.choices[0], logprob=s.logprob, num_tokens=s.num_tokens, correct=s.greedy
             )
+            rec["confidence"] = s.min_top_prob
         else:
             group = scores[pos : pos + len(ex.requests)]
             lps = [s.logprob for s in group]
@@ -138,6 +149,7 @@ def _outcomes(
                 correct=preds["foundry"] == ex.gold,
                 correct_acc=preds["acc"] == ex.gold,
                 correct_acc_norm=preds["acc_norm"] == ex.gold,
+                confidence=mc_confidence([s.token_logprobs for s in group], preds["foundry"]),
             )
         pos += len(ex.requests)
         records.append(rec)
@@ -152,6 +164,11 @@ def _metrics(kind: str, records: list[dict[str, Any]]) -> dict[str, float]:
     if kind in ("multiple_choice", "schema"):
         out["acc"] = _mean([float(r["correct_acc"]) for r in records])
         out["acc_norm"] = _mean([float(r["correct_acc_norm"]) for r in records])
+    if kind != "generation_task_with_answers":
+        ece = LM_ECE if kind == "language_modeling" else MC_ECE
+        out[ece] = expected_calibration_error(
+            [r["confidence"] for r in records], [r["correct"] for r in records]
+        )
     return out
 
 

@@ -32,6 +32,9 @@ class RowScore:
     logprob: float
     num_tokens: int
     greedy: bool
+    token_logprobs: tuple[float, ...] = ()
+    min_top_prob: float = 1.0
+    """The smallest, over continuation positions, of the highest next-token probability (LM calibration)."""
 
 
 def _amp(precision: str, device: torch.device) -> AbstractContextManager:
@@ -115,9 +118,12 @@ def _forward_scores(
         logits = head(hidden[rows, pos])
     lp = logits.float().log_softmax(-1)
     tok = lp.gather(-1, tgt[:, None]).squeeze(-1).double().cpu()
-    hit = (lp.argmax(-1) == tgt).cpu()
+    top, arg = lp.max(-1)
+    hit = (arg == tgt).cpu()
+    top = top.exp().cpu()
     return [
-        RowScore(float(a.sum()), n, bool(b.all())) for a, b, n in zip(tok.split(lens), hit.split(lens), lens)
+        RowScore(float(a.sum()), n, bool(b.all()), tuple(a.tolist()), float(c.min()))
+        for a, b, c, n in zip(tok.split(lens), hit.split(lens), top.split(lens), lens)
     ]
 
 

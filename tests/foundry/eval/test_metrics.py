@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from foundry.eval.metrics import exact_match, mc_predictions, normalize_answer
+import math
+
+import pytest
+
+from foundry.eval.metrics import (
+    exact_match,
+    expected_calibration_error,
+    mc_confidence,
+    mc_predictions,
+    normalize_answer,
+)
 
 
 def test_normalize_answer():
@@ -33,3 +43,18 @@ def test_mc_predictions_three_rules():
     preds = mc_predictions([-3.0, -6.0, -2.5], [2, 6, 1], ["abcde", "x" * 30, "z"])
     assert preds == {"foundry": 1, "acc": 2, "acc_norm": 1}  # per char: -0.6, -0.2, -2.5
     assert mc_predictions([-1.0, -1.0], [1, 1], ["a", "b"])["acc"] == 0  # ties: first
+
+
+def test_expected_calibration_error_by_hand():
+    # bucket 9 (mid 0.95): 2 examples, 1 right -> |0.5 - 0.95| = 0.45; bucket 2 (mid 0.25): 1 wrong -> 0.25
+    assert expected_calibration_error([0.99, 0.91, 0.2], [True, False, False]) == pytest.approx(
+        2 / 3 * 0.45 + 1 / 3 * 0.25
+    )
+    assert expected_calibration_error([1.0], [True]) == pytest.approx(0.05)  # 1.0 falls in the last bucket
+
+
+def test_mc_confidence_by_hand():
+    # choice 0: token probs 0.5, 0.3 -> mean 0.4; choice 1: 0.1 -> 0.1
+    toks = [[math.log(0.5), math.log(0.3)], [math.log(0.1)]]
+    assert mc_confidence(toks, 0) == pytest.approx(0.4 / 0.5)
+    assert mc_confidence(toks, 1) == pytest.approx(0.1 / 0.5)

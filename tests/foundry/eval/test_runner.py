@@ -38,7 +38,7 @@ def test_offline_tasks_write_results_tables_and_examples(icl_model, icl_tokenize
     assert flat["icl/arithmetic_mc/2-shot/acc"] >= 0 and "icl/compare_schema/0-shot/acc_norm" in flat
     assert "icl/repeat_copy/2-shot/InContextLearningLMAccuracy" in flat
     assert "icl/arithmetic/0-shot/InContextLearningGenerationExactMatchAccuracy" in flat
-    assert len(flat) == 2 * (3 + 3 + 1 + 1 + 1)
+    assert len(flat) == 2 * (4 + 4 + 2 + 2 + 1)  # MC/schema: 3 accuracies + ECE; LM: accuracy + ECE
     doc = json.loads((tmp_path / "icl_results.json").read_text())
     assert doc["metrics"] == flat and doc["tasks"]["dyck/2-shot"]["num_samples"] == 8
     assert "| arithmetic_mc/2-shot | multiple_choice | 8 |" in (tmp_path / "icl_results.md").read_text()
