@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from foundry.models.schema import model_schema_from_dict
+
 __all__ = ["DTYPES", "load_model_and_tokenizer", "model_schema"]
 
 log = logging.getLogger(__name__)
@@ -57,19 +59,7 @@ def model_schema(config: str) -> Any:  # noqa: ANN401 - MPTModelConfig | HFCausa
         path = named
     body = yaml.safe_load(path.read_text()) or {}
     defaults = body.pop("defaults", None) or []
-    return _schema_from_dict(body, hf="_hf_causal_lm" in defaults)
-
-
-def _schema_from_dict(body: dict[str, Any], *, hf: bool | None = None) -> Any:  # noqa: ANN401
-    """A typed model schema from a plain mapping (a yaml body or a checkpoint manifest's `model_config`)."""
-    from omegaconf import OmegaConf
-
-    from foundry.models import HFCausalLMConfig, MPTModelConfig
-
-    if hf is None:
-        hf = "pretrained_model_name_or_path" in body
-    schema = HFCausalLMConfig if hf else MPTModelConfig
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), body))
+    return model_schema_from_dict(body, hf="_hf_causal_lm" in defaults)
 
 
 def _load_state_file(model: nn.Module, path: Path) -> None:
@@ -113,7 +103,7 @@ def _build_from_config(config: str | None, checkpoint: str | None, dtype: torch.
 
     if config is None:
         assert checkpoint is not None
-        cfg = _schema_from_dict(_manifest_model_config(checkpoint))
+        cfg = model_schema_from_dict(_manifest_model_config(checkpoint))
     else:
         cfg = model_schema(config)
     if isinstance(cfg, MPTModelConfig):
