@@ -96,7 +96,9 @@ TINY_RUN = [
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_runs_one_step_at_tiny_size(experiment, tiny_data, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # experiments save checkpoints under ./outputs/<run_name> (and would autoresume)
+    monkeypatch.chdir(
+        tmp_path
+    )  # experiments save checkpoints under ./outputs/<run_name> (and would autoresume)
     cfg = _cfg(tiny_data, *TINY_RUN, experiment=experiment)
     if experiment != "smoke-cpu":
         assert cfg.trainer.max_duration == "1ba" and cfg.tags[0] == experiment.removesuffix("-c4")
