@@ -15,13 +15,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import torch.distributed as dist
 from torch import nn
 
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.checkpoint.layout import HASH, CheckpointInfo, find_latest, open_checkpoint
-from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, dist_info, load_full, load_sharded
+from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_full, load_sharded
 from foundry.checkpoint.store import CheckpointStore
+from foundry.parallel.dist import barrier, rank, world_size
 from foundry.train.state import set_rng_state
 from streaming.storage import redact
 
@@ -47,7 +47,7 @@ def resolve_start(cfg: CheckpointConfig, *, run_name: str, scratch: str) -> Star
         latest = find_latest(CheckpointStore(folder), scratch=scratch)
         if latest is not None:
             return StartPoint(latest, "autoresume", weights_only=False)
-        if dist_info()[0] == 0:
+        if rank() == 0:
             print(
                 f"[foundry] autoresume: no complete checkpoint in {redact(folder)}; starting fresh",
                 flush=True,
@@ -101,8 +101,7 @@ def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False) 
             if os.path.exists(path) and os.path.getsize(path) == meta["bytes"]:
                 continue
             info.store.get(f"{info.name}/{rel}", path, expected={HASH: meta[HASH]}, algo=HASH)
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+    barrier()
     return target
 
 
@@ -117,7 +116,6 @@ def load_into(
 ) -> None:
     """Loads `start` into the trainer (everything, or the weights only) and reports what it loaded."""
     info, m = start.info, start.info.manifest
-    rank, world = dist_info()
     if start.source == "autoresume" and model_config is not None and m.model_config:
         diffs = config_differences(m.model_config, model_config)
         if diffs:
@@ -138,7 +136,7 @@ def load_into(
     t0 = time.perf_counter()
     directory = fetch(info, cache_root=cache_root, weights_only=start.weights_only)
     optimizer = None if start.weights_only else trainer.optimizer
-    kwargs = {"strict": cfg.load_strict, "allow_pickle": cfg.allow_pickle, "rank": rank}
+    kwargs = {"strict": cfg.load_strict, "allow_pickle": cfg.allow_pickle, "rank": rank()}
     if m.format == "full":
         out = load_full(directory, trainer.model, optimizer, **kwargs)
     else:
@@ -147,7 +145,7 @@ def load_into(
         trainer.load_run_state(out["run"])
         if out["rng"] is not None:
             set_rng_state(out["rng"])
-    if rank == 0:
+    if rank() == 0:
         what = (
             "weights only"
             if start.weights_only
@@ -156,7 +154,7 @@ def load_into(
         size = sum(meta["bytes"] for meta in m.files.values()) / 1e6
         print(
             f"[foundry] {start.source}: loaded {redact(info.url)} (step {m.step}, epoch {m.epoch}, {m.format}, "
-            f"saved by {m.world_size} rank(s), now {world}; {what}; {size:.1f} MB in "
+            f"saved by {m.world_size} rank(s), now {world_size()}; {what}; {size:.1f} MB in "
             f"{time.perf_counter() - t0:.2f} s)",
             flush=True,
         )
@@ -177,9 +175,8 @@ def load_weights(
     """
     info = open_checkpoint(path, scratch=cache_root)
     directory = fetch(info, cache_root=cache_root, weights_only=True)
-    rank = dist_info()[0]
     if info.manifest.format == "full":
-        load_full(directory, model, None, strict=strict, allow_pickle=allow_pickle, rank=rank)
+        load_full(directory, model, None, strict=strict, allow_pickle=allow_pickle, rank=rank())
     else:
         load_sharded(
             directory,
@@ -187,7 +184,7 @@ def load_weights(
             None,
             strict=strict,
             allow_pickle=allow_pickle,
-            rank=rank,
+            rank=rank(),
             saved_world=info.manifest.world_size,
         )
     return info

@@ -34,8 +34,9 @@ from foundry.checkpoint.layout import (
     checkpoint_name,
     find_checkpoints,
 )
-from foundry.checkpoint.state import collect, dist_info, save_full, save_sharded, snapshot
+from foundry.checkpoint.state import collect, save_full, save_sharded, snapshot
 from foundry.checkpoint.store import CheckpointStore
+from foundry.parallel.dist import barrier, rank, world_size
 from foundry.train.state import rng_state
 from streaming.format.hashing import hash_file
 from streaming.storage import redact
@@ -101,7 +102,7 @@ class Checkpointer:
         self.extra = dict(extra or {})
         self.scratch = os.path.join(run_dir, ".checkpoint-scratch")
         self.staging_root = cfg.staging_folder or os.path.join(run_dir, ".checkpoint-staging")
-        self.rank, self.world = dist_info()
+        self.rank, self.world = rank(), world_size()
         self.last_saved_step = -1
         self.last_blocked = 0.0
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
@@ -183,13 +184,12 @@ class Checkpointer:
     def _clear(self, name: str, staging: str) -> None:
         """Removes leftovers of an earlier attempt at the same checkpoint (before any rank writes)."""
         if self.rank == 0:
-            leftovers = [f for f in self.store.list() if f.startswith(name + "/")]
+            leftovers = self.store.list(name)
             if leftovers:
                 self.store.delete_dir(name, [f[len(name) + 1 :] for f in leftovers])
         if os.path.isdir(staging) and self.store.remote:
             shutil.rmtree(staging, ignore_errors=True)
-        if self.world > 1:
-            dist.barrier()
+        barrier()
 
     # ----------------------------------------------------------------- background
     def _finish(self, job: SaveJob) -> None:
@@ -227,7 +227,7 @@ class Checkpointer:
         want = {_MARKER.format(rank=r) for r in range(self.world)}
         deadline = time.monotonic() + timeout
         while True:
-            present = {f[len(name) + 1 :] for f in self.store.list() if f.startswith(name + "/")}
+            present = {f[len(name) + 1 :] for f in self.store.list(name)}
             if want <= present:
                 break
             if time.monotonic() > deadline:

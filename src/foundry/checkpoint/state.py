@@ -14,7 +14,6 @@ import os
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
@@ -31,7 +30,6 @@ __all__ = [
     "STATE_FILE",
     "COMMON_FILE",
     "collect",
-    "dist_info",
     "load_file",
     "load_full",
     "load_sharded",
@@ -43,13 +41,6 @@ __all__ = [
 MODEL_FILE = "model.pt"
 STATE_FILE = "state.pt"
 COMMON_FILE = "common.pt"
-
-
-def dist_info() -> tuple[int, int]:
-    """(rank, world size); (0, 1) without a process group."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def rank_file(rank: int) -> str:

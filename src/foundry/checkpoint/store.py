@@ -41,18 +41,19 @@ class CheckpointStore:
         """The path of `rel` on this machine (None for remote stores)."""
         return None if self.remote else os.path.join(self.root, rel)
 
-    def list(self) -> list[str]:
-        """Every file under the root, relative, sorted ([] when the root does not exist yet)."""
+    def list(self, under: str = "") -> list[str]:
+        """Every file under the root (or under its sub-folder `under`), relative to the root, sorted ([] when
+        nothing is there yet)."""
         if not self.remote:
-            if not os.path.isdir(self.root):
+            top = os.path.join(self.root, under)
+            if not os.path.isdir(top):
                 return []
             return sorted(
-                os.path.relpath(os.path.join(d, f), self.root)
-                for d, _, files in os.walk(self.root)
-                for f in files
+                os.path.relpath(os.path.join(d, f), self.root) for d, _, files in os.walk(top) for f in files
             )
         prefix = self.root + "/"
-        return sorted(u[len(prefix) :] for u in list_files(prefix) if u.startswith(prefix))
+        listed = list_files(prefix + (under.rstrip("/") + "/" if under else ""))
+        return sorted(u[len(prefix) :] for u in listed if u.startswith(prefix))
 
     def size(self, rel: str) -> int | None:
         """Bytes of a local file (None when missing, or for remote stores)."""

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from foundry.parallel.config import ParallelismConfig
 
 __all__ = [
+    "rank",
     "DistContext",
     "all_reduce_sum",
     "barrier",
@@ -165,6 +166,11 @@ def broadcast_object(obj: Any, *, src: int = 0) -> Any:  # noqa: ANN401 - any pi
     box = [obj]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+def rank() -> int:
+    """This process's rank in the process group (0 without one)."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def world_size() -> int:

@@ -81,6 +81,7 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
     from foundry.checkpoint.callback import attach_checkpointing, find_start
     from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
     from foundry.data.text import build_text_dataloader, dataset_missing_message
+    from foundry.eval.callback import icl_callbacks
     from foundry.loggers import build_loggers
     from foundry.optim import build_optimizer, build_scheduler
     from foundry.parallel import barrier, broadcast_object, wrap_model
@@ -181,8 +182,6 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
         )
     for logger in loggers:
         logger.log_hyperparameters({"config": asdict(cfg), "derived": derived})
-    from foundry.eval.callback import icl_callbacks
-
     trainer = Trainer(
         model=model,
         optimizer=optimizer,
