@@ -130,7 +130,7 @@ def _eval_task(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     if cfg.checkpoint.load_path:
         from foundry.checkpoint import load_weights
 
-        load_weights(model, cfg.checkpoint.load_path)
+        load_weights(model, cfg.checkpoint.load_path, cache_root=str(run_dir / ".checkpoint-cache"))
     results = run_icl_eval(cfg.eval, model=model, tokenizer=tokenizer, device=device, output_dir=run_dir)
     (run_dir / "eval_results.json").write_text(json.dumps(results, indent=2, default=str))
     print(
