@@ -23,10 +23,20 @@ from streaming.format.index import INDEX_FILENAME, DatasetIndex, FileInfo, Shard
 from streaming.format.mds import ShardFormatError, parse_mds_header
 from streaming.format.reader import open_shard, read_file_bytes
 
-__all__ = ["Problem", "describe_dataset", "rebuild_index", "validate_dataset"]
+__all__ = ["Problem", "describe_dataset", "is_shard_file", "rebuild_index", "validate_dataset"]
 
 _U32 = struct.Struct("<I")
 _SHARD_RE = re.compile(r"^shard\.(\d+)\.(mds|json|csv|tsv|xsv)(?:\.(zstd|gz|bz2|br|snappy))?$")
+_META_RE = re.compile(r"^shard\.(\d+)\.(json|csv|tsv|xsv)\.meta(?:\.(zstd|gz|bz2|br|snappy))?$")
+
+
+def is_shard_file(name: str) -> bool:
+    """True for the plain file names ``rebuild_index`` reads: ``shard.NNNNN.<format>[.meta][.<compression>]``.
+
+    Names found by listing a folder or a bucket are untrusted; only names of this exact shape (no separator, no
+    ``..``) are ever joined onto a local folder by ``rebuild-index``.
+    """
+    return bool(_SHARD_RE.match(name) or _META_RE.match(name))
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from streaming.check import describe_dataset, rebuild_index, validate_dataset
+from streaming.check import describe_dataset, is_shard_file, rebuild_index, validate_dataset
 from streaming.format.index import INDEX_FILENAME, load_index
+from streaming.safepath import safe_join
 from streaming.sizes import format_bytes
 from streaming.storage import download_file, list_files, upload_file
 from streaming.storage.url import is_remote, join_url
@@ -22,7 +23,11 @@ from streaming.storage.url import is_remote, join_url
 
 @contextmanager
 def _local_copy(path: str, split: str | None, *, shards: bool) -> Iterator[str]:
-    """A local directory holding the dataset at ``path`` (downloaded to a temp dir when ``path`` is a URL)."""
+    """A local directory holding the dataset at ``path`` (downloaded to a temp dir when ``path`` is a URL).
+
+    Shard names come from the downloaded ``index.json``, which ``load_index`` checks before any shard is fetched;
+    each destination is also verified to stay inside the temp dir.
+    """
     if not is_remote(path):
         yield path
         return
@@ -31,9 +36,11 @@ def _local_copy(path: str, split: str | None, *, shards: bool) -> Iterator[str]:
         local = os.path.join(scratch, split) if split else scratch
         download_file(join_url(remote, INDEX_FILENAME), os.path.join(local, INDEX_FILENAME))
         if shards:
-            for shard in load_index(local).shards:
+            index = load_index(local, source=join_url(remote, INDEX_FILENAME))
+            for number, shard in enumerate(index.shards):
                 for info in shard.stored_files():
-                    download_file(join_url(remote, info.basename), os.path.join(local, info.basename))
+                    dest = safe_join(local, info.basename, source=index.path, field=f"shards[{number}] file")
+                    download_file(join_url(remote, info.basename), dest, root=local)
         yield scratch
 
 
@@ -92,12 +99,11 @@ def _rebuild(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="streaming-cli-") as scratch:
         for url in list_files(prefix):
             name = url[len(prefix) :]
-            if "/" in name:
-                continue
             if name == INDEX_FILENAME and not args.force:
                 raise FileExistsError(f"{url} exists; pass --force to replace it")
-            if name.startswith("shard."):
-                download_file(url, os.path.join(scratch, name))
+            if is_shard_file(name):  # only plain shard names: never a nested, absolute or '..' name
+                dest = safe_join(scratch, name, source=f"listing of {prefix}", field="object name")
+                download_file(url, dest, root=scratch)
         index = rebuild_index(scratch, overwrite=True)
         upload_file(index.path, prefix + INDEX_FILENAME)
     print(f"wrote {prefix}{INDEX_FILENAME}: {len(index.shards)} shards, {index.num_samples} samples")

@@ -4,7 +4,9 @@ Parallel conversion writes one sub-directory dataset per worker under a common r
 shard's file basenames with the sub-directory prefix (``"3/shard.00000.mds"``) and concatenates the shard
 lists in partition order, so the root reads as one dataset without moving any shard. Both call forms of the
 reference are supported; partitions found by listing are taken in sorted order, so the result is
-deterministic.
+deterministic. Partition folder names (from a listing or from the given paths) and the basenames inside each
+partition index are untrusted: each must be a safe relative name (``streaming.safepath``), checked before the
+merged index is written.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index, write_index
 from streaming.output import split_out
+from streaming.safepath import safe_relpath
 from streaming.storage import RetryPolicy, download_file, list_files, upload_file
 from streaming.storage.url import is_remote, join_url
 
@@ -85,6 +88,8 @@ def merge_index(*args: object, keep_local: bool = True, download_timeout: float 
         ]
     else:
         raise TypeError("merge_index takes (index_file_urls, out) or (out)")
+    # Check every partition folder name before reading or writing anything.
+    prefixes = [safe_relpath(p, source=path, field="partition folder") for path, p in zip(parts, prefixes)]
     with tempfile.TemporaryDirectory(prefix="merge-index-") as scratch:
         shards: list[ShardInfo] = []
         seen: set[str] = set()
@@ -98,8 +103,8 @@ def merge_index(*args: object, keep_local: bool = True, download_timeout: float 
                 raise FileNotFoundError(f"merge_index: partition index {path} does not exist")
             else:
                 local_dir = os.path.dirname(path)
-            for shard in load_index(local_dir).shards:
-                merged = shard.with_prefix(prefix)
+            for shard in load_index(local_dir, source=path).shards:
+                merged = shard.with_prefix(prefix, source=path)
                 if merged.raw_data.basename not in seen:
                     seen.add(merged.raw_data.basename)
                     shards.append(merged)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["UnsafePathError", "is_safe_relpath", "safe_join", "safe_relpath"]
+__all__ = ["UnsafePathError", "is_safe_relpath", "is_within", "safe_join", "safe_relpath"]
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -55,6 +55,13 @@ def is_safe_relpath(name: object) -> bool:
     return _problem(name) is None
 
 
+def is_within(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
+    """True if ``path`` lies strictly under ``root`` after ``os.path.abspath`` normalisation (no symlink lookup)."""
+    root_abs = os.path.abspath(os.fspath(root))
+    path_abs = os.path.abspath(os.fspath(path))
+    return path_abs != root_abs and os.path.commonpath([root_abs, path_abs]) == root_abs
+
+
 def safe_relpath(name: object, *, source: str, field: str) -> str:
     """The normalised relative POSIX form of an untrusted ``name``.
 
@@ -83,8 +90,8 @@ def safe_join(root: str | os.PathLike[str], name: object, *, source: str, field:
         UnsafePathError: If ``name`` breaks the rule or the joined path leaves ``root``.
     """
     rel = safe_relpath(name, source=source, field=field)
-    root_abs = os.path.abspath(os.fspath(root))
-    path = os.path.abspath(os.path.join(root_abs, rel))
-    if os.path.commonpath([root_abs, path]) != root_abs or path == root_abs:
-        raise UnsafePathError(f"{source}: {field}={name!r} resolves outside its folder {root_abs}")
+    if not is_within(root, os.path.join(os.path.abspath(os.fspath(root)), rel)):
+        raise UnsafePathError(
+            f"{source}: {field}={name!r} resolves outside its folder {os.path.abspath(os.fspath(root))}"
+        )
     return os.path.join(os.fspath(root), rel)

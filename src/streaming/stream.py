@@ -12,19 +12,84 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import stat
 
 from streaming.cache import fetch_index
-from streaming.format.index import DatasetIndex, ShardInfo, load_index
+from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index
 from streaming.format.reader import decompress_shard
 from streaming.storage import RetryPolicy
 from streaming.storage.url import is_remote, join_url
 
-__all__ = ["Stream"]
+__all__ = ["Stream", "UnsafeCacheDirError", "default_cache_base", "default_local"]
+
+
+class UnsafeCacheDirError(PermissionError):
+    """The default cache folder exists but another user could have put files in it."""
 
 
 def _is_url(path: str) -> bool:
     return "://" in path
+
+
+def default_cache_base() -> str:
+    """The per-user base of default stream caches.
+
+    ``$STREAMING_CACHE`` if set, else ``$XDG_CACHE_HOME/streaming``, else ``~/.cache/streaming``.
+    """
+    if os.environ.get("STREAMING_CACHE"):
+        return os.environ["STREAMING_CACHE"]
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (
+        os.path.join(xdg, "streaming")
+        if xdg
+        else os.path.join(os.path.expanduser("~"), ".cache", "streaming")
+    )
+
+
+def _check_private(path: str, remote: str) -> None:
+    """Refuse an existing folder that belongs to another user or that others may write to."""
+    getuid = getattr(os, "getuid", None)
+    if getuid is None:  # no POSIX ownership on this platform
+        return
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    problem = None
+    if not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory"
+    elif st.st_uid != getuid():
+        problem = f"is owned by uid {st.st_uid}, not by you (uid {getuid()})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problem = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    if problem:
+        raise UnsafeCacheDirError(
+            f"default cache folder {path} for remote {remote} {problem}; files planted there would be served "
+            "without contacting the remote. Pass local= (a folder only you can write), set STREAMING_CACHE, or "
+            "remove the folder"
+        )
+
+
+def default_local(remote: str, split: str | None = None) -> str:
+    """The default cache folder of a remote stream: ``<default_cache_base()>/<hash of remote and split>``.
+
+    The base is created with mode 0700. An existing base or per-stream folder that is owned by another user, or
+    writable by group or others, is refused (files planted in it would be trusted).
+
+    Raises:
+        UnsafeCacheDirError: Naming the folder and how to avoid it (pass ``local=``).
+    """
+    base = default_cache_base()
+    digest = hashlib.blake2s(json.dumps([remote, split]).encode(), digest_size=16).hexdigest()
+    try:
+        os.makedirs(base, mode=0o700)
+        os.chmod(base, 0o700)  # the umask may have dropped bits; never widen beyond 0700
+    except FileExistsError:
+        pass
+    local = os.path.join(base, digest)
+    _check_private(base, remote)
+    _check_private(local, remote)
+    return local
 
 
 class Stream:
@@ -34,7 +99,9 @@ class Stream:
         remote: Remote location: ``s3://``, ``gs://``, ``azure://``, ``hf://datasets/...``, ``http(s)://`` or a
             path. Shards are downloaded into ``local`` on demand, once per node. A plain path is read in place
             when ``local`` is unset.
-        local: Local directory (holding ``index.json`` or ``<split>/index.json``).
+        local: Local directory (holding ``index.json`` or ``<split>/index.json``). Default for a URL
+            ``remote``: a per-user cache folder, ``$STREAMING_CACHE`` or ``$XDG_CACHE_HOME/streaming`` or
+            ``~/.cache/streaming``, then a hash of ``remote`` and ``split`` (see ``default_local``).
         split: Optional sub-directory.
         proportion: Relative weight (all streams relative, or none).
         repeat: Absolute multiplier of the stream's samples per epoch.
@@ -79,8 +146,7 @@ class Stream:
         if local is None:
             assert remote is not None
             if _is_url(remote):
-                digest = hashlib.blake2s(remote.encode(), digest_size=16).hexdigest()
-                local = os.path.join(tempfile.gettempdir(), "streaming", digest)
+                local = default_local(remote, split)
             else:
                 local = remote
         self.local = local
@@ -106,11 +172,6 @@ class Stream:
         return os.path.join(self.local, self.split) if self.split else self.local
 
     @property
-    def safe_keep_zip(self) -> bool:
-        """Compressed files are kept when asked to, or when they are the only copy."""
-        return bool(self.keep_zip) or self.remote is None or self.remote == self.local
-
-    @property
     def is_remote(self) -> bool:
         """True when shards come from a remote copy (a URL, or a path other than ``local``)."""
         return self.remote is not None and (is_remote(self.remote) or self.remote != self.local)
@@ -130,9 +191,12 @@ class Stream:
     def index(self) -> DatasetIndex:
         """The parsed ``index.json`` (loaded once; downloaded once per node from a remote stream)."""
         if self._index is None:
+            source = None
             if self.is_remote:
                 fetch_index(self.remote_dirname, self.dirname, policy=self.retry_policy())  # type: ignore[arg-type]
-            self._index = load_index(self.local, self.split)
+                url = join_url(self.remote_dirname, INDEX_FILENAME)  # type: ignore[arg-type]
+                source = f"{url} (copy at {os.path.join(self.dirname, INDEX_FILENAME)})"
+            self._index = load_index(self.local, self.split, source=source)
         return self._index
 
     def fingerprint(self) -> str:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streaming.safepath import safe_relpath
+
 __all__ = [
     "INDEX_FILENAME",
     "INDEX_VERSION",
@@ -90,17 +92,40 @@ class IndexError_(ValueError):  # noqa: N801 - avoid shadowing the builtin Index
 
 @dataclass(frozen=True)
 class FileInfo:
-    """One file of a shard: its basename (relative to the index directory), size and hex digests."""
+    """One file of a shard: its basename (relative to the index directory), size and hex digests.
+
+    ``basename`` is always a safe relative name (``streaming.safepath``): ``from_json`` checks names read from an
+    index with the file and field in the error, and construction re-checks as a backstop, so no ``FileInfo``
+    can point outside the folder it is joined onto.
+    """
 
     basename: str
     bytes: int
     hashes: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        safe_relpath(self.basename, source="FileInfo", field="basename")
+
     def to_json(self) -> dict[str, Any]:
         return {"basename": self.basename, "bytes": self.bytes, "hashes": dict(self.hashes)}
 
     @classmethod
-    def from_json(cls, obj: Any, *, where: str) -> FileInfo:
+    def from_json(
+        cls, obj: Any, *, where: str, source: str | None = None, field: str = "basename"
+    ) -> FileInfo:
+        """Validate one file entry.
+
+        Args:
+            obj: The decoded entry.
+            where: Location for structural errors (index path and shard).
+            source: The file the entry came from (for the unsafe-name error; defaults to ``where``).
+            field: The basename's field path, e.g. ``shards[3].raw_data.basename``.
+
+        Raises:
+            IndexError_: A malformed entry.
+            streaming.safepath.UnsafePathError: A basename that is absolute, has ``..``, a drive letter or a
+                backslash (checked before the name is used for anything).
+        """
         if not isinstance(obj, dict) or set(obj) != {"basename", "bytes", "hashes"}:
             raise IndexError_(
                 f"{where}: a file entry must have exactly the keys basename, bytes, hashes; got {obj!r}"
@@ -109,7 +134,8 @@ class FileInfo:
             raise IndexError_(f"{where}: bad file entry {obj!r}")
         if not isinstance(obj["hashes"], dict):
             raise IndexError_(f"{where}: 'hashes' must be an object of algorithm -> hex digest")
-        return cls(basename=obj["basename"], bytes=obj["bytes"], hashes=dict(obj["hashes"]))
+        basename = safe_relpath(obj["basename"], source=source or where, field=field)
+        return cls(basename=basename, bytes=obj["bytes"], hashes=dict(obj["hashes"]))
 
 
 @dataclass(frozen=True)
@@ -173,8 +199,14 @@ class ShardInfo:
             obj["zip_meta"] = self.zip_meta.to_json() if self.zip_meta else None
         return obj
 
-    def with_prefix(self, prefix: str) -> ShardInfo:
-        """A copy whose file basenames are prefixed with ``prefix/`` (used by ``merge_index``)."""
+    def with_prefix(self, prefix: str, *, source: str = "merge_index") -> ShardInfo:
+        """A copy whose file basenames are prefixed with ``prefix/`` (used by ``merge_index``).
+
+        Raises:
+            streaming.safepath.UnsafePathError: ``prefix`` (a partition folder name, from ``source``) is not a
+                safe relative name.
+        """
+        prefix = safe_relpath(prefix, source=source, field="partition folder")
 
         def fix(info: FileInfo | None) -> FileInfo | None:
             if info is None:
@@ -192,8 +224,15 @@ class ShardInfo:
         )
 
     @classmethod
-    def from_json(cls, obj: Any, *, where: str) -> ShardInfo:
-        """Validate one shard object against its format's exact key set."""
+    def from_json(cls, obj: Any, *, where: str, source: str | None = None, field: str = "shard") -> ShardInfo:
+        """Validate one shard object against its format's exact key set, and every file name in it.
+
+        Args:
+            obj: The decoded shard object.
+            where: Location for error messages (index path and shard number).
+            source: The index file it came from (for unsafe-name errors; defaults to ``where``).
+            field: This shard's field path in that file, e.g. ``shards[3]``.
+        """
         if not isinstance(obj, dict):
             raise IndexError_(f"{where}: a shard must be a JSON object, got {type(obj).__name__}")
         fmt = obj.get("format")
@@ -220,21 +259,20 @@ class ShardInfo:
         if fmt != "json" and len(obj["column_names"]) != len(obj["column_encodings"]):
             raise IndexError_(f"{where}: column_names and column_encodings differ in length")
         split = fmt != "mds"
-        zip_data = obj["zip_data"]
+
+        def file(key: str) -> FileInfo:
+            return FileInfo.from_json(
+                obj[key], where=f"{where} {key}", source=source or where, field=f"{field}.{key}.basename"
+            )
+
         return cls(
             format=fmt,
             samples=samples,
-            raw_data=FileInfo.from_json(obj["raw_data"], where=f"{where} raw_data"),
-            zip_data=FileInfo.from_json(zip_data, where=f"{where} zip_data")
-            if zip_data is not None
-            else None,
+            raw_data=file("raw_data"),
+            zip_data=file("zip_data") if obj["zip_data"] is not None else None,
             config={k: obj[k] for k in config_keys},
-            raw_meta=FileInfo.from_json(obj["raw_meta"], where=f"{where} raw_meta") if split else None,
-            zip_meta=(
-                FileInfo.from_json(obj["zip_meta"], where=f"{where} zip_meta")
-                if split and obj["zip_meta"] is not None
-                else None
-            ),
+            raw_meta=file("raw_meta") if split else None,
+            zip_meta=file("zip_meta") if split and obj["zip_meta"] is not None else None,
         )
 
 
@@ -262,27 +300,52 @@ def index_path(dirname: str, split: str | None = None) -> str:
     return os.path.join(dirname, split, INDEX_FILENAME) if split else os.path.join(dirname, INDEX_FILENAME)
 
 
-def parse_index(obj: Any, *, path: str) -> DatasetIndex:
-    """Validate a decoded ``index.json`` object."""
+def parse_index(obj: Any, *, path: str, source: str | None = None) -> DatasetIndex:
+    """Validate a decoded ``index.json`` object.
+
+    Every shard file name is checked with ``streaming.safepath.safe_relpath`` here, at parse time, so that
+    nothing downstream (reader, cache, eviction, validation) ever joins a name that leaves the dataset folder.
+
+    Args:
+        obj: The decoded JSON.
+        path: Where the index lives locally (``DatasetIndex.path``).
+        source: What to call the file in error messages (e.g. the remote URL it was downloaded from; default
+            ``path``).
+
+    Raises:
+        IndexError_: A malformed index (names the file and shard).
+        streaming.safepath.UnsafePathError: An unsafe basename (names the file, the field, e.g.
+            ``shards[3].raw_data.basename``, and the value).
+    """
+    src = source or path
     if not isinstance(obj, dict) or "shards" not in obj or "version" not in obj:
-        raise IndexError_(f"{path}: not a dataset index (expected an object with 'version' and 'shards')")
+        raise IndexError_(f"{src}: not a dataset index (expected an object with 'version' and 'shards')")
     if obj["version"] != INDEX_VERSION:
         raise IndexError_(
-            f"{path}: unsupported index version {obj['version']!r}; this library reads version {INDEX_VERSION} "
+            f"{src}: unsupported index version {obj['version']!r}; this library reads version {INDEX_VERSION} "
             "(the format written by mosaicml-streaming >= 0.4)"
         )
     if not isinstance(obj["shards"], list):
-        raise IndexError_(f"{path}: 'shards' must be a list")
-    shards = [ShardInfo.from_json(s, where=f"{path} shard {i}") for i, s in enumerate(obj["shards"])]
+        raise IndexError_(f"{src}: 'shards' must be a list")
+    shards = [
+        ShardInfo.from_json(s, where=f"{src} shard {i}", source=src, field=f"shards[{i}]")
+        for i, s in enumerate(obj["shards"])
+    ]
     return DatasetIndex(path=path, shards=shards)
 
 
-def load_index(dirname: str, split: str | None = None) -> DatasetIndex:
+def load_index(dirname: str, split: str | None = None, *, source: str | None = None) -> DatasetIndex:
     """Read and validate ``dirname[/split]/index.json``.
+
+    Args:
+        dirname: Dataset directory.
+        split: Optional split sub-directory.
+        source: What to call the file in error messages (e.g. the remote URL of a downloaded index).
 
     Raises:
         FileNotFoundError: If there is no index; the message says how to create one.
         IndexError_: If the index is malformed (names the file and shard).
+        streaming.safepath.UnsafePathError: If a shard file name is unsafe (names the file, field and value).
     """
     path = index_path(dirname, split)
     try:
@@ -295,8 +358,8 @@ def load_index(dirname: str, split: str | None = None) -> DatasetIndex:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
-        raise IndexError_(f"{path}: not valid JSON ({err})") from None
-    return parse_index(obj, path=path)
+        raise IndexError_(f"{source or path}: not valid JSON ({err})") from None
+    return parse_index(obj, path=path, source=source)
 
 
 def dump_index(obj: dict[str, Any], *, sort_keys: bool = True) -> str:

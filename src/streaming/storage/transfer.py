@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from streaming.format.hashing import hash_file
+from streaming.safepath import UnsafePathError, is_within
 from streaming.storage.backends import get_backend
 from streaming.storage.errors import TransientStorageError
 from streaming.storage.url import redact
@@ -88,6 +89,7 @@ def download_file(
     policy: RetryPolicy | None = None,
     expected_hashes: dict[str, str] | None = None,
     validate_hash: str | None = None,
+    root: str | None = None,
 ) -> None:
     """Download ``url`` to ``path`` atomically.
 
@@ -97,13 +99,21 @@ def download_file(
         policy: Retries and timeout (default: 2 retries, 60 s).
         expected_hashes: ``{algo: hexdigest}`` from the index (used with ``validate_hash``).
         validate_hash: An algorithm to verify after download; a mismatch re-downloads once, then raises.
+        root: The folder ``path`` must stay under. Pass it whenever ``path`` was built from a name read from an
+            untrusted file or listing (index basenames, object names); nothing is created or written otherwise.
 
     Raises:
+        streaming.safepath.UnsafePathError: ``path`` leaves ``root`` (before any directory or file is made).
         FileNotFoundError: The object does not exist (no retry).
         PermissionError: Access denied (no retry).
         TransientStorageError: Still failing after every retry.
         HashMismatchError: The digest is still wrong after one re-download.
     """
+    if root is not None and not is_within(root, path):
+        raise UnsafePathError(
+            f"download {redact(url)}: destination {path} is outside its folder {os.path.abspath(root)}; the file "
+            "name came from an untrusted index or listing and must be a relative name without '..'"
+        )
     policy = policy or RetryPolicy()
     backend = get_backend(url)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
