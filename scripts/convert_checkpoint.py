@@ -36,13 +36,27 @@ def main(argv: list[str] | None = None) -> None:
         "--hf-format", default="auto", choices=FORMATS, help="--to hf: transformers mpt or foundry_mpt"
     )
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="--to hf: weight dtype on disk")
+    p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="read pickled objects in the source without the safe loader (arbitrary code: trusted files only)",
+    )
     args = p.parse_args(argv)
     if args.to == "hf":
         tok = build_tokenizer(TokenizerConfig(name=args.tokenizer)) if args.tokenizer else None
-        fmt = to_hf(args.src, args.dst, tokenizer=tok, fmt=args.hf_format, dtype=DTYPES[args.dtype])
+        fmt = to_hf(
+            args.src,
+            args.dst,
+            tokenizer=tok,
+            fmt=args.hf_format,
+            dtype=DTYPES[args.dtype],
+            allow_pickle=args.allow_pickle,
+        )
         print(f"wrote a {fmt} Hugging Face folder to {args.dst}")
         return
-    where = convert_checkpoint(args.src, args.dst, to=args.to, work_dir=args.work_dir)
+    where = convert_checkpoint(
+        args.src, args.dst, to=args.to, work_dir=args.work_dir, allow_pickle=args.allow_pickle
+    )
     print(f"wrote a {args.to} checkpoint to {where}")
 
 

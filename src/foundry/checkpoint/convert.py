@@ -17,12 +17,12 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, Manifest, open_checkpoint
 from foundry.checkpoint.resume import fetch
-from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, rank_file
+from foundry.checkpoint.safe_dcp import load_planner, storage_reader
+from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_file, rank_file
 from foundry.checkpoint.store import CheckpointStore
 from streaming.format.hashing import hash_file
 
@@ -39,22 +39,26 @@ def _mmap_tensor(directory: str, index: int, meta: TensorStorageMetadata) -> tor
     )
 
 
-def read_sharded(directory: str, *, scratch: str, prefix: str | None = None) -> dict[str, Any]:
+def read_sharded(
+    directory: str, *, scratch: str, prefix: str | None = None, allow_pickle: bool = False
+) -> dict[str, Any]:
     """A sharded checkpoint's nested state (`{"model": ..., "optim": ...}`) in file-backed tensors.
 
     Args:
         directory: The torch.distributed.checkpoint directory.
         scratch: Where the file-backed buffers go (as large as the tensors read).
         prefix: Read only the keys under this top-level key (e.g. `model`).
+        allow_pickle: Unpickle `.metadata` and non-tensor values without the allowlist (trusted files only).
     """
-    reader = dcp.FileSystemReader(directory)
+    reader = storage_reader(directory, allow_pickle=allow_pickle)
     metadata = reader.read_metadata()
     flat: dict[str, Any] = {}
     for i, (key, meta) in enumerate(metadata.state_dict_metadata.items()):
         if prefix is not None and not key.startswith(prefix + "."):
             continue
         flat[key] = _mmap_tensor(scratch, i, meta) if isinstance(meta, TensorStorageMetadata) else None
-    dcp.load(flat, storage_reader=reader, planner=DefaultLoadPlanner(flatten_state_dict=False))
+    planner = load_planner(directory, allow_pickle=allow_pickle, flatten_state_dict=False)
+    dcp.load(flat, storage_reader=reader, planner=planner)
     mapping = {k: v for k, v in (metadata.planner_data or {}).items() if k in flat}
     return unflatten_state_dict(flat, mapping)
 
@@ -76,13 +80,16 @@ def _publish(staging: str, dst: str, manifest: Manifest) -> str:
     return store.url(name)
 
 
-def _sharded_to_full(src: str, staging: str, info: CheckpointInfo, scratch: str) -> Manifest:
-    state = read_sharded(src, scratch=scratch, prefix="model" if info.manifest.weights_only else None)
+def _sharded_to_full(
+    src: str, staging: str, info: CheckpointInfo, scratch: str, *, allow_pickle: bool
+) -> Manifest:
+    prefix = "model" if info.manifest.weights_only else None
+    state = read_sharded(src, scratch=scratch, prefix=prefix, allow_pickle=allow_pickle)
     torch.save(state["model"], os.path.join(staging, MODEL_FILE))
     if not info.manifest.weights_only:
-        run = torch.load(os.path.join(src, COMMON_FILE), weights_only=True)["run"]
+        run = load_file(os.path.join(src, COMMON_FILE), allow_pickle=allow_pickle)["run"]
         rngs = [
-            torch.load(os.path.join(src, rank_file(r)), weights_only=True)["rng"]
+            load_file(os.path.join(src, rank_file(r)), allow_pickle=allow_pickle)["rng"]
             for r in range(info.manifest.world_size)
             if os.path.exists(os.path.join(src, rank_file(r)))
         ]
@@ -107,8 +114,13 @@ def _full_to_sharded(src: str, staging: str, info: CheckpointInfo) -> Manifest:
     return replace(info.manifest, format="sharded", world_size=max(len(rngs), 1))
 
 
-def convert_checkpoint(src: str, dst: str, *, to: str, work_dir: str | None = None) -> str:
+def convert_checkpoint(
+    src: str, dst: str, *, to: str, work_dir: str | None = None, allow_pickle: bool = False
+) -> str:
     """Writes checkpoint `src` (directory or save folder, local or URL) in format `to` as `dst`.
+
+    File names in its manifest are checked (`streaming.safepath`) before anything is downloaded, and a sharded
+    source is read without arbitrary unpickling unless `allow_pickle` (trusted files only).
 
     Returns:
         Where the converted checkpoint is (`dst`).
@@ -125,15 +137,21 @@ def convert_checkpoint(src: str, dst: str, *, to: str, work_dir: str | None = No
         if to == "full":
             scratch = os.path.join(tmp, "tensors")
             os.makedirs(scratch)
-            manifest = _sharded_to_full(local, staging, info, scratch)
+            manifest = _sharded_to_full(local, staging, info, scratch, allow_pickle=allow_pickle)
         else:
             manifest = _full_to_sharded(local, staging, info)
         return _publish(staging, dst, manifest)
 
 
-def to_hf(
-    src: str, out_dir: str, *, tokenizer: Any = None, fmt: str = "auto", dtype: torch.dtype = torch.float32
-) -> str:  # noqa: ANN401
+def to_hf(  # noqa: ANN401 - tokenizer
+    src: str,
+    out_dir: str,
+    *,
+    tokenizer: Any = None,
+    fmt: str = "auto",
+    dtype: torch.dtype = torch.float32,
+    allow_pickle: bool = False,
+) -> str:
     """Exports the model of checkpoint `src` to a Hugging Face folder (see `foundry.models.export.export_hf`).
 
     Returns:
@@ -156,7 +174,7 @@ def to_hf(
         else:
             scratch = os.path.join(tmp, "tensors")
             os.makedirs(scratch)
-            weights = read_sharded(local, scratch=scratch, prefix="model")["model"]
+            weights = read_sharded(local, scratch=scratch, prefix="model", allow_pickle=allow_pickle)["model"]
         model = build_model(schema, device="meta")
         model.load_state_dict(weights, strict=True, assign=True)
         for (

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from foundry.checkpoint.store import CheckpointStore
+from streaming.safepath import UnsafePathError, safe_relpath
+from streaming.storage import redact
 
 __all__ = [
     "HASH",
@@ -35,6 +37,7 @@ __all__ = [
     "find_checkpoints",
     "find_latest",
     "open_checkpoint",
+    "checked_file_name",
     "read_manifest",
 ]
 
@@ -45,6 +48,21 @@ LATEST = "latest"
 HASH = "sha256"
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^ep(\d+)-ba(\d+)$")
+
+
+def checked_file_name(name: object, *, source: str, field: str) -> str:
+    """`name` (from a file we did not write) if it is a safe, already normalised relative file name.
+
+    Raises:
+        UnsafePathError: Naming `source`, `field` and the value (see `streaming.safepath`).
+    """
+    rel = safe_relpath(name, source=source, field=field)
+    if rel != name:
+        raise UnsafePathError(
+            f"{source}: {field}={name!r} is not a normalised relative file name (expected {rel!r}); names in "
+            "this file must be plain relative paths inside its folder"
+        )
+    return rel
 
 
 def checkpoint_name(*, epoch: int, step: int) -> str:
@@ -78,14 +96,42 @@ class Manifest:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=str)
 
     @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        """Parses what `to_json` wrote (unknown keys are an error: the file is not ours or is newer)."""
+    def from_json(cls, text: str, *, source: str = MANIFEST) -> Manifest:
+        """Parses what `to_json` wrote (unknown keys are an error: the file is not ours or is newer).
+
+        Every file name is checked here, at parse time, with the path-safety rule (`streaming.safepath`):
+        the manifest may come from anywhere, and its names are later joined onto local folders.
+
+        Args:
+            text: The JSON.
+            source: Where it came from (its path or URL), for error messages.
+
+        Raises:
+            UnsafePathError: A file name that is absolute, has `..`, a drive letter or a backslash, or is not
+                normalised (names `source`, the field and the value).
+            ValueError: Not a manifest this library can read.
+        """
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"{source}: not a checkpoint manifest (a JSON object)")
         if data.get("format_version", 0) > FORMAT_VERSION:
             raise ValueError(
-                f"manifest format_version {data['format_version']} is newer than this library's "
+                f"{source}: manifest format_version {data['format_version']} is newer than this library's "
                 f"{FORMAT_VERSION}: upgrade foundry to load it"
             )
+        files = data.get("files")
+        if not isinstance(files, dict):
+            raise ValueError(f"{source}: files must be an object of file name -> {{bytes, sha256}}")
+        for name, meta in files.items():
+            checked_file_name(name, source=source, field="files")
+            if not (
+                isinstance(meta, dict)
+                and isinstance(meta.get("bytes"), int)
+                and isinstance(meta.get(HASH), str)
+            ):
+                raise ValueError(
+                    f'{source}: files[{name!r}] must be {{"bytes": int, "{HASH}": hex}}, got {meta!r}'
+                )
         return cls(**data)
 
 
@@ -104,8 +150,10 @@ class CheckpointInfo:
 
 
 def read_manifest(store: CheckpointStore, name: str, *, scratch: str) -> Manifest:
-    """The manifest of checkpoint `name` (FileNotFoundError when it has none)."""
-    return Manifest.from_json(store.read_text(f"{name}/{MANIFEST}", scratch=scratch))
+    """The manifest of checkpoint `name` (FileNotFoundError when it has none; UnsafePathError for a file name
+    that would leave the checkpoint's folder)."""
+    rel = f"{name}/{MANIFEST}"
+    return Manifest.from_json(store.read_text(rel, scratch=scratch), source=redact(store.url(rel)))
 
 
 def find_checkpoints(store: CheckpointStore, *, scratch: str) -> list[CheckpointInfo]:
@@ -128,6 +176,8 @@ def find_checkpoints(store: CheckpointStore, *, scratch: str) -> list[Checkpoint
             continue
         try:
             manifest = read_manifest(store, name, scratch=scratch)
+        except UnsafePathError:
+            raise  # a crafted manifest is an error to see, not a torn save to skip
         except (ValueError, TypeError, OSError) as e:
             log.warning("ignoring checkpoint %s: unreadable %s (%s)", where, MANIFEST, e)
             continue

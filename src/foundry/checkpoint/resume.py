@@ -18,16 +18,20 @@ from typing import Any
 from torch import nn
 
 from foundry.checkpoint.config import CheckpointConfig
-from foundry.checkpoint.layout import HASH, CheckpointInfo, find_latest, open_checkpoint
+from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, find_latest, open_checkpoint
 from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_full, load_sharded
 from foundry.checkpoint.store import CheckpointStore
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.train.state import set_rng_state
+from streaming.format.hashing import hash_file
+from streaming.safepath import safe_join
 from streaming.storage import redact
 
 __all__ = ["StartPoint", "config_differences", "fetch", "load_into", "load_weights", "resolve_start"]
 
 log = logging.getLogger(__name__)
+DCP_METADATA = ".metadata"
+"""The pickled metadata file of a sharded checkpoint (always digest-checked before it is read)."""
 
 
 @dataclass(frozen=True)
@@ -85,22 +89,43 @@ def _needed(info: CheckpointInfo, weights_only: bool) -> list[str]:
     return [f for f in files if f not in (STATE_FILE, COMMON_FILE) and not f.startswith("rank")]
 
 
+def _verify(directory: str, info: CheckpointInfo, names: list[str]) -> None:
+    """Checks the local copies of `names` against the manifest's sizes and sha256 (names the bad file)."""
+    for rel in names:
+        meta = info.manifest.files.get(rel)
+        if meta is None:
+            continue
+        path = safe_join(directory, rel, source=redact(info.url), field="files")
+        size = os.path.getsize(path) if os.path.exists(path) else None
+        if size != meta["bytes"] or hash_file(HASH, path) != meta[HASH]:
+            raise ValueError(
+                f"{path}: does not match {redact(info.url)}/{MANIFEST} (expected {meta['bytes']} bytes, "
+                f"{HASH} {meta[HASH]}; found {'no file' if size is None else f'{size} bytes'}): the checkpoint "
+                "was modified or damaged after it was saved; load another one"
+            )
+
+
 def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False) -> str:
     """A local directory holding the checkpoint's files (downloaded and digest-checked when remote).
 
-    Under a process group, local rank 0 of each node downloads and the others wait at a barrier.
+    Every manifest file name is joined with `streaming.safepath.safe_join` (it never leaves the folder), and
+    the pickled DCP `.metadata` of a sharded checkpoint is digest-checked in a local folder too. Under a
+    process group, local rank 0 of each node downloads and the others wait at a barrier.
     """
     local = info.store.local_path(info.name)
     if local is not None:
+        _verify(local, info, [DCP_METADATA])
         return local
-    target = os.path.join(cache_root, info.name)
+    source = redact(info.url)
+    target = safe_join(cache_root, info.name, source=source, field="checkpoint name")
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         for rel in _needed(info, weights_only):
             meta = info.manifest.files[rel]
-            path = os.path.join(target, rel)
+            path = safe_join(target, rel, source=f"{source}/{MANIFEST}", field="files")
             if os.path.exists(path) and os.path.getsize(path) == meta["bytes"]:
                 continue
             info.store.get(f"{info.name}/{rel}", path, expected={HASH: meta[HASH]}, algo=HASH)
+        _verify(target, info, [DCP_METADATA])  # also when an earlier download left it in the cache
     barrier()
     return target
 

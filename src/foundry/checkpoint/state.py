@@ -4,7 +4,8 @@ Design note: model and optimizer go through `torch.distributed.checkpoint.state_
 by their unwrapped module path, so a checkpoint written under DDP, FSDP2 or one process loads under any of
 them; the sharded format is plain `torch.distributed.checkpoint`, which reshards on load (N ranks -> M).
 Every file is read with `torch.load(weights_only=True)` unless the user opts into pickle: our own run state
-is kept to tensors, numbers, strings and containers so that the safe loader takes it.
+is kept to tensors, numbers, strings and containers so that the safe loader takes it; DCP's own pickled
+`.metadata` goes through the allowlist unpickler of `foundry.checkpoint.safe_dcp`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -24,6 +24,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+
+from foundry.checkpoint.safe_dcp import load_planner, storage_reader
 
 __all__ = [
     "MODEL_FILE",
@@ -192,16 +194,20 @@ def load_sharded(
     rank: int,
     saved_world: int,
 ) -> dict[str, Any] | None:
-    """Loads a `torch.distributed.checkpoint` directory into the (possibly differently sharded) model."""
+    """Loads a `torch.distributed.checkpoint` directory into the (possibly differently sharded) model.
+
+    Unless `allow_pickle`, its `.metadata` is unpickled through an allowlist of the DCP metadata classes and
+    non-tensor values are read weights-only (`foundry.checkpoint.safe_dcp`): a crafted file is refused.
+    """
     model_sd, optim_sd = collect(model, optimizer, full=False)
     if strict:
-        stored = dcp.FileSystemReader(directory).read_metadata().state_dict_metadata
+        stored = storage_reader(directory, allow_pickle=allow_pickle).read_metadata().state_dict_metadata
         _check_keys(model, {k[len("model.") :] for k in stored if k.startswith("model.")}, strict)
     state = {"model": model_sd} if optim_sd is None else {"model": model_sd, "optim": optim_sd}
     dcp.load(
         state,
-        storage_reader=dcp.FileSystemReader(directory),
-        planner=DefaultLoadPlanner(allow_partial_load=not strict),
+        storage_reader=storage_reader(directory, allow_pickle=allow_pickle),
+        planner=load_planner(directory, allow_pickle=allow_pickle, allow_partial_load=not strict),
     )
     set_model_state_dict(model, state["model"], options=StateDictOptions(strict=strict))
     if optimizer is None:

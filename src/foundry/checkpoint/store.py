@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+from streaming.safepath import safe_relpath
 from streaming.storage import download_file, is_remote, join_url, list_files, redact, upload_file
 from streaming.storage.backends import get_backend
 
@@ -43,7 +44,12 @@ class CheckpointStore:
 
     def list(self, under: str = "") -> list[str]:
         """Every file under the root (or under its sub-folder `under`), relative to the root, sorted ([] when
-        nothing is there yet)."""
+        nothing is there yet).
+
+        Raises:
+            streaming.safepath.UnsafePathError: A remote key whose name relative to the root is unsafe (`..`,
+                absolute, backslash, ...): listings are untrusted names, later joined onto local folders.
+        """
         if not self.remote:
             top = os.path.join(self.root, under)
             if not os.path.isdir(top):
@@ -52,8 +58,11 @@ class CheckpointStore:
                 os.path.relpath(os.path.join(d, f), self.root) for d, _, files in os.walk(top) for f in files
             )
         prefix = self.root + "/"
-        listed = list_files(prefix + (under.rstrip("/") + "/" if under else ""))
-        return sorted(u[len(prefix) :] for u in listed if u.startswith(prefix))
+        where = prefix + (under.rstrip("/") + "/" if under else "")
+        listed = [u[len(prefix) :] for u in list_files(where) if u.startswith(prefix)]
+        for rel in listed:  # checked, but kept as listed: it is the key to read or delete
+            safe_relpath(rel, source=f"listing of {redact(where)}", field="key")
+        return sorted(listed)
 
     def size(self, rel: str) -> int | None:
         """Bytes of a local file (None when missing, or for remote stores)."""

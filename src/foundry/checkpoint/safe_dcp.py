@@ -1,0 +1,173 @@
+"""Reading torch.distributed.checkpoint folders without running code from them.
+
+`torch.distributed.checkpoint` reads its `.metadata` file with plain `pickle.load` and every non-tensor value
+(`BYTE_IO` items: optimizer hyperparameters, ...) with `torch.load(weights_only=False)`: a crafted sharded
+checkpoint runs arbitrary code on load, whatever `checkpoint.allow_pickle` says. This module is the safe
+path, used unless the user opts into pickle:
+
+- `RestrictedReader` (a `FileSystemReader`) unpickles `.metadata` with an allowlist of exactly the globals
+  DCP metadata is made of (its dataclasses and enum, `torch.Size`, dtypes, layouts, pure paths), and checks
+  every storage file name it lists with the path-safety rule (`streaming.safepath`);
+- `SafeLoadPlanner` (a `DefaultLoadPlanner`) reads `BYTE_IO` values with `torch.load(weights_only=True)`.
+
+Anything else is refused with an error naming the file and the refused global, before it is constructed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from typing import IO, Any
+
+import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.planner import ReadItem
+
+from streaming.safepath import safe_relpath
+
+__all__ = [
+    "ALLOWED_GLOBALS",
+    "RestrictedReader",
+    "SafeLoadPlanner",
+    "UnsafeCheckpointError",
+    "load_planner",
+    "restricted_load",
+    "storage_reader",
+]
+
+_TRUST_HINT = (
+    "If you trust this checkpoint (it can run arbitrary code when loaded), set checkpoint.allow_pickle=true"
+)
+
+ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("torch.distributed.checkpoint.metadata", name)
+        for name in (
+            "BytesStorageMetadata",
+            "ChunkStorageMetadata",
+            "Metadata",
+            "MetadataIndex",
+            "StorageMeta",
+            "TensorProperties",
+            "TensorStorageMetadata",
+            "_MEM_FORMAT_ENCODING",
+        )
+    }
+    | {
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),
+        ("collections", "OrderedDict"),
+        ("builtins", "set"),
+        ("builtins", "frozenset"),
+        ("builtins", "slice"),
+        ("_codecs", "encode"),
+    }
+    | {(module, cls) for module in ("pathlib", "pathlib._local") for cls in ("PosixPath", "PurePosixPath")}
+    | {
+        (module, cls)
+        for module in ("pathlib", "pathlib._local")
+        for cls in ("WindowsPath", "PureWindowsPath")
+    }
+)
+"""`(module, name)` globals a DCP `.metadata` pickle may name (traced from real metadata of model + optimizer
+checkpoints); torch dtypes (`torch.float32`, ...) are allowed besides."""
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A checkpoint file that names a global outside the allowlist (it could run code when loaded)."""
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """`pickle.Unpickler` that resolves only `ALLOWED_GLOBALS` and torch dtypes."""
+
+    def __init__(self, file: IO[bytes], *, source: str) -> None:
+        super().__init__(file)
+        self.source = source
+
+    def find_class(self, module: str, name: str) -> Any:  # noqa: ANN401 - a class or function
+        if (module, name) in ALLOWED_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise UnsafeCheckpointError(
+            f"{self.source}: refused to unpickle the global {module}.{name}: a torch.distributed.checkpoint "
+            "metadata file holds only checkpoint metadata, so this file was crafted or is not one. "
+            + _TRUST_HINT
+        )
+
+
+def restricted_load(file: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
+    """Unpickles DCP metadata from `file`, refusing any global outside the allowlist (names `source`)."""
+    return _MetadataUnpickler(file, source=source).load()
+
+
+def _check_metadata(metadata: Any, *, source: str) -> dcp_metadata.Metadata:  # noqa: ANN401
+    """`metadata` if it is DCP `Metadata` whose storage file names are all safe relative names."""
+    if not isinstance(metadata, dcp_metadata.Metadata):
+        raise UnsafeCheckpointError(
+            f"{source}: not torch.distributed.checkpoint metadata (a {type(metadata).__name__})"
+        )
+    for index, info in (metadata.storage_data or {}).items():
+        fqn = getattr(index, "fqn", index)
+        safe_relpath(
+            getattr(info, "relative_path", None), source=source, field=f"storage_data[{fqn!r}].relative_path"
+        )
+    return metadata
+
+
+class RestrictedReader(FileSystemReader):
+    """`FileSystemReader` whose `.metadata` is unpickled through the allowlist and checked (see module doc)."""
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> dcp_metadata.Metadata:  # noqa: ANN401
+        rank = kwargs.get("rank")
+        path = os.path.join(os.fspath(self.path), ".metadata" if rank is None else f"__{rank}.metadata")
+        with open(path, "rb") as f:
+            metadata = _check_metadata(restricted_load(f, source=path), source=path)
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = dcp_metadata.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class SafeLoadPlanner(DefaultLoadPlanner):
+    """`DefaultLoadPlanner` that reads non-tensor values with `torch.load(weights_only=True)`.
+
+    Args:
+        source: The checkpoint directory, for error messages.
+        **kwargs: Passed to `DefaultLoadPlanner`.
+    """
+
+    def __init__(self, *, source: str, **kwargs: Any) -> None:  # noqa: ANN401
+        super().__init__(**kwargs)
+        self.source = source
+
+    def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
+        fqn = read_item.dest_index.fqn
+        try:
+            obj = torch.load(value, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise UnsafeCheckpointError(
+                f"{self.source}: the value of {fqn!r} holds pickled Python objects and was refused ({e}). "
+                + _TRUST_HINT
+            ) from None
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[fqn], obj)
+        else:
+            self.state_dict[fqn] = obj
+
+
+def storage_reader(directory: str, *, allow_pickle: bool) -> FileSystemReader:
+    """The reader for a sharded checkpoint: restricted unless the user trusts it (`allow_pickle`)."""
+    return FileSystemReader(directory) if allow_pickle else RestrictedReader(directory)
+
+
+def load_planner(directory: str, *, allow_pickle: bool, **kwargs: Any) -> DefaultLoadPlanner:  # noqa: ANN401
+    """The load planner for a sharded checkpoint: weights-only `BYTE_IO` values unless `allow_pickle`."""
+    if allow_pickle:
+        return DefaultLoadPlanner(**kwargs)
+    return SafeLoadPlanner(source=directory, **kwargs)
