@@ -25,6 +25,7 @@ a scaled warmup is scaled consistently (Composer scales the warmup ramp but not 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +52,8 @@ __all__ = [
 ]
 
 DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------- pure schedules
@@ -278,8 +281,9 @@ def build_lr_lambda(
         A ``functools.partial`` of the pure schedule with every time bound as an int.
 
     Raises:
-        ValueError: If a duration cannot be converted, or the times are inconsistent (warmup longer than
-            ``t_max``, ``t_max`` shorter than the run, ...); the message names the field.
+        ValueError: If a duration cannot be converted, or the times are inconsistent (``t_max`` shorter than
+            the run, a decay overlapping the warmup, ...); the message names the field. A warmup longer than
+            the run is accepted with a one-line warning (the LR is still ramping up at the end, as in Composer).
     """
 
     def steps(field_name: str, *, scaled: bool = True) -> int:
@@ -306,10 +310,17 @@ def build_lr_lambda(
             f"scheduler.t_max={cfg.t_max!r} is {t_max} steps, shorter than the run ({max_steps} steps); "
             "the LR would be stuck at its final value. Use t_max: 1dur or a longer duration"
         )
-    if t_warmup > t_max:
-        raise ValueError(
-            f"scheduler.t_warmup={cfg.t_warmup!r} is {t_warmup} steps, longer than t_max={cfg.t_max!r} "
-            f"({t_max} steps); shorten the warmup (e.g. t_warmup: 0.01dur)"
+    # A warmup as long as the run (or longer: Composer accepts it too) leaves the decay outside the run, so
+    # the checks on the decay below do not apply; a longer one ends the run with the LR still ramping up.
+    whole_run_warmup = t_warmup >= max_steps
+    if t_warmup > max_steps:
+        log.warning(
+            "scheduler.t_warmup=%r is %d steps, longer than the run (%d steps): the LR is still warming up "
+            "when the run ends (at %.0f%% of its peak); shorten it (e.g. scheduler.t_warmup=0.1dur) if unintended",
+            cfg.t_warmup,
+            t_warmup,
+            max_steps,
+            100 * max_steps / t_warmup,
         )
     if isinstance(cfg, ConstantWithWarmupConfig):
         return functools.partial(constant_with_warmup, t_warmup=t_warmup, alpha=cfg.alpha)
@@ -323,7 +334,7 @@ def build_lr_lambda(
         t_scale, t_cooldown = steps("t_scale"), steps("t_cooldown")
         if t_scale <= 0:
             raise ValueError(f"scheduler.t_scale={cfg.t_scale!r} must be at least 1 step, got {t_scale}")
-        if t_warmup + t_cooldown > t_max:
+        if t_warmup + t_cooldown > t_max and not whole_run_warmup:
             raise ValueError(
                 f"scheduler.t_cooldown={cfg.t_cooldown!r} ({t_cooldown} steps) plus t_warmup ({t_warmup} steps) "
                 f"exceeds t_max ({t_max} steps); shorten the cooldown or the warmup"
@@ -339,7 +350,7 @@ def build_lr_lambda(
         )
     if isinstance(cfg, WarmupStableDecayConfig):
         t_decay = steps("t_decay")
-        if t_warmup + t_decay > t_max:
+        if t_warmup + t_decay > t_max and not whole_run_warmup:
             raise ValueError(
                 f"scheduler.t_decay={cfg.t_decay!r} ({t_decay} steps) plus t_warmup ({t_warmup} steps) exceeds "
                 f"t_max ({t_max} steps); shorten the decay or the warmup"
