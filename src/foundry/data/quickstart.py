@@ -5,15 +5,18 @@ corpus is CPython's own English reference text (`pydoc_data.topics`) followed by
 library sources, in sorted order (the same bytes on every machine with the same Python). A byte-level BPE
 tokenizer is trained on it with `tokenizers` in seconds. Everything is built once into `data.local` (a
 temporary sibling directory renamed into place, so an interrupted build is never mistaken for a finished
-one) and reused while its parameters (recorded in `quickstart.json`) match.
+one) and reused while its parameters (recorded in `quickstart.json`) match. Each stage logs one progress line
+(through `logging`, so it reaches the console and Hydra's `train.log`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import sysconfig
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,8 @@ from foundry.data.text import TextDataConfig
 __all__ = ["QuickstartDataConfig", "quickstart_corpus", "train_bpe_tokenizer", "prepare_quickstart"]
 
 EOS = "<|endoftext|>"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)
@@ -110,21 +115,46 @@ def prepare_quickstart(cfg: QuickstartDataConfig, *, max_seq_len: int) -> Path:
     params = _params(cfg, max_seq_len)
     marker = root / "quickstart.json"
     if marker.is_file() and json.loads(marker.read_text()) == params:
+        log.info("quick start: reusing the corpus, tokenizer and MDS splits in %s", root)
         return root
+    log.info("quick start: building the corpus, tokenizer and MDS splits in %s (first run only)", root)
+    begin = time.perf_counter()
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
     tmp.chmod(0o755)
     try:
+        t0 = time.perf_counter()
         docs = quickstart_corpus(int(cfg.corpus_mb * 1e6))
+        chars = sum(len(d) for d in docs)
+        log.info(
+            "quick start: corpus of %d documents, %.2fM characters (%.1f s)",
+            len(docs),
+            chars / 1e6,
+            time.perf_counter() - t0,
+        )
+        t0 = time.perf_counter()
         train_bpe_tokenizer(docs, vocab_size=cfg.vocab_size, path=tmp / "tokenizer.json")
         tokenizer = build_tokenizer(TokenizerConfig(name=str(tmp / "tokenizer.json")))
+        log.info(
+            "quick start: trained a byte-level BPE tokenizer, %d tokens (%.1f s)",
+            len(tokenizer),
+            time.perf_counter() - t0,
+        )
         n_eval = max(1, int(len(docs) * cfg.eval_fraction)) if cfg.eval_split else 0
         splits = {cfg.train_split: docs[: len(docs) - n_eval]}
         if cfg.eval_split:
             splits[cfg.eval_split] = docs[len(docs) - n_eval :]
         for split, texts in splits.items():
-            convert_texts(
+            stats = convert_texts(
                 texts, tokenizer=tokenizer, out=str(tmp / split), max_seq_len=max_seq_len, eos_text=EOS
+            )
+            log.info(
+                "quick start: MDS split %r: %d documents -> %d rows of %d tokens (%.1f s)",
+                split,
+                stats.documents,
+                stats.rows,
+                max_seq_len,
+                stats.seconds,
             )
         (tmp / "quickstart.json").write_text(json.dumps(params, indent=2))
         if root.exists():
@@ -133,4 +163,5 @@ def prepare_quickstart(cfg: QuickstartDataConfig, *, max_seq_len: int) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    log.info("quick start: data ready in %s (%.1f s)", root, time.perf_counter() - begin)
     return root
