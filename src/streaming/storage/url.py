@@ -7,13 +7,13 @@ the same form in both directions), ``hf://datasets/org/repo/path``, ``http(s)://
 
 from __future__ import annotations
 
-import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from streaming.storage.redact import redact_url
 
 __all__ = ["SCHEMES", "is_remote", "join_url", "redact", "scheme_of", "split_bucket"]
 
 SCHEMES = ("s3", "gs", "azure", "hf", "http", "https", "file")
-_SECRET_QUERY = re.compile(r"(?i)(sig|signature|x-amz-[a-z-]*|token|key|secret|credential|se|sp|sv)=[^&]*")
 
 
 def scheme_of(url: str) -> str:
@@ -28,12 +28,21 @@ def is_remote(url: str | None) -> bool:
 
 
 def join_url(base: str, *parts: str | None) -> str:
-    """Join path parts onto a URL or path with ``/`` (empty or None parts are skipped)."""
-    out = base
+    """Join path parts onto a URL or path with ``/`` (empty or None parts are skipped).
+
+    The parts go into the path of a remote URL; its query and fragment stay at the end
+    (``https://host/a?sig=x`` + ``b`` -> ``https://host/a/b?sig=x``). Plain paths and ``file://`` URLs are
+    paths, so a ``?`` or ``#`` in them is part of a file name.
+    """
+    head, tail = base, ""
+    if is_remote(base):
+        cut = [i for i in (base.find("?"), base.find("#")) if i >= 0]
+        if cut:
+            head, tail = base[: min(cut)], base[min(cut) :]
     for part in parts:
         if part:
-            out = out.rstrip("/") + "/" + part.lstrip("/")
-    return out
+            head = head.rstrip("/") + "/" + part.lstrip("/")
+    return head + tail
 
 
 def split_bucket(url: str) -> tuple[str, str]:
@@ -49,15 +58,6 @@ def split_bucket(url: str) -> tuple[str, str]:
 
 
 def redact(url: str) -> str:
-    """The URL with user info and secret-looking query parameters removed, safe for logs and errors."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    if parts.username or parts.password:
-        netloc = "***@" + netloc
-    query = _SECRET_QUERY.sub(lambda m: f"{m.group(1)}=***", parts.query)
-    return urlunsplit((parts.scheme, netloc if parts.scheme else parts.netloc, parts.path, query, ""))
+    """The URL with user info and secret-looking query parameters masked, safe for logs and errors
+    (`streaming.storage.redact.redact_url`; `redact_text` / `redact_value` cover text and config trees)."""
+    return redact_url(url)

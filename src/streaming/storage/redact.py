@@ -1,0 +1,181 @@
+"""Credential redaction for anything we print or record: URLs, free text, and whole config trees.
+
+What counts as a secret:
+
+- the user info of a URL (``https://user:token@host`` -> ``https://***@host``);
+- signed or secret query parameters (``sig``, ``signature``, ``X-Amz-*``, ``X-Goog-*``, Azure SAS fields, any
+  name with ``token``, ``key``, ``secret``, ``credential``, ``password`` or ``auth`` in it);
+- the value of a known credential key (``password``, ``token``, ``api_key``, ``secret_access_key``,
+  ``session_token``, ``sas_token``, ``account_key``, ``connection_string``, ``credentials``, ...), both as a
+  mapping key and as ``key=value`` inside text (Hydra overrides, connection strings, environment dumps).
+
+Design note: redaction builds new values and never mutates its input, so code that needs the real value (a
+backend opening a signed URL) keeps using the original object while every file and logger gets the redacted
+copy. The marker is ``***``. Values that are not strings (numbers, booleans, None) are never secrets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["MASK", "is_secret_key", "is_secret_param", "redact_text", "redact_url", "redact_value"]
+
+MASK = "***"
+
+# Key names (normalised: snake_case, lower) that hold a credential wherever they appear.
+_SECRET_KEYS = frozenset(
+    {
+        "token",
+        "sig",
+        "pwd",
+        "auth",
+        "authorization",
+        "credentials",
+        "hf_token",
+        "api_token",
+        "id_token",
+        "github_token",
+        "wandb_api_key",
+    }
+)
+_SECRET_KEY_PARTS = (
+    "password",
+    "passwd",
+    "secret",
+    "api_key",
+    "apikey",
+    "private_key",
+    "account_key",
+    "access_key",
+    "connection_string",
+    "credential",
+    "signature",
+    "bearer",
+)
+# Tokenizer special-token fields end in `_token` but hold no secret.
+_NOT_SECRET_TOKENS = frozenset(
+    {"pad_token", "eos_token", "bos_token", "unk_token", "sep_token", "cls_token", "mask_token"}
+)
+# Azure SAS fields and other signing parameters whose names say nothing about secrecy.
+_SECRET_PARAMS = frozenset(
+    {"se", "sp", "sv", "st", "sr", "si", "spr", "skoid", "sktid", "skt", "ske", "sks", "skv", "policy"}
+)
+_PARAM_HINT = re.compile(r"sig|key|token|secret|credential|passw|auth")
+
+_SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*://"
+# scheme://<userinfo>@ (the user info stops at the first / ? # @ or whitespace)
+_USERINFO = re.compile(rf"({_SCHEME})[^/?#@\s'\"]*@")
+# ?name=value &name=value #name=value ;name=value (query strings, fragments, connection strings)
+_PARAM = re.compile(r"([?&#;])([\w.\-~%]+)=([^&#\s,;'\"\])}]*)")
+# name=value anywhere (Hydra overrides `+a.b.token=x`, `AWS_SECRET_ACCESS_KEY=...`): the last dotted
+# component of the name decides
+_ASSIGN = re.compile(r"(?<![\w.\-])([A-Za-z_][\w.\-]*)=('[^']*'|\"[^\"]*\"|\[[^\]]*\]|[^\s,&;'\"\])}]*)")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _normalise(name: str) -> str:
+    return _CAMEL.sub("_", name.strip()).lower().replace("-", "_")
+
+
+def is_secret_key(name: object) -> bool:
+    """True when a mapping key (or ``key=`` name) names a credential: ``password``, ``aws_secret_access_key``,
+    ``AccountKey``, ``sas_token``, ``hf_token``, ... (tokenizer fields such as ``pad_token`` are not)."""
+    if not isinstance(name, str) or not name:
+        return False
+    key = _normalise(name)
+    if key in _SECRET_KEYS:
+        return True
+    if key.endswith("_token") and key not in _NOT_SECRET_TOKENS:
+        return True
+    return any(part in key for part in _SECRET_KEY_PARTS)
+
+
+def is_secret_param(name: str) -> bool:
+    """True for URL query (or fragment) parameter names that carry a signature or credential."""
+    low = name.lower()
+    if low in _SECRET_PARAMS or low.startswith(("x-amz-", "x-goog-")):
+        return True
+    return bool(_PARAM_HINT.search(low)) or is_secret_key(name)
+
+
+def _redact_params(text: str) -> str:
+    return _PARAM.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}={MASK}" if is_secret_param(m.group(2)) else m.group(0), text
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL normalised for an error message: user info and secret query parameters masked, fragment
+    dropped (``https://u:p@host/a?sig=x#f`` -> ``https://***@host/a?sig=***``)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "<unparseable url>"
+    netloc = parts.hostname or ""
+    if port:
+        netloc += f":{port}"
+    if parts.username or parts.password:
+        netloc = f"{MASK}@" + netloc
+    query = _redact_params("?" + parts.query)[1:] if parts.query else ""
+    return urlunsplit((parts.scheme, netloc if parts.scheme else parts.netloc, parts.path, query, ""))
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every embedded secret masked and everything else verbatim.
+
+    Masks URL user info, secret query/fragment parameters, and the value of ``name=value`` pairs whose name
+    (its last dotted component) is a credential key, so it also serves Hydra override strings
+    (``+variables.token=abc`` -> ``+variables.token=***``) and connection strings (``AccountKey=***;``).
+    """
+    if not text:
+        return text
+    out = _USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    out = _redact_params(out)
+    return _ASSIGN.sub(
+        lambda m: f"{m.group(1)}={MASK}" if is_secret_key(m.group(1).rsplit(".", 1)[-1]) else m.group(0),
+        out,
+    )
+
+
+def _mask_all(obj: Any) -> Any:  # noqa: ANN401 - any config value
+    """Every string leaf masked (the value of a credential key that is a mapping or list)."""
+    if isinstance(obj, str):
+        return MASK if obj else obj
+    if isinstance(obj, Mapping):
+        return {k: _mask_all(v) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _mask_all(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_mask_all(v) for v in obj) if isinstance(obj, tuple) else [_mask_all(v) for v in obj]
+    return obj
+
+
+def redact_value(obj: Any, *, key: object = None) -> Any:  # noqa: ANN401 - any config value
+    """A redacted copy of a config tree (the input is never mutated).
+
+    Walks mappings, lists, tuples and dataclass instances (which become dicts, as `dataclasses.asdict`
+    would make them); strings go through `redact_text`; the value of a credential key (`is_secret_key`) is
+    masked whole (every string inside it, when it is a mapping or list). Other values are returned as is.
+
+    Args:
+        obj: The value to redact (a dataclass config, a dict from `OmegaConf.to_container`, a string, ...).
+        key: The mapping key `obj` is stored under, when known.
+    """
+    if is_secret_key(key):
+        return _mask_all(obj)
+    if isinstance(obj, str):
+        return redact_text(obj)
+    if isinstance(obj, Mapping):
+        return {(redact_text(k) if isinstance(k, str) else k): redact_value(v, key=k) for k, v in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: redact_value(getattr(obj, f.name), key=f.name) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return tuple(redact_value(v) for v in obj)
+    if isinstance(obj, Sequence) and not isinstance(obj, bytes | bytearray):
+        return [redact_value(v) for v in obj]
+    return obj
