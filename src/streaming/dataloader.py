@@ -5,10 +5,18 @@ Design tradeoff: the loader, not the dataset, knows how many samples the trainin
 dataset's global ``sample_in_epoch`` (x devices: every device consumes the same number per step). It also
 advances the dataset's epoch counter in the rank process (workers only ever see copies) and detects the
 world in the rank process before workers start, so workers never touch the process group.
+
+It never draws from torch's global RNG: a plain ``DataLoader`` takes the workers' base seed (and a shuffling
+sampler's seed) from it each time an iterator is created, so a resumed run, which creates its first iterator
+at another point of the random stream than the uninterrupted run did, would see different dropout masks.
+Unless the caller passes a ``generator``, the loader owns one, reseeded before each iteration of a
+``StreamingDataset`` from the dataset's ``shuffle_seed`` and the epoch it is about to run (so worker seeds
+are the same after a resume), or seeded once from ``torch.initial_seed()`` for other datasets.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -49,6 +57,12 @@ def numpy_collate(samples: Sequence[Any]) -> Any:
     return default_collate(list(samples))
 
 
+def iteration_seed(seed: int, epoch: int) -> int:
+    """The loader generator's seed for one epoch of a dataset with ``seed`` (a pure function, 63 bits)."""
+    digest = hashlib.sha256(f"streaming.dataloader:{seed}:{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
 def to_tensors(batch: Any) -> Any:
     """Turn the numpy arrays of a ``numpy_collate`` batch into tensors without copying."""
     if isinstance(batch, np.ndarray):
@@ -86,6 +100,10 @@ class StreamingDataLoader(DataLoader):
         self._numpy_transport = kwargs.get("collate_fn") is None and kwargs.get("num_workers", 0) > 0
         if self._numpy_transport:
             kwargs["collate_fn"] = numpy_collate
+        # An own generator keeps iterator creation off torch's global RNG (see the module docstring).
+        self._own_generator = kwargs.get("generator") is None
+        if self._own_generator:
+            kwargs["generator"] = torch.Generator().manual_seed(torch.initial_seed())
         super().__init__(dataset, *args, **kwargs)
         self.num_samples_yielded = 0
 
@@ -98,6 +116,8 @@ class StreamingDataLoader(DataLoader):
             reuse = self.persistent_workers and getattr(self, "_iterator", None) is not None
             if self.num_workers > 0 and self.multiprocessing_context in (None, "fork") and not reuse:
                 ds._warm_plan(self.num_workers)  # forked workers inherit the first window
+            if self._own_generator:  # worker seeds depend on (seed, epoch) only: the same after a resume
+                self.generator.manual_seed(iteration_seed(ds.shuffle_seed, ds._next()[0]))
         it = super().__iter__()
         if streaming and self.num_workers > 0:
             ds._begin_epoch()  # workers work on copies; keep the rank's epoch counter in step

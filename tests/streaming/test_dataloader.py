@@ -157,3 +157,31 @@ def test_numpy_transport_matches_default_collate():
             assert ours[key].dtype == ref[key].dtype and torch.equal(ours[key], ref[key]), key
         else:
             assert ours[key] == ref[key], key
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iterating_never_draws_from_the_global_rng(data, workers):
+    """A resumed run creates iterators at other points of the random stream: they must not consume it."""
+    import torch
+
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    loader = StreamingDataLoader(make(data), batch_size=4, num_workers=workers)
+    batches(loader, limit=3)
+    batches(loader)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_worker_seeds_depend_on_the_seed_and_epoch_only(data):
+    from streaming.dataloader import iteration_seed
+
+    loader = StreamingDataLoader(make(data, shuffle_seed=3), batch_size=4)
+    batches(loader, limit=2)
+    state = loader.state_dict()
+    assert loader.generator.initial_seed() == iteration_seed(3, 0)
+    resumed = StreamingDataLoader(make(data, shuffle_seed=3), batch_size=4)
+    resumed.load_state_dict(state)
+    batches(resumed, limit=1)
+    assert resumed.generator.initial_seed() == iteration_seed(3, 0)
+    batches(resumed)
+    assert resumed.generator.initial_seed() == iteration_seed(3, 1) != iteration_seed(3, 0)
