@@ -37,9 +37,10 @@ test-dist: ## multi-process gloo tests only
 test-gpu: ## GPU tests (device machine only)
 	$(PY) -m pytest -m gpu -q
 
-lint: ## ruff check and format check
+lint: ## ruff check, format check and mypy type check of src/ (config: [tool.mypy] in pyproject.toml)
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m ruff format --check src tests scripts
+	$(PY) -m mypy
 
 format: ## apply ruff fixes and formatting
 	$(PY) -m ruff check --fix src tests scripts

@@ -89,6 +89,10 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
     else:
         with torch.device(cfg.init_device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
-    if vocab_size is not None and model.get_input_embeddings().weight.shape[0] < vocab_size:
-        model.resize_token_embeddings(vocab_size)
+    if vocab_size is not None:
+        weight = model.get_input_embeddings().weight
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"{type(model).__name__}: the input embeddings' weight is not a tensor")
+        if weight.shape[0] < vocab_size:
+            model.resize_token_embeddings(vocab_size)
     return model

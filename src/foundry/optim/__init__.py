@@ -79,5 +79,5 @@ def register_optim_configs(cs: ConfigStore) -> None:
     """
     for name, schema in OPTIMIZER_SCHEMAS.items():
         cs.store(group="optimizer", name=name, node=schema)
-    for name, schema in SCHEDULER_SCHEMAS.items():
-        cs.store(group="scheduler", name=name, node=schema)
+    for name, sched_schema in SCHEDULER_SCHEMAS.items():
+        cs.store(group="scheduler", name=name, node=sched_schema)

@@ -23,7 +23,7 @@ import math
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import Tensor
@@ -68,6 +68,12 @@ class _DecoupledBase(Optimizer):
             return bool(params) and all(p.is_cuda for p in params)
         return bool(group["foreach"])
 
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """Perform one optimization step.
@@ -93,6 +99,15 @@ class _DecoupledBase(Optimizer):
 
     def _update_group(self, group: dict[str, Any], params: list[Tensor], *, foreach: bool) -> None:
         raise NotImplementedError
+
+
+def _grads(params: list[Tensor]) -> list[Tensor]:
+    """The gradients of ``params`` (``step`` passes only parameters that have one)."""
+    grads = []
+    for p in params:
+        assert p.grad is not None, "step() passes only parameters with a gradient"
+        grads.append(p.grad)
+    return grads
 
 
 def _by_device_and_dtype(params: list[Tensor]) -> list[list[Tensor]]:
@@ -178,7 +193,7 @@ class DecoupledAdamW(_DecoupledBase):
         index = {id(p): i for i, p in enumerate(params)}
         for bucket in _by_device_and_dtype(params):
             bucket_states = [states[index[id(p)]] for p in bucket]
-            grads = [p.grad for p in bucket]
+            grads = _grads(bucket)
             steps = [s["step"].item() for s in bucket_states]
             exp_avgs = [s["exp_avg"] for s in bucket_states]
             exp_avg_sqs = [s["exp_avg_sq"] for s in bucket_states]
@@ -241,7 +256,7 @@ class DecoupledLionW(_DecoupledBase):
                 exp_avg.lerp_(p.grad, 1 - beta2)
             return
         for bucket in _by_device_and_dtype(params):
-            grads = [p.grad for p in bucket]
+            grads = _grads(bucket)
             exp_avgs = [self.state[p]["exp_avg"] for p in bucket]
             if group["weight_decay"] != 0:
                 torch._foreach_mul_(bucket, decay)

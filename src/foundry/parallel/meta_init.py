@@ -45,8 +45,9 @@ def _init_module(module: nn.Module, init: Callable[[nn.Module], None]) -> None:
         init(module)
     finally:
         for name, param in sharded.items():
-            full = module._parameters[name]
-            local = distribute_tensor(full.data, param.device_mesh, param.placements, src_data_rank=None)
+            stand_in = module._parameters[name]
+            assert stand_in is not None, f"{type(module).__name__}.{name}: init() removed the parameter"
+            local = distribute_tensor(stand_in.data, param.device_mesh, param.placements, src_data_rank=None)
             param.to_local().copy_(local.to_local())
             module._parameters[name] = param
 

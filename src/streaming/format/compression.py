@@ -73,17 +73,23 @@ class Compression:
     def compress(self, data: bytes | memoryview) -> bytes:
         """Compress a whole file's bytes in one shot."""
         family, level = self.family, self.level
+        if family == "snappy":
+            return _optional("snappy", family).compress(bytes(data))
+        if level is None:
+            raise ValueError(
+                f"compression {self.spec!r}: {family} needs a level; build it with get_compression()"
+            )
         if family == "zstd":
             import zstandard
 
             return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(data)
         if family == "gz":
-            return gzip.compress(data, compresslevel=level, mtime=0)  # type: ignore[arg-type]
+            return gzip.compress(data, compresslevel=level, mtime=0)
         if family == "bz2":
-            return bz2.compress(data, compresslevel=level)  # type: ignore[arg-type]
+            return bz2.compress(data, compresslevel=level)
         if family == "br":
             return _optional("brotli", family).compress(bytes(data), quality=level)
-        return _optional("snappy", family).compress(bytes(data))
+        raise ValueError(f"compression {self.spec!r}: unknown family {family!r}")
 
     def decompress(self, data: bytes | memoryview) -> bytes:
         """Decompress a whole file's bytes (the level is irrelevant for decoding)."""

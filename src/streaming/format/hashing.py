@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
 __all__ = ["check_hashes", "hash_bytes", "hash_file", "supported_hashes"]
 
@@ -40,7 +40,16 @@ def supported_hashes() -> tuple[str, ...]:
     return tuple(sorted(_HASHLIB + _XXHASH))
 
 
-def _constructor(algo: str) -> Callable[[], Any]:
+class _Hasher(Protocol):
+    """What hashlib and xxhash hash objects share."""
+
+    def update(self, data: bytes | memoryview, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _constructor(algo: str) -> Callable[..., _Hasher]:
+    """The hash object constructor of ``algo`` (called with no argument, or with the initial data)."""
     if algo in _HASHLIB:
         return getattr(hashlib, algo)
     if algo in _XXHASH:

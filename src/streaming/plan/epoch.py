@@ -112,15 +112,20 @@ def epoch_order(spec: PlanSpec, epoch: int) -> GlobalOrder:
     """The global order of ``epoch`` (world-independent)."""
     units = epoch_units(spec, epoch)
     algo = spec.shuffle_algo if spec.shuffle else None
-    common = {
-        "num_canonical_nodes": spec.num_canonical_nodes,
-        "shuffle_algo": algo,
-        "seed": spec.shuffle_seed,
-        "epoch": epoch,
-        "window": spec.py1e_window,
-    }
+
+    def random_order(sub: Units, block_size: int) -> RandomOrder:
+        return RandomOrder(
+            units=sub,
+            num_canonical_nodes=spec.num_canonical_nodes,
+            shuffle_algo=algo,
+            seed=spec.shuffle_seed,
+            epoch=epoch,
+            block_size=block_size,
+            window=spec.py1e_window,
+        )
+
     if spec.batching_method == "random":
-        return RandomOrder(units=units, block_size=spec.block_size, **common)
+        return random_order(units, spec.block_size)
     stream_of_shard = np.repeat(np.arange(len(spec.shards_per_stream)), spec.shards_per_stream)
     unit_stream = stream_of_shard[units.shard]
     bounds = np.searchsorted(unit_stream, np.arange(len(spec.shards_per_stream) + 1), side="left")
@@ -134,9 +139,7 @@ def epoch_order(spec: PlanSpec, epoch: int) -> GlobalOrder:
         frac = choose[s] / total if spec.batching_method == "stratified" else 1.0
         bs = max(1, int(spec.block_size * frac))
         try:
-            orders.append(
-                RandomOrder(units=units.select(int(bounds[s]), int(bounds[s + 1])), block_size=bs, **common)
-            )
+            orders.append(random_order(units.select(int(bounds[s]), int(bounds[s + 1])), bs))
         except ValueError as err:
             raise ValueError(f"stream {s}: {err}") from None
         kept.append(s)

@@ -85,10 +85,11 @@ def stream_choose(
         return _split_relative(n.astype(np.float64), int(epoch_size), seed)
     out = n.copy()
     for i in range(k):
-        if choose[i] is not None:
-            out[i] = int(choose[i])
-        elif repeat[i] is not None:
-            out[i] = int(repeat[i] * n[i])
+        c, r = choose[i], repeat[i]
+        if c is not None:
+            out[i] = int(c)
+        elif r is not None:
+            out[i] = int(r * n[i])
     return out
 
 

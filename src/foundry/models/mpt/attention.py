@@ -11,13 +11,17 @@ buffers of `PositionTables`, computed once, never per step.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from foundry.models.mpt.config import AttnConfig
-from foundry.models.mpt.layers import build_norm
+from foundry.models.mpt.layers import build_norm, mark_fused, mark_residual
+
+if TYPE_CHECKING:
+    from transformers.cache_utils import Cache
 
 __all__ = [
     "alibi_slopes",
@@ -137,6 +141,13 @@ class PositionTables(nn.Module):
         attn: attention options. n_heads: query heads. head_dim: per-head size. max_seq_len: table length.
     """
 
+    alibi: torch.Tensor
+    """(n_heads,) ALiBi slopes; registered only when `attn.alibi`."""
+    cos: torch.Tensor
+    """(max_seq_len, head_dim) RoPE cosines; registered only when `attn.rope`."""
+    sin: torch.Tensor
+    """(max_seq_len, head_dim) RoPE sines; registered only when `attn.rope`."""
+
     def __init__(self, attn: AttnConfig, *, n_heads: int, head_dim: int, max_seq_len: int) -> None:
         super().__init__()
         self.attn = attn
@@ -200,15 +211,16 @@ class GroupedQueryAttention(nn.Module):
         self.softmax_scale = attn.softmax_scale
         self.attn_pdrop = attn.attn_pdrop
         self.Wqkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=not no_bias)
-        self.Wqkv._fused = (0, [d_model, d_model + self.kv_dim])
-        self.q_ln = self.k_ln = None
+        mark_fused(self.Wqkv, dim=0, splits=[d_model, d_model + self.kv_dim])
+        self.q_ln: nn.Module | None = None
+        self.k_ln: nn.Module | None = None
         if attn.qk_ln or attn.qk_gn:
             q_dim, k_dim = (d_model, self.kv_dim) if attn.qk_ln else (self.head_dim, self.head_dim)
             self.q_ln = build_norm(norm_type, q_dim, eps=norm_eps, no_bias=no_bias)
             self.k_ln = build_norm(norm_type, k_dim, eps=norm_eps, no_bias=no_bias)
         self.per_head_norm = attn.qk_gn
         self.out_proj = nn.Linear(d_model, d_model, bias=not no_bias)
-        self.out_proj._is_residual = True
+        mark_residual(self.out_proj)
 
     def forward(
         self,
@@ -217,7 +229,7 @@ class GroupedQueryAttention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = True,
-        past_key_values: object | None = None,
+        past_key_values: Cache | None = None,
     ) -> torch.Tensor:
         """x: (B, S, d_model) -> (B, S, d_model). `past_key_values` is a transformers `Cache` (updated in place)."""
         bsz, seq, d_model = x.shape
@@ -225,12 +237,13 @@ class GroupedQueryAttention(nn.Module):
         if self.clip_qkv is not None:
             qkv = qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)
         q, k, v = qkv.split([d_model, self.kv_dim, self.kv_dim], dim=-1)
-        if self.q_ln is not None and not self.per_head_norm:
-            q, k = self.q_ln(q), self.k_ln(k)
+        q_ln, k_ln = self.q_ln, self.k_ln  # both set, or both None
+        if q_ln is not None and k_ln is not None and not self.per_head_norm:
+            q, k = q_ln(q), k_ln(k)
         q = q.view(bsz, seq, self.n_heads, self.head_dim)
         k = k.view(bsz, seq, self.kv_n_heads, self.head_dim)
-        if self.per_head_norm:
-            q, k = self.q_ln(q), self.k_ln(k)
+        if q_ln is not None and k_ln is not None and self.per_head_norm:
+            q, k = q_ln(q), k_ln(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, S, hd), (B, Hk, S, hd)
         v = v.view(bsz, seq, self.kv_n_heads, self.head_dim).transpose(1, 2)
         if rope is not None:

@@ -6,12 +6,17 @@ Design note: the block is the unit of activation checkpointing and FSDP wrapping
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from foundry.models.mpt.attention import GroupedQueryAttention
 from foundry.models.mpt.configuration import MPTConfig
 from foundry.models.mpt.layers import build_ffn, build_norm
+
+if TYPE_CHECKING:
+    from transformers.cache_utils import Cache
 
 __all__ = ["MPTBlock"]
 
@@ -26,8 +31,9 @@ class MPTBlock(nn.Module):
     def __init__(self, config: MPTConfig, *, layer_idx: int) -> None:
         super().__init__()
         attn = config.attn
-        norm = {"eps": config.norm_eps, "no_bias": config.no_bias}
-        self.norm_1 = build_norm(config.norm_type, config.d_model, **norm)
+        self.norm_1 = build_norm(
+            config.norm_type, config.d_model, eps=config.norm_eps, no_bias=config.no_bias
+        )
         self.attn = GroupedQueryAttention(
             config.d_model,
             n_heads=config.n_heads,
@@ -38,7 +44,9 @@ class MPTBlock(nn.Module):
             norm_eps=config.norm_eps,
             layer_idx=layer_idx,
         )
-        self.norm_2 = build_norm(config.norm_type, config.d_model, **norm)
+        self.norm_2 = build_norm(
+            config.norm_type, config.d_model, eps=config.norm_eps, no_bias=config.no_bias
+        )
         ffn = config.ffn
         self.ffn = build_ffn(
             ffn.ffn_type, config.d_model, config.ffn_hidden_size, act=ffn.ffn_act_fn, bias=not config.no_bias
@@ -53,7 +61,7 @@ class MPTBlock(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = True,
-        past_key_values: object | None = None,
+        past_key_values: Cache | None = None,
     ) -> torch.Tensor:
         """x: (B, S, d_model) -> (B, S, d_model)."""
         a = self.attn(

@@ -35,7 +35,7 @@ def _to_dataclass(cls: type, value: Any, *, name: str) -> Any:  # noqa: ANN401
         return cls()
     if isinstance(value, cls):
         return value
-    if dataclasses.is_dataclass(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = dataclasses.asdict(value)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(value) - known)
@@ -120,7 +120,8 @@ class MPTConfig(PretrainedConfig):
         self.attn_config = dataclasses.asdict(attn)
         self.ffn_config = dataclasses.asdict(ffn)
         self.init_config = dataclasses.asdict(init)
-        super().__init__(
+        # transformers v5's dataclass stub omits the extra kwargs its __init__ accepts (accept_kwargs=True).
+        super().__init__(  # type: ignore[call-arg]
             tie_word_embeddings=tie_word_embeddings,
             use_cache=use_cache,
             pad_token_id=pad_token_id,

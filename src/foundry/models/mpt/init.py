@@ -12,13 +12,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from foundry.models.mpt.config import InitConfig
+from foundry.models.mpt.layers import FUSED_MARK, RESIDUAL_MARK
 
 __all__ = ["init_module_", "init_model_", "scheme_fn", "residual_divisor"]
+
+
+@runtime_checkable
+class _ResetsBuffers(Protocol):
+    """A module whose buffers are derived tables it can recompute (e.g. `PositionTables`)."""
+
+    def reset_buffers(self) -> None: ...
 
 
 def scheme_fn(cfg: InitConfig, *, d_model: int) -> Callable[[torch.Tensor], object] | None:
@@ -27,6 +36,8 @@ def scheme_fn(cfg: InitConfig, *, d_model: int) -> Callable[[torch.Tensor], obje
     if name == "default_":
         return None
     if name == "baseline_":
+        if cfg.init_std is None:
+            raise ValueError("init_config.name=baseline_ needs init_config.init_std (e.g. 0.02)")
         return partial(nn.init.normal_, mean=0.0, std=float(cfg.init_std))
     if name in ("small_init_", "neox_init_"):
         return partial(nn.init.normal_, mean=0.0, std=math.sqrt(2 / (5 * d_model)))
@@ -60,11 +71,11 @@ def _init_linear(module: nn.Linear, *, fn: Callable | None, div: float) -> None:
         if fn is None:
             module.reset_parameters()
         else:
-            dim, splits = getattr(module, "_fused", (0, []))
+            dim, splits = getattr(module, FUSED_MARK, (0, []))
             bounds = [0, *splits, module.weight.shape[dim]]
             for lo, hi in zip(bounds[:-1], bounds[1:]):
                 fn(module.weight.narrow(dim, lo, hi - lo))
-        if getattr(module, "_is_residual", False):
+        if getattr(module, RESIDUAL_MARK, False):
             module.weight.div_(div)
     if not _skip(module.bias):
         module.bias.zero_()
@@ -102,13 +113,16 @@ def init_module_(module: nn.Module, *, cfg: InitConfig, d_model: int, n_layers: 
         _init_linear(module, fn=fn, div=residual_divisor(cfg, n_layers=n_layers))
     elif isinstance(module, nn.Embedding):
         _init_embedding(module, cfg=cfg, fn=fn)
-    elif hasattr(module, "reset_buffers"):
+    elif isinstance(module, _ResetsBuffers):
         module.reset_buffers()
-    elif isinstance(getattr(module, "weight", None), nn.Parameter) and module.weight.dim() == 1:
-        if not _skip(module.weight):
-            module.weight.fill_(1.0)
-        if not _skip(getattr(module, "bias", None)):
-            module.bias.zero_()
+    else:
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, nn.Parameter) and weight.dim() == 1:
+            if not _skip(weight):
+                weight.fill_(1.0)
+            bias = getattr(module, "bias", None)
+            if isinstance(bias, torch.Tensor) and not _skip(bias):
+                bias.zero_()
 
 
 def init_model_(model: nn.Module, *, cfg: InitConfig, d_model: int, n_layers: int) -> None:

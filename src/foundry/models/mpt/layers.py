@@ -16,7 +16,34 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LayerNorm", "RMSNorm", "build_norm", "MPTMLP", "MPTGLU", "build_ffn", "resolve_activation"]
+__all__ = [
+    "FUSED_MARK",
+    "RESIDUAL_MARK",
+    "LayerNorm",
+    "RMSNorm",
+    "build_norm",
+    "MPTMLP",
+    "MPTGLU",
+    "build_ffn",
+    "mark_fused",
+    "mark_residual",
+    "resolve_activation",
+]
+
+RESIDUAL_MARK = "_is_residual"
+"""Attribute flagging a Linear that writes into the residual stream (init divides its weight by depth)."""
+FUSED_MARK = "_fused"
+"""Attribute `(dim, split points)` of a fused Linear (init treats each slice as its own matrix)."""
+
+
+def mark_residual(linear: nn.Linear) -> None:
+    """Flags `linear` as a residual-branch output projection (read by `init.py`)."""
+    setattr(linear, RESIDUAL_MARK, True)
+
+
+def mark_fused(linear: nn.Linear, *, dim: int, splits: list[int]) -> None:
+    """Records that `linear`'s weight is several matrices concatenated along `dim` at `splits`."""
+    setattr(linear, FUSED_MARK, (dim, splits))
 
 
 def _autocast_dtype(x: torch.Tensor) -> torch.dtype | None:
@@ -109,7 +136,7 @@ class MPTMLP(nn.Module):
         super().__init__()
         self.up_proj = nn.Linear(d_model, hidden, bias=bias)
         self.down_proj = nn.Linear(hidden, d_model, bias=bias)
-        self.down_proj._is_residual = True
+        mark_residual(self.down_proj)
         self.act = resolve_activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

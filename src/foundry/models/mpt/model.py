@@ -52,6 +52,13 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
+def _as_embedding(value: nn.Module) -> nn.Embedding:
+    """`value` as the input embedding; MPT unembeds with its `weight`, so it must be an `nn.Embedding`."""
+    if not isinstance(value, nn.Embedding):
+        raise TypeError(f"MPT input embeddings must be an nn.Embedding, got {type(value).__name__}")
+    return value
+
+
 class MPTPreTrainedModel(PreTrainedModel):
     """Shared transformers plumbing: config class, per-module init (llm-foundry schemes)."""
 
@@ -88,8 +95,8 @@ class MPTModel(MPTPreTrainedModel):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.wte
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.wte = value
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.wte = _as_embedding(value)
 
     def _positions(
         self, attention_mask: torch.Tensor | None, *, past: int, seq: int, device: torch.device
@@ -107,7 +114,7 @@ class MPTModel(MPTPreTrainedModel):
         sequence_id: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
+        position_ids: torch.Tensor | None = None,
         use_cache: bool | None = None,
         **kwargs: Any,  # noqa: ANN401 - transformers passes e.g. cache_position, return_dict
     ) -> BaseModelOutputWithPast:
@@ -160,7 +167,10 @@ class MPTModel(MPTPreTrainedModel):
             key_padding=key_padding,
             sequence_id=sequence_id,
         )
-        rope = self.pos.rope(position_ids, dtype) if self.pos.attn.rope else None
+        rope = None
+        if self.pos.attn.rope:
+            assert position_ids is not None  # derived above whenever RoPE is on
+            rope = self.pos.rope(position_ids, dtype)
         for block in self.blocks:
             x = block(x, rope=rope, attn_mask=attn_mask, is_causal=is_causal, past_key_values=past_key_values)
         return BaseModelOutputWithPast(last_hidden_state=self.norm_f(x), past_key_values=past_key_values)
@@ -180,8 +190,8 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
     def get_input_embeddings(self) -> nn.Embedding:
         return self.transformer.wte
 
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.transformer.wte = value
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.transformer.wte = _as_embedding(value)
 
     def get_output_embeddings(self) -> nn.Linear | None:
         return self.lm_head
