@@ -1,8 +1,10 @@
 """Typed schemas of the `eval` config group: `EvalConfig` and its `ICLTaskConfig` entries.
 
 Design note: the task keys are llm-foundry's (`icl_tasks:` items, foundry.md §5.1), so its task yamls load
-unchanged; `EvalConfig.icl_tasks` is either that list inline or the path of such a yaml (an `icl_tasks:` key),
-resolved by `load_task_configs`. Validation happens here, in `__post_init__`, naming the field and the fix.
+unchanged. `EvalConfig.icl_tasks` is a typed list (Hydra rejects a misspelt key such as
+`eval.icl_tasks[0].num_fewshott` at compose time) and `EvalConfig.icl_tasks_file` names an llm-foundry task
+yaml (an `icl_tasks:` key), read by `load_task_configs` with the same unknown-key check. Validation happens
+here, in `__post_init__`, naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -112,8 +114,11 @@ class ICLTaskConfig:
 class EvalConfig:
     """ICL evaluation (the `eval` config group)."""
 
-    icl_tasks: Any = field(default_factory=list)
-    """A list of `ICLTaskConfig` mappings, or the path of a yaml with an `icl_tasks:` list."""
+    icl_tasks: list[ICLTaskConfig] = field(default_factory=list)
+    """Inline tasks (evaluated after those of `icl_tasks_file`); mappings are converted when built in Python."""
+    icl_tasks_file: str | None = None
+    """An llm-foundry task yaml with an `icl_tasks:` list (relative paths resolve from the cwd, else the
+    repo root), e.g. `evals/tasks_v0.3.yaml`; null for inline tasks only."""
     data_root: str | None = None
     """Relative `dataset_uri`s resolve here; null -> `$EVAL_DATA` (read when tasks load), else `evals/data`."""
     batch_size: int = 16
@@ -144,10 +149,14 @@ class EvalConfig:
                 raise ValueError(f"eval.{name}={value} must be >= 1 (or null)")
         if self.precision not in ("fp32", "amp_bf16", "amp_fp16"):
             raise ValueError(f"eval.precision={self.precision!r}: use fp32, amp_bf16 or amp_fp16")
-        if not isinstance(self.icl_tasks, str | Path | list | tuple):
+        if isinstance(self.icl_tasks, str | Path):
             raise ValueError(
-                f"eval.icl_tasks must be a list of tasks or a yaml path, got {type(self.icl_tasks).__name__}"
+                f"eval.icl_tasks={str(self.icl_tasks)!r} is a path: set eval.icl_tasks_file to a task yaml "
+                "and keep eval.icl_tasks a list of tasks"
             )
+        if not isinstance(self.icl_tasks, list | tuple):
+            raise ValueError(f"eval.icl_tasks must be a list of tasks, got {type(self.icl_tasks).__name__}")
+        self.icl_tasks = [_task(item, where="eval.icl_tasks") for item in self.icl_tasks]
 
 
 def _to_plain(value: Any) -> Any:  # noqa: ANN401 - OmegaConf containers or plain data
@@ -179,24 +188,32 @@ def read_yaml_key(path: str | Path, key: str) -> Any:  # noqa: ANN401
     return doc.get(key, doc) if isinstance(doc, dict) else doc
 
 
-def load_task_configs(cfg: EvalConfig) -> list[ICLTaskConfig]:
-    """The task list of `cfg` (reading the yaml when `icl_tasks` is a path), as validated dataclasses."""
-    tasks = _to_plain(cfg.icl_tasks)
-    if isinstance(tasks, str | Path):
-        tasks = read_yaml_key(tasks, "icl_tasks")
+def _task(item: Any, *, where: str) -> ICLTaskConfig:  # noqa: ANN401 - a mapping or an ICLTaskConfig
+    """`item` as a validated `ICLTaskConfig` (`where` names its source in errors)."""
+    if isinstance(item, ICLTaskConfig):
+        return item
+    item = _to_plain(item)
+    if not isinstance(item, dict):
+        raise ValueError(f"{where}: every task must be a mapping of llm-foundry task keys, got {item!r}")
     known = {f.name for f in fields(ICLTaskConfig)}
+    unknown = sorted(set(item) - known)
+    if unknown:
+        raise ValueError(f"{where}[{item.get('label')!r}]: unknown keys {unknown}; known: {sorted(known)}")
+    missing = [k for k in ("label", "dataset_uri", "icl_task_type") if k not in item]
+    if missing:
+        raise ValueError(f"{where}[{item.get('label')!r}]: missing required keys {missing}")
+    return ICLTaskConfig(**item)
+
+
+def load_task_configs(cfg: EvalConfig) -> list[ICLTaskConfig]:
+    """The tasks of `cfg`: those of `icl_tasks_file` (when set), then `icl_tasks`, as validated dataclasses."""
     out = []
-    for item in tasks or []:
-        if isinstance(item, ICLTaskConfig):
-            out.append(item)
-            continue
-        item = dict(_to_plain(item))
-        unknown = sorted(set(item) - known)
-        if unknown:
-            raise ValueError(
-                f"icl_tasks[{item.get('label')!r}]: unknown keys {unknown}; known: {sorted(known)}"
-            )
-        out.append(ICLTaskConfig(**item))
+    if cfg.icl_tasks_file:
+        tasks = read_yaml_key(cfg.icl_tasks_file, "icl_tasks") or []
+        if not isinstance(tasks, list):
+            raise ValueError(f"{cfg.icl_tasks_file}: `icl_tasks:` must be a list of tasks")
+        out += [_task(item, where=f"{cfg.icl_tasks_file}: icl_tasks") for item in tasks]
+    out += [_task(item, where="eval.icl_tasks") for item in _to_plain(cfg.icl_tasks) or []]
     labels = [t.label for t in out]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:

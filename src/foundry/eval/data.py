@@ -2,7 +2,8 @@
 
 Design note: every source ends as a list of plain dicts in llm-foundry's jsonl formats (foundry.md §5.2), so
 prompt construction never knows where rows came from. A missing local file raises `MissingTaskData`, whose
-message names the file and how to get it; the runner turns it into a skip.
+message names the file and how to get it; the runner turns it into a skip. Remote files are cached in a
+per-user folder (`cache_dir`), never a shared predictable path under /tmp.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import stat
 from pathlib import Path
 from typing import Any
 
 from foundry.eval.config import ICLTaskConfig
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
 
-__all__ = ["MissingTaskData", "load_rows", "resolve_local"]
+__all__ = ["MissingTaskData", "cache_dir", "load_rows", "resolve_local"]
 
 _REPO = Path(__file__).resolve().parents[3]
 _LF_PREFIXES = ("eval/local_data/", "scripts/eval/local_data/")
@@ -54,10 +55,44 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _private_dir(path: Path, *, source: str) -> Path:
+    """`path` created (mode 0700) if absent; raises unless it is a directory of the current user that no
+    group or other user can write (a planted folder could swap the cached files)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.lstat()
+    problem = None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        problem = "is not a plain directory"
+    elif hasattr(os, "getuid") and st.st_uid != os.getuid():
+        problem = f"is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        problem = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    if problem:
+        raise PermissionError(
+            f"cache folder {path} ({source}) {problem}; refusing to use it. Remove it, `chmod 700` it if it "
+            "is yours, or point $FOUNDRY_CACHE at a private folder"
+        )
+    return path
+
+
+def cache_dir(sub: str = "") -> Path:
+    """The per-user cache folder (`$FOUNDRY_CACHE`, else `$XDG_CACHE_HOME/foundry`, else
+    `~/.cache/foundry`), or its subfolder `sub`: created with mode 0700 and checked to belong to the
+    current user and not be group/world-writable (`PermissionError` otherwise)."""
+    if os.environ.get("FOUNDRY_CACHE"):
+        root, source = Path(os.environ["FOUNDRY_CACHE"]).expanduser(), "$FOUNDRY_CACHE"
+    elif os.environ.get("XDG_CACHE_HOME"):
+        root, source = Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "foundry", "$XDG_CACHE_HOME/foundry"
+    else:
+        root, source = Path.home() / ".cache" / "foundry", "~/.cache/foundry"
+    root = _private_dir(root, source=source)
+    return _private_dir(root / sub, source=source) if sub else root
+
+
 def _download(url: str) -> Path:
     from streaming.storage.transfer import download_file
 
-    cache = Path(os.environ.get("FOUNDRY_CACHE") or tempfile.gettempdir()) / "icl_data"
+    cache = cache_dir("icl_data")
     local = cache / hashlib.sha1(url.encode()).hexdigest()[:16] / Path(url.split("?")[0]).name
     if not local.is_file():
         download_file(url, str(local))

@@ -19,6 +19,8 @@ def results_markdown(results: list[Any]) -> str:  # noqa: ANN401 - TaskResult
     lines = ["| task | type | n | metrics |", "|---|---|---|---|"]
     for r in results:
         cells = ", ".join(f"{k}={_fmt(v)}" for k, v in r.metrics.items())
+        if getattr(r, "skipped", 0):
+            cells += f", skipped={r.skipped}"
         lines.append(f"| {r.label} | {r.task_type} | {r.num_samples} | {cells} |")
         for cat, metrics in r.categories.items():
             n = sum(1 for e in r.examples if str(e.get("category")) == cat)
@@ -45,6 +47,7 @@ def write_report(
                 "num_fewshot": r.num_fewshot,
                 "num_samples": r.num_samples,
                 "seconds": r.seconds,
+                "skipped_rows": getattr(r, "skipped", 0),
                 "metrics": r.metrics,
                 "categories": r.categories,
             }

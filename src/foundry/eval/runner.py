@@ -33,7 +33,7 @@ from foundry.eval.metrics import (
     mc_confidence,
     mc_predictions,
 )
-from foundry.eval.prompts import Example, build_examples
+from foundry.eval.prompts import Example, build_prompts
 from foundry.eval.scorer import generate_greedy, score_requests
 
 __all__ = ["ICLTask", "TaskResult", "evaluate_task", "load_tasks", "model_max_seq_len", "run_icl_eval"]
@@ -69,6 +69,8 @@ class TaskResult:
     examples: list[dict[str, Any]]
     categories: dict[str, dict[str, float]] = field(default_factory=dict)
     seconds: float = 0.0
+    skipped: int = 0
+    """Rows that could not be scored (a continuation leaving no context token within max_seq_len)."""
 
     @property
     def num_samples(self) -> int:
@@ -200,16 +202,25 @@ def evaluate_task(
     max_len = task.max_seq_len or model_max_seq_len(model)
     bs = task.batch_size or batch_size
     kind = task.cfg.icl_task_type
-    examples = build_examples(
+    built = build_prompts(
         task.cfg, task.rows, tokenizer, num_fewshot=task.num_fewshot, max_seq_len=max_len, limit=task.limit
     )
+    examples = built.examples
+    if built.skipped:
+        log.warning(
+            "%s: skipped %d of %d rows whose continuation leaves no room for context within max_seq_len=%d "
+            "(first: row %d); they are counted as %s/skipped",
+            task.label, len(built.skipped), len(built.skipped) + len(examples), max_len, built.skipped[0],
+            task.label,
+        )  # fmt: skip
     pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
     scores: list[Any] = []
     outputs: list[str] = []
     if kind == "generation_task_with_answers":
         by_len: dict[tuple[int, tuple[str, ...]], list[int]] = {}
-        for i, ex in enumerate(examples):
-            by_len.setdefault((ex.max_new_tokens, tuple(ex.stop)), []).append(i)
+        for i, ex in enumerate(examples):  # generation stops at max_seq_len tokens in total
+            new = min(ex.max_new_tokens, max_len - len(ex.requests[0].context))
+            by_len.setdefault((new, tuple(ex.stop)), []).append(i)
         outputs = [""] * len(examples)
         for (max_new, stop), idxs in by_len.items():
             texts = generate_greedy(
@@ -228,6 +239,7 @@ def evaluate_task(
             model, requests, device=device, batch_size=bs, pad_id=pad,
             groups=groups if cache_context and kind != "language_modeling" else None,
             pad_to_max_seq_len=max_len if pad_to_max_seq_len else None, precision=precision,
+            max_seq_len=max_len,
         )  # fmt: skip
     records = _outcomes(task, examples, scores, outputs)
     categories: dict[str, dict[str, float]] = {}
@@ -242,12 +254,16 @@ def evaluate_task(
         examples=records,
         categories=categories,
         seconds=time.perf_counter() - start,
+        skipped=len(built.skipped),
     )
 
 
 def flat_metrics(result: TaskResult) -> dict[str, float]:
-    """`icl/<label>/<k>-shot/<metric>` and `icl/<label>/<k>-shot/<category>/<metric>` scalars."""
+    """`icl/<label>/<k>-shot/<metric>` and `icl/<label>/<k>-shot/<category>/<metric>` scalars, plus
+    `icl/<label>/<k>-shot/skipped` (rows that could not be scored) when there are any."""
     out = {f"icl/{result.label}/{k}": v for k, v in result.metrics.items()}
+    if result.skipped:
+        out[f"icl/{result.label}/skipped"] = result.skipped
     for cat, metrics in result.categories.items():
         out.update({f"icl/{result.label}/{cat}/{k}": v for k, v in metrics.items()})
     return out

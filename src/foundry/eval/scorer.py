@@ -185,6 +185,28 @@ def _worth_caching(group: Sequence[Request], min_saving: float = 0.25) -> bool:
     return _shared_prefix(group) * (len(group) - 1) >= min_saving * total
 
 
+def _cached_batches(
+    requests: Sequence[Request], groups: list[list[int]], *, batch_size: int, max_seq_len: int | None
+) -> Iterator[list[list[int]]]:
+    """Consecutive runs of `groups` with at most `batch_size` rows (a lone bigger group still forms one
+    batch) whose longest shared prefix + longest suffix is at most `max_seq_len` (None: no limit)."""
+    batch: list[list[int]] = []
+    rows = p_len = s_len = 0
+    for g in groups:
+        shared = _shared_prefix([requests[i] for i in g])
+        suffix = max(len(requests[i].context) + len(requests[i].continuation) - 1 - shared for i in g)
+        fits = rows + len(g) <= batch_size and (
+            max_seq_len is None or max(p_len, shared) + max(s_len, suffix) <= max_seq_len
+        )
+        if batch and not fits:
+            yield batch
+            batch, rows, p_len, s_len = [], 0, 0, 0
+        batch.append(g)
+        rows, p_len, s_len = rows + len(g), max(p_len, shared), max(s_len, suffix)
+    if batch:
+        yield batch
+
+
 @torch.no_grad()
 def _score_cached(
     model: nn.Module,
@@ -196,18 +218,18 @@ def _score_cached(
     pad_id: int,
     precision: str,
     head: Callable[[torch.Tensor], torch.Tensor] | None,
+    max_seq_len: int | None = None,
 ) -> dict[int, RowScore]:
-    """Per group: the shared prefix once (left-padded, masked), then every row's suffix over its KV cache."""
+    """Per group: the shared prefix once (left-padded, masked), then every row's suffix over its KV cache.
+
+    A batch holds at most `batch_size` rows, and its padded length (longest prefix + longest suffix, which
+    may come from different groups) stays within `max_seq_len` when given: one group alone always fits
+    (its rows do), so a group that would overflow the batch starts the next one.
+    """
     base = model.base_model
     groups = sorted(groups, key=lambda g: -max(len(requests[i].context) for i in g))
     out: dict[int, RowScore] = {}
-    start = 0
-    while start < len(groups):
-        batch, rows = [], 0
-        while start < len(groups) and (not batch or rows + len(groups[start]) <= batch_size):
-            batch.append(groups[start])
-            rows += len(groups[start])
-            start += 1
+    for batch in _cached_batches(requests, groups, batch_size=batch_size, max_seq_len=max_seq_len):
         shared = [_shared_prefix([requests[i] for i in g]) for g in batch]
         prefixes = [requests[g[0]].context[:n] for g, n in zip(batch, shared)]
         p_len = max(shared)
@@ -256,6 +278,7 @@ def score_requests(
     groups: list[list[int]] | None = None,
     pad_to_max_seq_len: int | None = None,
     precision: str = "fp32",
+    max_seq_len: int | None = None,
 ) -> list[RowScore]:
     """Log-likelihood of each request's continuation given its context.
 
@@ -268,6 +291,8 @@ def score_requests(
         pad_to_max_seq_len: pad every row to this length with an attention mask (llm-foundry's way;
             groups are ignored); None for dynamic padding.
         precision: fp32, amp_bf16 or amp_fp16 (autocast).
+        max_seq_len: the model's sequence limit: batches of cached groups never pad beyond it (every
+            request must fit it on its own); None for no limit.
 
     Returns:
         One `RowScore` per request, in order.
@@ -291,7 +316,9 @@ def score_requests(
             rest = [i for i in range(len(requests)) if i not in in_group]
             scores = _score_full(model, requests, rest, pad_to=None, head=head, **common)
             if cached:
-                scores.update(_score_cached(model, requests, cached, head=head, **common))
+                scores.update(
+                    _score_cached(model, requests, cached, head=head, max_seq_len=max_seq_len, **common)
+                )
     finally:
         model.train(was_training)
     return [scores[i] for i in range(len(requests))]

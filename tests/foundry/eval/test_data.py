@@ -118,3 +118,41 @@ def test_offline_tasks_are_deterministic_and_well_formed():
         load_rows(
             ICLTaskConfig(label="x", dataset_uri="offline://nope", icl_task_type="schema"), data_root="."
         )
+
+
+def test_cache_dir_is_per_user_private_and_refuses_a_planted_folder(tmp_path, monkeypatch):
+    """Remote task files are cached under $FOUNDRY_CACHE / $XDG_CACHE_HOME/foundry / ~/.cache/foundry, created
+    0700; a folder others can write (planted) is refused (the old code used a shared /tmp/icl_data)."""
+    import os
+    import stat
+
+    from foundry.eval.data import cache_dir
+
+    monkeypatch.delenv("FOUNDRY_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    got = cache_dir("icl_data")
+    assert got == tmp_path / "xdg" / "foundry" / "icl_data" and got.is_dir()
+    for p in (got, got.parent):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "foundry"
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    os.chmod(planted, 0o777)
+    monkeypatch.setenv("FOUNDRY_CACHE", str(planted))
+    with pytest.raises(PermissionError, match=r"planted \(\$FOUNDRY_CACHE\) is writable by group or others"):
+        cache_dir("icl_data")
+    assert not (planted / "icl_data").exists()
+    os.chmod(planted, 0o700)
+    (planted / "icl_data").mkdir(mode=0o777)
+    os.chmod(planted / "icl_data", 0o777)
+    with pytest.raises(PermissionError, match="icl_data"):
+        cache_dir("icl_data")
+    if os.getuid() == 0:  # as root we can plant a folder owned by someone else
+        other = tmp_path / "other"
+        other.mkdir(mode=0o700)
+        os.chown(other, 65534, 65534)
+        monkeypatch.setenv("FOUNDRY_CACHE", str(other))
+        with pytest.raises(PermissionError, match="owned by uid 65534"):
+            cache_dir()
