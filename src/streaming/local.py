@@ -2,7 +2,8 @@
 
 Shards are opened lazily on first touch and kept mapped; a global sample index is located with a binary
 search over cumulative shard sizes. Compressed shards are decompressed in memory (the dataset directory is
-never written to), so read-only and shared directories work.
+never written to), so read-only and shared directories work. Shard file names in ``index.json`` are untrusted:
+``load_index`` refuses any name that would leave the directory (``streaming.safepath``) before a file is opened.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ class LocalDataset:
 
     Supports ``len(ds)``, ``ds[i]`` (negative ints too), ``ds[a:b]``, ``ds[[i, j]]`` / numpy index arrays
     (lists of samples), and iteration.
+
+    Raises:
+        streaming.safepath.UnsafePathError: A shard name in ``index.json`` is absolute, has ``..``, a drive
+            letter or a backslash (the message names the file, the field and the value).
     """
 
     def __init__(self, local: str, split: str | None = None, *, allow_unsafe_types: bool = False) -> None:
