@@ -62,6 +62,7 @@ def _as_embedding(value: nn.Module) -> nn.Embedding:
 class MPTPreTrainedModel(PreTrainedModel):
     """Shared transformers plumbing: config class, per-module init (llm-foundry schemes)."""
 
+    config: MPTConfig
     config_class = MPTConfig
     base_model_prefix = "transformer"
     _no_split_modules = ["MPTBlock"]
