@@ -1,15 +1,23 @@
-"""The node-level shard cache: one download per shard per node, crash-safe, bounded by ``cache_limit``.
+"""The node-level shard cache: one download per shard per node, crash-safe, ``cache_limit`` a true ceiling.
 
 Coordination uses only the file system, so any number of processes, jobs or users sharing a cache
-directory cooperate without shared memory or a clean-up step:
-- each shard has a lock file (``.locks/<shard>.lock``, ``fcntl.flock``); whoever holds it downloads while the
-  others wait, then find the file present. The kernel drops the lock when a process dies, even by
-  ``kill -9``, and a file only ever appears under its real name complete (temp name + rename), so a crashed
-  download leaves nothing that can be mistaken for a shard; its temp files are removed by the next holder;
-- a cache-wide lock serializes eviction decisions. Usage is measured from the files present (no counter
-  to go stale). The victim is the shard whose next use in the plan is farthest away (Belady), never one
-  being prepared, and never a shard whose only copy is local (a stream with no remote).
-Deleting a shard another process has memory-mapped is safe on POSIX: its mapping stays valid.
+directory cooperate without shared memory or a clean-up step. Every shard has a lock file
+(``.locks/<shard>.lock``, ``fcntl.flock``; the kernel drops it when a process dies, even by ``kill -9``):
+- whoever prepares a shard (download, verify, decompress) holds it *exclusively*; files only appear under
+  their real names complete (temp name + rename), so a crash leaves nothing that can pass for a shard;
+- a reader *pins* a shard it reads by holding it *shared*; eviction takes it exclusively without waiting,
+  so a shard in use is never evicted (its disk space is really free once evicted).
+``cache_limit`` holds at every moment: before creating files, a process reserves their bytes (sizes from
+index.json) under a cache-wide lock, evicting idle shards until files on disk (temp files included) plus
+every live reservation plus the new bytes fit (``streaming.cache_space``); it waits while other readers hold
+the space, and fails with a clear error when the limit cannot be met. The first use of a cache by a
+process brings it back under the limit (after a crash) and removes temp files of dead writers. Victims: the
+shard whose next use in the plan is farthest away (Belady), then the oldest; never a shard whose only copy
+is local (a stream with no remote).
+
+With ``validate_hash``, a shard already in the cache is verified before this process first uses it; the
+verdict is remembered on disk (``streaming.cache_verify``), so untouched files are hashed once. A mismatch
+deletes the file and downloads it again, or, with no remote, raises naming the file and both digests.
 """
 
 from __future__ import annotations
@@ -18,24 +26,24 @@ import fcntl
 import glob
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from streaming.cache_locks import LOCK_DIR, file_lock, open_lock, try_lock
+from streaming.cache_space import CacheTooSmallError, SpaceEntry, SpaceKeeper, release_reservation
+from streaming.cache_verify import record_verdict, verdict_path, verify_file
 from streaming.format.index import INDEX_FILENAME, FileInfo, ShardInfo
 from streaming.format.reader import decompress_shard
+from streaming.safepath import safe_join
 from streaming.sizes import format_bytes
 from streaming.storage import RetryPolicy, download_file
+from streaming.storage.transfer import HashMismatchError
 from streaming.storage.url import join_url
 
 __all__ = ["CacheTooSmallError", "CachedShard", "ShardCache", "fetch_index", "minimum_cache_bytes"]
 
 log = logging.getLogger("streaming.cache")
-LOCK_DIR = ".locks"
-
-
-class CacheTooSmallError(ValueError):
-    """``cache_limit`` is below what the epoch plan needs resident at once."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ class CachedShard:
     policy: RetryPolicy | None = None
     """Download retries/timeout for this shard's stream (None: the cache's default)."""
     validate_hash: str | None = None
-    """Hash algorithm verified after download (None: no check)."""
+    """Hash algorithm verified on download and on first use of a cached copy (None: the cache's default)."""
 
     @property
     def evictable(self) -> bool:
@@ -78,26 +86,6 @@ def minimum_cache_bytes(shards: Sequence[CachedShard], *, concurrent: int) -> in
     return sum(sizes[:concurrent]) + peak
 
 
-@contextmanager
-def _file_lock(directory: str, name: str, *, blocking: bool = True) -> Iterator[bool]:
-    """Hold an exclusive flock on ``directory/.locks/<name>.lock``; yields False if not ``blocking`` and taken."""
-    lock_dir = os.path.join(directory, LOCK_DIR)
-    os.makedirs(lock_dir, exist_ok=True)
-    fd = os.open(os.path.join(lock_dir, name.replace("/", "__") + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
 def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -> str:
     """Download ``remote/index.json`` into ``local`` once per node (other processes wait, then reuse it).
 
@@ -107,7 +95,7 @@ def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -
     if os.path.exists(path):
         return path
     os.makedirs(local, exist_ok=True)
-    with _file_lock(local, INDEX_FILENAME):
+    with file_lock(local, INDEX_FILENAME):
         if not os.path.exists(path):
             download_file(join_url(remote, INDEX_FILENAME), path, policy=policy)
     return path
@@ -118,10 +106,11 @@ class ShardCache:
 
     Args:
         shards: Every shard of the dataset, in global shard order.
-        cache_limit: Bytes allowed on disk for evictable shards (None = unlimited).
-        policy: Download retries and timeout.
-        validate_hash: Hash algorithm to verify on download (None = no check).
+        cache_limit: Bytes allowed on disk for evictable shards, temp files included (None = unlimited).
+        policy: Download retries and timeout (for shards that name none).
+        validate_hash: Hash algorithm to verify (for shards that name none; None = no check).
         concurrent: How many shards the plan may need resident at once on this node (for the minimum).
+        wait_timeout: Seconds to wait for other readers to free space before giving up with an error.
     """
 
     def __init__(
@@ -132,13 +121,34 @@ class ShardCache:
         policy: RetryPolicy | None = None,
         validate_hash: str | None = None,
         concurrent: int = 2,
+        wait_timeout: float = 600.0,
     ) -> None:
         self.shards = list(shards)
         self.cache_limit = cache_limit
         self.policy = policy or RetryPolicy()
         self.validate_hash = validate_hash
+        self.wait_timeout = wait_timeout
         self.downloads = 0
         self._root = self.shards[0].local if self.shards else "."
+        self._paths = [
+            {
+                f.basename: safe_join(
+                    s.local, f.basename, source=os.path.join(s.local, INDEX_FILENAME), field=f"shard {k} file"
+                )
+                for f in s.info.files()
+            }
+            for k, s in enumerate(self.shards)
+        ]
+        entries = {
+            k: SpaceEntry(local=s.local, lock_name=self._lock_name(k), paths=tuple(self._paths[k].values()))
+            for k, s in enumerate(self.shards)
+            if s.evictable
+        }
+        self._space = SpaceKeeper(self._root, entries, cache_limit, wait_timeout)
+        self._verified: set[int] = set()
+        self._pins: dict[int, int] = {}
+        self._started = False
+        self._start_lock = threading.Lock()
         if cache_limit is not None:
             minimum = minimum_cache_bytes(self.shards, concurrent=concurrent)
             if cache_limit < minimum:
@@ -148,132 +158,263 @@ class ShardCache:
                     f"raise cache_limit or use smaller shards"
                 )
 
-    # ------------------------------------------------------------------ locks
-
-    @staticmethod
-    def _lock(directory: str, name: str, *, blocking: bool = True) -> AbstractContextManager[bool]:
-        return _file_lock(directory, name, blocking=blocking)
-
     # ------------------------------------------------------------------ state
 
     @staticmethod
     def is_present(shard: CachedShard) -> bool:
         """All raw files present (complete: they only appear by rename), or all stored files present."""
-        raw = all(os.path.exists(os.path.join(shard.local, f.basename)) for f in shard.resident_files())
-        return raw or all(
-            os.path.exists(os.path.join(shard.local, f.basename)) for f in shard.info.stored_files()
+
+        def there(f: FileInfo) -> bool:
+            return os.path.exists(safe_join(shard.local, f.basename, source=shard.local, field="basename"))
+
+        return all(there(f) for f in shard.resident_files()) or all(
+            there(f) for f in shard.info.stored_files()
         )
 
     def usage(self) -> int:
-        """Bytes of evictable shard files currently on disk."""
-        total = 0
-        for shard in self.shards:
-            if not shard.evictable:
-                continue
-            for f in shard.info.files():
-                try:
-                    total += os.stat(os.path.join(shard.local, f.basename)).st_size
-                except FileNotFoundError:
-                    pass
-        return total
+        """Bytes of evictable shard files (and their temp files) currently on disk."""
+        return self._space.usage()
+
+    def _path(self, k: int, f: FileInfo) -> str:
+        return self._paths[k][f.basename]
+
+    def _lock_name(self, k: int) -> str:
+        return self.shards[k].info.raw_data.basename
+
+    def _verdict(self, k: int, f: FileInfo, algo: str) -> str:
+        return verdict_path(os.path.join(self.shards[k].local, LOCK_DIR), f.basename, algo)
+
+    def _algo(self, k: int) -> str | None:
+        return self.shards[k].validate_hash or self.validate_hash
+
+    def _ready(self, k: int) -> bool:
+        return all(os.path.exists(self._path(k, f)) for f in self.shards[k].resident_files())
+
+    def _trusted(self, k: int) -> bool:
+        return self._algo(k) is None or k in self._verified
+
+    # ------------------------------------------------------------------ pins (readers)
+
+    def pin(self, shard_id: int) -> bool:
+        """Keep shard ``shard_id`` on disk until ``unpin`` (a shared lock that eviction respects).
+
+        Returns:
+            False if the shard is not on disk (evicted since it was prepared: prepare it again).
+        """
+        if shard_id in self._pins:
+            return True
+        fd = open_lock(self.shards[shard_id].local, self._lock_name(shard_id))
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for a preparer or an eviction already under way
+        if not self._ready(shard_id):
+            os.close(fd)
+            return False
+        self._pins[shard_id] = fd
+        return True
+
+    def unpin(self, shard_id: int) -> None:
+        """Let shard ``shard_id`` be evicted again."""
+        fd = self._pins.pop(shard_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Drop every pin of this process."""
+        for k in list(getattr(self, "_pins", {})):
+            try:
+                self.unpin(k)
+            except OSError:  # already closed (interpreter shutdown)
+                pass
+
+    def __del__(self) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ operations
 
-    def prepare(self, shard_id: int, *, next_use: Callable[[int], float] | None = None) -> None:
-        """Make shard ``shard_id`` readable locally (raw files present); blocks while another process does it.
+    def prepare(
+        self,
+        shard_id: int,
+        *,
+        next_use: Callable[[int], float] | None = None,
+        on_full: Callable[[], None] | None = None,
+        wait: bool = True,
+    ) -> bool:
+        """Make shard ``shard_id`` readable locally (raw files present, verified); blocks while another
+        process prepares it, and while the cache is full of shards other readers use.
 
         Args:
             shard_id: Global shard index.
             next_use: Plan position at which each shard is next needed (``inf`` = not again); used to
-                pick eviction victims. Without it, the least recently used shard goes first.
+                pick eviction victims. Without it, the oldest shard goes first.
+            on_full: Called once (then retried at once) when the cache is full of pinned shards, so the
+                caller can drop its own idle pins.
+            wait: If False, give up (return False) instead of waiting for space (best-effort prefetch).
+
+        Returns:
+            True once the shard is ready; False only when not ``wait`` and the cache had no room.
+
+        Raises:
+            CacheTooSmallError: The shard cannot fit under ``cache_limit`` (larger than it, or the space
+                stayed in use for ``wait_timeout`` seconds).
+            HashMismatchError: A cached file of a stream with no remote fails ``validate_hash``.
+            FileNotFoundError: A shard of a stream with no remote is missing.
         """
-        shard = self.shards[shard_id]
-        if self._ready(shard):
+        with self._start_lock:
+            if not self._started:
+                self._started = True
+                self._space.start()
+        shard, name = self.shards[shard_id], self._lock_name(shard_id)
+        tracked = shard.evictable and self.cache_limit is not None
+        while True:
+            bad: list[tuple[str, str, str]] = []
+            if self._ready(shard_id):
+                if self._trusted(shard_id):
+                    return True
+                with try_lock(shard.local, name):  # serialize hashing with other processes when we can
+                    bad = self._check(shard_id)
+                if not bad:
+                    self._verified.add(shard_id)
+                    return True
+            elif self._await_preparer(shard_id):
+                continue  # someone else prepared it meanwhile (or failed): look again
+            need, targets = self._to_create(shard_id, gone={path for path, _, _ in bad})
+            token = None
+            if tracked and need:
+                token = self._space.reserve(
+                    shard_id, need, targets, name=name, next_use=next_use, on_full=on_full, wait=wait
+                )
+                if token is None:
+                    return False
+            on_full = None
+            try:
+                with file_lock(shard.local, name):
+                    if self._ready(shard_id):
+                        bad = self._check(shard_id)  # again: another process may have replaced the files
+                        if not bad:
+                            self._verified.add(shard_id)
+                            return True
+                        for path, _, _ in bad:
+                            os.remove(path)
+                    self._remove_temps(shard_id)
+                    if tracked and self._to_create(shard_id)[0] > need:
+                        continue  # files vanished meanwhile (evicted): reserve again
+                    self._fetch(shard_id)
+                    self._verified.add(shard_id)
+                    return True
+            finally:
+                if token is not None:
+                    release_reservation(token)
+
+    def verify(self, shard_id: int) -> None:
+        """Check the files of shard ``shard_id`` present on disk against ``validate_hash`` (no download).
+
+        Raises:
+            HashMismatchError: A file does not match its index digest (the message names it and both digests).
+        """
+        if self._trusted(shard_id):
             return
-        with self._lock(shard.local, shard.info.raw_data.basename):
-            if self._ready(shard):
-                return
-            for stale in glob.glob(
-                os.path.join(shard.local, glob.escape(shard.info.raw_data.basename) + "*.tmp-*")
-            ):
-                os.remove(stale)  # left by a process that died mid-download
+        self._check(shard_id)
+        self._verified.add(shard_id)
+
+    # ------------------------------------------------------------------ internals
+
+    def _await_preparer(self, k: int) -> bool:
+        """Wait until no other process (or thread) is preparing shard ``k``; True if it had to wait."""
+        local, name = self.shards[k].local, self._lock_name(k)
+        with try_lock(local, name) as free:
+            if free:
+                return False
+        with file_lock(local, name, shared=True):  # granted once the preparer is done
+            return True
+
+    def _check(self, k: int) -> list[tuple[str, str, str]]:
+        """Hash-check the files of shard ``k`` on disk; returns ``(path, expected, actual)`` per mismatch.
+
+        Raises:
+            HashMismatchError: A mismatch when the shard has no remote to download it again from.
+        """
+        algo = self._algo(k)
+        if algo is None:
+            return []
+        shard = self.shards[k]
+        bad = []
+        for f in shard.info.files():
+            expected, path = f.hashes.get(algo), self._path(k, f)
+            if expected is None or not os.path.exists(path):
+                continue
+            try:
+                actual = verify_file(path, self._verdict(k, f, algo), algo, expected)
+            except FileNotFoundError:
+                continue  # evicted meanwhile
+            if actual is None:
+                continue
             if shard.remote is None:
-                if not self.is_present(shard):
-                    raise FileNotFoundError(
-                        f"shard {shard.info.raw_data.basename} is missing from {shard.local} and the stream has "
-                        "no remote to download it from"
-                    )
-            elif self.cache_limit is not None:
-                self._make_room(shard_id, shard.peak_bytes, next_use)
-            self._fetch(shard)
+                raise HashMismatchError(
+                    f"{path}: {algo} is {actual}, index.json says {expected}; the cached shard file is corrupt "
+                    "and its stream has no remote to download it from again; restore the file from a good copy "
+                    "or rebuild the dataset (check it with `python -m streaming validate`)"
+                )
+            log.warning(
+                "cache: %s: %s is %s, index.json says %s; downloading it again", path, algo, actual, expected
+            )
+            bad.append((path, expected, actual))
+        return bad
 
-    def _ready(self, shard: CachedShard) -> bool:
-        return all(os.path.exists(os.path.join(shard.local, f.basename)) for f in shard.resident_files())
+    def _to_create(self, k: int, gone: set[str] | None = None) -> tuple[int, list[str]]:
+        """Bytes (from index.json) and paths of the files preparing shard ``k`` will create from here, once the
+        files in ``gone`` (failed their hash check) are deleted."""
+        shard = self.shards[k]
 
-    def _fetch(self, shard: CachedShard) -> None:
+        def missing(f: FileInfo) -> bool:
+            path = self._path(k, f)
+            return path in (gone or ()) or not os.path.exists(path)
+
+        if not any(missing(f) for f in shard.resident_files()):
+            return 0, []
+        files = [f for f in shard.info.stored_files() if missing(f)]
+        if shard.info.zip_data is not None:
+            files += [f for f in shard.resident_files() if missing(f)]
+        return sum(f.bytes for f in files), [self._path(k, f) for f in files]
+
+    def _remove_temps(self, k: int) -> None:
+        """Delete temp files of shard ``k`` (called holding its lock: any there belong to a dead writer)."""
+        for path in self._paths[k].values():
+            for stale in glob.glob(glob.escape(path) + ".tmp-*"):
+                os.remove(stale)
+
+    def _fetch(self, k: int) -> None:
+        """Download what is missing, verify, decompress (holding the shard's lock)."""
+        shard, algo = self.shards[k], self._algo(k)
+        if self._ready(k):
+            return  # only a bad compressed copy was dropped; the raw files passed
         for info in shard.info.stored_files():
-            path = os.path.join(shard.local, info.basename)
+            path = self._path(k, info)
             if os.path.exists(path):
                 continue
-            assert shard.remote is not None
+            if shard.remote is None:
+                raise FileNotFoundError(
+                    f"shard {shard.info.raw_data.basename} is missing from {shard.local} and the stream has "
+                    "no remote to download it from"
+                )
             download_file(
                 join_url(shard.remote, info.basename),
                 path,
-                policy=self.policy,
+                policy=shard.policy or self.policy,
                 expected_hashes=info.hashes,
-                validate_hash=self.validate_hash,
+                validate_hash=algo,
             )
             self.downloads += 1
+            if algo is not None:  # download_file verified it against the index
+                record_verdict(path, self._verdict(k, info, algo), algo, info.hashes[algo])
         if shard.info.zip_data is not None:
             decompress_shard(shard.local, shard.info)
             if shard.evictable:  # the compressed form is only a transport format once raw is present
                 for info in (shard.info.zip_data, shard.info.zip_meta):
-                    if info is not None and os.path.exists(os.path.join(shard.local, info.basename)):
-                        os.remove(os.path.join(shard.local, info.basename))
-
-    def _make_room(self, shard_id: int, needed: int, next_use: Callable[[int], float] | None) -> None:
-        assert self.cache_limit is not None
-        with self._lock(self._root, "cache"):
-            usage = self.usage()
-            if usage + needed <= self.cache_limit:
-                return
-            candidates = [
-                k for k, s in enumerate(self.shards) if k != shard_id and s.evictable and self._ready(s)
-            ]
-            # Farthest next use first; among equals (e.g. not needed again), least recently used first.
-            candidates.sort(key=lambda k: self._atime(self.shards[k]))
-            if next_use is not None:
-                candidates.sort(key=lambda k: next_use(k), reverse=True)
-            for victim in candidates:
-                if usage + needed <= self.cache_limit:
-                    break
-                usage -= self._evict(victim)
-            if usage + needed > self.cache_limit:
-                log.warning(
-                    "cache: %s over cache_limit after evicting every idle shard",
-                    format_bytes(usage + needed - self.cache_limit),
+                    if info is not None and os.path.exists(self._path(k, info)):
+                        os.remove(self._path(k, info))
+            bad = self._check(k)  # the raw forms, when the index has their digests
+            if bad:
+                path, expected, actual = bad[0]
+                raise HashMismatchError(
+                    f"{path}: decompressed from a verified file, but its {algo} is {actual} and index.json says "
+                    f"{expected}; the index is inconsistent (rebuild it with `python -m streaming rebuild-index`)"
                 )
-
-    @staticmethod
-    def _atime(shard: CachedShard) -> float:
-        try:
-            return os.stat(os.path.join(shard.local, shard.info.raw_data.basename)).st_mtime
-        except FileNotFoundError:
-            return 0.0
-
-    def _evict(self, shard_id: int) -> int:
-        shard = self.shards[shard_id]
-        freed = 0
-        # Never wait for a shard lock while holding the cache lock: a busy shard is being prepared, skip it.
-        with self._lock(shard.local, shard.info.raw_data.basename, blocking=False) as held:
-            if not held:
-                return 0
-            for f in shard.info.files():
-                path = os.path.join(shard.local, f.basename)
-                try:
-                    freed += os.stat(path).st_size
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
-        log.debug("cache: evicted %s (%s)", shard.info.raw_data.basename, format_bytes(freed))
-        return freed

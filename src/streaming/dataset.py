@@ -262,38 +262,58 @@ class StreamingDataset(IterableDataset):
 
     def prepare_shard(self, shard_id: int) -> None:
         """Make shard ``shard_id`` readable locally: download (remote streams, once per node), verify, decompress."""
+        self._prepare(shard_id)
+
+    def _prepare(self, shard_id: int, *, reader: bool = False, prefetch: bool = False) -> None:
+        """``prepare_shard``. When the cache is full of shards in use, the iterating thread (``reader``) first
+        drops its own idle readers, and a ``prefetch`` gives up at once (the shard is prepared when needed)."""
         stream = self.streams[int(self.stream_per_shard[shard_id])]
         if stream.is_remote:
             active, upcoming = self._active_shards, self._upcoming_shards
             # Eviction order for this worker's view of the plan: shards of the chunk being read are needed
             # now, those of the next chunk soon; the rest go first (least recently used first).
-            self._shard_cache().prepare(
-                shard_id, next_use=lambda k: 0.0 if k in active else 1.0 if k in upcoming else float("inf")
-            )
+            if not self._shard_cache().prepare(
+                shard_id,
+                next_use=lambda k: 0.0 if k in active else 1.0 if k in upcoming else float("inf"),
+                on_full=(lambda: self._release_shards(set())) if reader else None,
+                wait=not prefetch,
+            ):
+                return
         else:
             stream.prepare_shard(self.shards[shard_id])
+            if stream.validate_hash:
+                self._shard_cache().verify(shard_id)
         self._prepared.add(shard_id)
 
     def _release_shards(self, keep: set[int]) -> None:
-        """Forget readers of shards outside ``keep`` so evicted files really free their disk space."""
+        """Forget readers (and cache pins) of shards outside ``keep`` so their files can be evicted."""
         for shard_id in [k for k in self._readers if k not in keep]:
             del self._readers[shard_id]
             self._prepared.discard(shard_id)
+            if self._cache is not None:
+                self._cache.unpin(shard_id)
 
     def _reader(self, shard_id: int) -> ShardReader:
         reader = self._readers.get(shard_id)
         if reader is None:
             stream = self.streams[int(self.stream_per_shard[shard_id])]
+            pin = stream.is_remote and self.cache_limit is not None  # in use: not evictable until released
             for attempt in range(3):
                 if shard_id not in self._prepared:
-                    self.prepare_shard(shard_id)
+                    self._prepare(shard_id, reader=True)
                 try:
+                    if pin and not self._shard_cache().pin(shard_id):
+                        raise FileNotFoundError(
+                            f"shard {self.shards[shard_id].raw_data.basename} was evicted"
+                        )
                     reader = open_shard(
                         stream.dirname, self.shards[shard_id], allow_unsafe_types=self.allow_unsafe_types
                     )
                     break
                 except FileNotFoundError:  # evicted by another process between prepare and open
                     self._prepared.discard(shard_id)
+                    if pin:
+                        self._shard_cache().unpin(shard_id)
                     if attempt == 2 or not stream.is_remote:
                         raise
             self._readers[shard_id] = reader  # type: ignore[assignment]
@@ -470,7 +490,7 @@ class StreamingDataset(IterableDataset):
                     fut.exception()
                 for shard in shards:  # the download slot (blocks only on shards not prefetched yet)
                     if shard not in self._prepared:
-                        self.prepare_shard(shard)
+                        self._prepare(shard, reader=True)
                 if pool is not None:  # predownload: fetch the next chunk's shards
                     ahead = [pool.submit(self._prefetch, k) for k in nxt if k not in self._prepared]
                 for i in current.tolist():
@@ -481,7 +501,7 @@ class StreamingDataset(IterableDataset):
                 pool.shutdown(wait=True, cancel_futures=True)
 
     def _prefetch(self, shard_id: int) -> None:
-        self.prepare_shard(shard_id)
+        self._prepare(shard_id, prefetch=True)
 
     # ----- resumption -----
 

@@ -1,0 +1,337 @@
+"""Disk accounting for the shard cache: bytes on disk plus in-flight reservations, both read from the disk.
+
+Several processes (ranks, DataLoader workers, other jobs) share one cache folder and must agree on how full
+it is, so nothing here is a counter in memory. Usage is the size of every shard file present plus every temp
+file (``<name>.tmp-<pid>-<n>``, written by downloads and decompression) of a writer still alive; a temp file of
+a dead process (``kill -9``) is removed when seen. A process about to create files first *reserves* their
+bytes: a small file in the lock folder (``.locks/reservations/<pid>-<id>.json``) naming its pid, the bytes and
+the target paths. A reservation counts only for what its targets do not yet hold on disk, so a download in
+progress is not counted twice, and a reservation whose pid is dead is dropped. Callers hold the cache-wide
+lock while reading and writing reservations, so a decision made from them cannot race another process's.
+
+Limitation: pid liveness is local to this machine and pid namespace, so the cache folder must be node-local
+(as the cache design assumes anyway) and not shared between containers with separate pid namespaces.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from streaming.cache_locks import LOCK_DIR, file_lock
+from streaming.sizes import format_bytes
+
+__all__ = [
+    "CacheTooSmallError",
+    "DiskUsage",
+    "Reservation",
+    "add_reservation",
+    "pending_bytes",
+    "pid_alive",
+    "read_reservations",
+    "release_reservation",
+    "scan_usage",
+    "SpaceEntry",
+    "SpaceKeeper",
+]
+
+log = logging.getLogger("streaming.cache")
+
+RESERVATIONS = "reservations"
+_TMP = re.compile(r"^(?P<base>.+)\.tmp-(?P<pid>\d+)-[^/]+$")
+
+
+class CacheTooSmallError(ValueError):
+    """``cache_limit`` is below what the epoch plan (or the readers sharing the cache) need resident at once."""
+
+
+def pid_alive(pid: int) -> bool:
+    """True if process ``pid`` exists on this machine (signal 0 probe; a foreign user's process counts)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    """What one scan found: bytes per known file path present, and bytes of live temp files per target path."""
+
+    files: dict[str, int]
+    temps: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.files.values()) + sum(self.temps.values())
+
+    def held_by(self, paths: Iterable[str]) -> int:
+        """Bytes on disk for ``paths``, their temp files included."""
+        return sum(self.files.get(p, 0) + self.temps.get(p, 0) for p in paths)
+
+
+def scan_usage(paths: Iterable[str], *, remove_dead_temps: bool = True) -> DiskUsage:
+    """Sizes of the files in ``paths`` that exist, and of the temp files next to them.
+
+    Each folder holding one of ``paths`` is listed once (one ``scandir`` per folder, one ``stat`` per file found).
+
+    Args:
+        paths: Every shard file path the cache may hold.
+        remove_dead_temps: Delete temp files whose writer pid is no longer alive (they would never be renamed).
+    """
+    by_dir: dict[str, set[str]] = defaultdict(set)
+    for path in paths:
+        folder, name = os.path.split(path)
+        by_dir[folder].add(name)
+    files: dict[str, int] = {}
+    temps: dict[str, int] = defaultdict(int)
+    for folder, names in by_dir.items():
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            name = entry.name
+            match = None if name in names else _TMP.match(name)
+            if name not in names and (match is None or match["base"] not in names):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                if match is not None and remove_dead_temps and not pid_alive(int(match["pid"])):
+                    os.remove(path)
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+            except FileNotFoundError:  # renamed or evicted since the listing
+                continue
+            if match is None:
+                files[path] = size
+            else:
+                temps[os.path.join(folder, match["base"])] += size
+    return DiskUsage(files=files, temps=dict(temps))
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Bytes a live process will create at ``targets``; ``path`` is the reservation file itself."""
+
+    path: str
+    pid: int
+    nbytes: int
+    targets: tuple[str, ...]
+
+
+def add_reservation(lock_dir: str, nbytes: int, targets: Sequence[str]) -> str:
+    """Record a reservation of ``nbytes`` for ``targets`` (call under the cache lock); returns its file path."""
+    folder = os.path.join(lock_dir, RESERVATIONS)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{os.getpid()}-{uuid.uuid4().hex}.json")
+    tmp = path + ".part"
+    with open(tmp, "w") as f:
+        json.dump({"pid": os.getpid(), "bytes": int(nbytes), "targets": list(targets)}, f)
+    os.replace(tmp, path)
+    return path
+
+
+def release_reservation(path: str) -> None:
+    """Drop a reservation (its files are complete, or were never created)."""
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _pid_of(name: str) -> int | None:
+    head = name.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def read_reservations(lock_dir: str) -> list[Reservation]:
+    """Every live reservation; those of dead processes (and unreadable leftovers of dead ones) are deleted."""
+    folder = os.path.join(lock_dir, RESERVATIONS)
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    live: list[Reservation] = []
+    for name in names:
+        path = os.path.join(folder, name)
+        pid = _pid_of(name)
+        if pid is None or not pid_alive(pid):
+            release_reservation(path)
+            continue
+        if not name.endswith(".json"):
+            continue  # a '.part' being written by a live process
+        try:
+            with open(path) as f:
+                obj = json.load(f)
+            live.append(
+                Reservation(path=path, pid=pid, nbytes=int(obj["bytes"]), targets=tuple(obj["targets"]))
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # released meanwhile, or not ours to judge
+    return live
+
+
+def pending_bytes(reservations: Iterable[Reservation], usage: DiskUsage) -> int:
+    """Bytes reserved but not yet on disk: each reservation minus what its targets already hold."""
+    return sum(max(0, r.nbytes - usage.held_by(r.targets)) for r in reservations)
+
+
+@dataclass(frozen=True)
+class SpaceEntry:
+    """An evictable shard: its folder and lock name, and its files (the raw data file first)."""
+
+    local: str
+    lock_name: str
+    paths: tuple[str, ...]
+
+
+class SpaceKeeper:
+    """Keeps the evictable shards of one cache under ``limit`` bytes, for every process sharing the folder.
+
+    Args:
+        root: The folder whose lock folder holds the cache-wide lock and the reservations.
+        entries: Evictable shards by shard id.
+        limit: ``cache_limit`` in bytes (None: only usage and start-up clean-up).
+        wait_timeout: Seconds ``reserve`` waits for space held by readers before raising.
+    """
+
+    def __init__(
+        self, root: str, entries: Mapping[int, SpaceEntry], limit: int | None, wait_timeout: float
+    ) -> None:
+        self.root = root
+        self.entries = dict(entries)
+        self.limit = limit
+        self.wait_timeout = wait_timeout
+        self._lock_dir = os.path.join(root, LOCK_DIR)
+        self._paths = [p for e in self.entries.values() for p in e.paths]
+
+    def usage(self) -> int:
+        """Bytes of shard files and their temp files on disk now."""
+        return scan_usage(self._paths, remove_dead_temps=False).total
+
+    def _used(self, usage: DiskUsage) -> int:
+        return usage.total + pending_bytes(read_reservations(self._lock_dir), usage)
+
+    def start(self) -> None:
+        """Drop dead writers' temp files and reservations; evict a cache left over the limit back under it."""
+        if not self.entries:
+            return
+        with file_lock(self.root, "cache"):
+            usage = scan_usage(self._paths)
+            used = self._used(usage)
+            if self.limit is not None and used > self.limit:
+                freed = self._evict_down(used - self.limit, usage, exclude=None, next_use=None)
+                log.warning(
+                    "cache: %s in use was over cache_limit=%s (left by a crashed run?); evicted %s",
+                    format_bytes(used),
+                    format_bytes(self.limit),
+                    format_bytes(freed),
+                )
+
+    def reserve(
+        self,
+        k: int,
+        need: int,
+        targets: Sequence[str],
+        *,
+        name: str,
+        next_use: Callable[[int], float] | None = None,
+        on_full: Callable[[], None] | None = None,
+        wait: bool = True,
+    ) -> str | None:
+        """Reserve ``need`` bytes for the files ``targets`` of shard ``k`` (``name``), evicting idle shards.
+
+        Waits while the space is held by readers (calling ``on_full`` once first), unless not ``wait``: then
+        returns None at once. Returns the token for ``release_reservation``.
+
+        Raises:
+            CacheTooSmallError: ``need`` exceeds the limit, or the space stayed in use for ``wait_timeout`` s.
+        """
+        limit = self.limit
+        assert limit is not None
+        if need > limit:
+            raise CacheTooSmallError(
+                f"shard {name} needs {need} bytes on disk while it is prepared, more than cache_limit={limit} "
+                f"bytes ({format_bytes(limit)}); raise cache_limit well above {format_bytes(need)} (several "
+                "shards' worth) or write smaller shards"
+            )
+        start = last_note = time.monotonic()
+        delay = 0.005
+        while True:
+            with file_lock(self.root, "cache"):
+                usage = scan_usage(self._paths)
+                used = self._used(usage)
+                if used + need > limit:
+                    used -= self._evict_down(used + need - limit, usage, exclude=k, next_use=next_use)
+                if used + need <= limit:
+                    return add_reservation(self._lock_dir, need, targets)
+            if not wait:
+                return None
+            if on_full is not None:
+                on_full()
+                on_full = None
+                continue
+            now = time.monotonic()
+            if now - start > self.wait_timeout:
+                raise CacheTooSmallError(
+                    f"cache_limit={limit} bytes ({format_bytes(limit)}) cannot fit shard {name} ({need} bytes): "
+                    f"for {self.wait_timeout:.0f} s every other cached shard stayed in use by a reader or "
+                    f"being downloaded ({format_bytes(used)} used or reserved in {self.root}); raise "
+                    "cache_limit (room for every reader's current and next shards), or run fewer readers "
+                    "or a smaller predownload"
+                )
+            if now - last_note > 30:
+                log.warning("cache: full (%s); waiting for readers to release shards", format_bytes(used))
+                last_note = now
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+    def _evict_down(
+        self, excess: int, usage: DiskUsage, *, exclude: int | None, next_use: Callable[[int], float] | None
+    ) -> int:
+        """Evict idle shards (under the cache lock) until ``excess`` bytes are freed; returns bytes freed."""
+        candidates = [k for k, e in self.entries.items() if k != exclude and usage.held_by(e.paths) > 0]
+        candidates.sort(key=self._age)  # oldest first ...
+        if next_use is not None:
+            candidates.sort(key=next_use, reverse=True)  # ... among shards needed equally late
+        freed = 0
+        for victim in candidates:
+            if freed >= excess:
+                break
+            freed += self.evict(victim)
+        return freed
+
+    def _age(self, k: int) -> float:
+        try:
+            return os.stat(self.entries[k].paths[0]).st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    def evict(self, k: int) -> int:
+        """Delete shard ``k``'s files unless someone reads (pins) or prepares it; returns bytes freed."""
+        entry, freed = self.entries[k], 0
+        # Never wait for a shard lock while holding the cache lock: a busy shard is skipped.
+        with file_lock(entry.local, entry.lock_name, blocking=False) as held:
+            if not held:
+                return 0
+            for path in entry.paths:
+                try:
+                    size = os.stat(path).st_size
+                    os.remove(path)
+                    freed += size
+                except FileNotFoundError:
+                    pass
+        log.debug("cache: evicted %s (%s)", entry.lock_name, format_bytes(freed))
+        return freed
