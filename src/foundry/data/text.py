@@ -5,6 +5,7 @@ text-specific work (dtype cast, truncation to `max_seq_len`, padding of short ro
 tokenizing legacy `text` rows) happens in a picklable collate function. So there is no dataset subclass to
 keep in step with the streaming library, and resumption is exactly `StreamingDataLoader.state_dict()`.
 Unlike llm-foundry, packed rows keep their EOS labels even when pad == eos: only real padding is ignored.
+Rows of token ids need no tokenizer (pad id 0; ids are checked against the model's vocabulary instead).
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class TextDataConfig:
             raise ValueError(f"data.num_workers={self.num_workers} must be >= 0")
 
 
+def _round64(n: int) -> int:
+    return -(-n // 64) * 64
+
+
 class TextCollator:
     """Collates sample dicts with `tokens` (ndarray or bytes) or `text` into model batches.
 
@@ -72,6 +77,8 @@ class TextCollator:
         pad_token_id: Id used for padding (its labels are -100).
         token_encoding_type: dtype of `bytes` token columns.
         tokenizer: Only needed for `text` rows.
+        vocab_size: When given, a token id >= it is an error naming the id (instead of an index error deep in
+            the model's embedding).
     """
 
     def __init__(
@@ -81,22 +88,32 @@ class TextCollator:
         pad_token_id: int,
         token_encoding_type: str = "int64",
         tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer, only for text rows
+        vocab_size: int | None = None,
     ) -> None:
         self.max_seq_len = max_seq_len
         self.pad_token_id = pad_token_id
         self.dtype = np.dtype(token_encoding_type)
         self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
 
     def _row(self, sample: dict[str, Any]) -> np.ndarray:
         if "tokens" in sample:
             tokens = sample["tokens"]
             if isinstance(tokens, bytes | bytearray | memoryview):
                 tokens = np.frombuffer(tokens, dtype=self.dtype)
-            return np.asarray(tokens)[: self.max_seq_len].astype(np.int64)
+            row = np.asarray(tokens)[: self.max_seq_len].astype(np.int64)
+            if self.vocab_size is not None and len(row) and int(row.max()) >= self.vocab_size:
+                raise ValueError(
+                    f"the dataset has token id {int(row.max())} but model.vocab_size={self.vocab_size}: set "
+                    f"model.vocab_size above the largest id (a multiple of 64, e.g. {_round64(int(row.max()) + 1)}), "
+                    "or check that data.local holds data tokenized for this model"
+                )
+            return row
         if "text" in sample:
             if self.tokenizer is None:
                 raise ValueError(
-                    "dataset rows have a 'text' column but no tokenizer was given to the collator"
+                    "dataset rows have a 'text' column but there is no tokenizer (tokenizer.name is null): pass "
+                    "tokenizer.name=/path/to/tokenizer.json, or convert the data to token ids first"
                 )
             ids = self.tokenizer(sample["text"], truncation=True, max_length=self.max_seq_len)["input_ids"]
             return np.asarray(ids, dtype=np.int64)
@@ -139,7 +156,7 @@ def dataset_missing_message(cfg: TextDataConfig, split: str) -> str | None:
 def build_text_dataloader(
     cfg: TextDataConfig,
     *,
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer, or None for rows of token ids
     device_batch_size: int,
     world: World,
     split: str,
@@ -147,12 +164,14 @@ def build_text_dataloader(
     seed: int,
     shuffle: bool | None = None,
     drop_last: bool = True,
+    vocab_size: int | None = None,
 ) -> Any:  # noqa: ANN401 - streaming.StreamingDataLoader
     """Builds the loader of one split: a `StreamingDataLoader` over a `StreamingDataset`.
 
     Args:
         cfg: The data config.
-        tokenizer: Gives the pad id (eos when there is no pad token) and tokenizes `text` rows.
+        tokenizer: Gives the pad id (eos when there is no pad token) and tokenizes `text` rows; None for
+            datasets of token ids (pad id 0: padded positions are masked out of the loss anyway).
         device_batch_size: Samples per batch on this rank.
         world: This process's place in the training world (only single-process for now).
         split: Which split.
@@ -160,6 +179,7 @@ def build_text_dataloader(
         seed: Shuffle seed when `cfg.shuffle_seed` is null.
         shuffle: Overrides `cfg.shuffle` (eval passes False).
         drop_last: Drop a final partial batch (training: every step sees a full batch).
+        vocab_size: The model's vocabulary size; token ids at or above it are a clear error.
 
     Returns:
         A loader yielding dicts of (B, S) int64 tensors, with `state_dict()` / `load_state_dict()`.
@@ -173,12 +193,15 @@ def build_text_dataloader(
     if missing is not None:
         raise FileNotFoundError(missing)
     del world  # the dataset detects the world itself (env / process group); kept for the DDP issue
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = None
+    if tokenizer is not None:
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     collate = TextCollator(
         max_seq_len=max_seq_len,
         pad_token_id=int(pad if pad is not None else 0),
         token_encoding_type=cfg.token_encoding_type,
         tokenizer=tokenizer,
+        vocab_size=vocab_size,
     )
     dataset = StreamingDataset(
         remote=cfg.remote,
