@@ -80,8 +80,8 @@ def merge_index(*args: object, keep_local: bool = True, download_timeout: float 
         out_local, out_remote = split_out(out_arg)  # type: ignore[arg-type]
         parts = []
         for u in urls:
-            local, remote = split_out(u)  # type: ignore[arg-type]
-            parts.append(remote or local)
+            local, remote = split_out(u)
+            parts.append(str(remote or local))
         prefixes = [
             p.rstrip("/").rsplit("/", 2)[-2] if p.endswith(INDEX_FILENAME) else p.rstrip("/").rsplit("/")[-1]
             for p in parts

@@ -56,7 +56,8 @@ def is_safe_relpath(name: object) -> bool:
 
 
 def is_within(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
-    """True if ``path`` lies strictly under ``root`` after ``os.path.abspath`` normalisation (no symlink lookup)."""
+    """True if ``path`` lies strictly under ``root`` after ``os.path.abspath`` normalisation (symlinks are not
+    resolved)."""
     root_abs = os.path.abspath(os.fspath(root))
     path_abs = os.path.abspath(os.fspath(path))
     return path_abs != root_abs and os.path.commonpath([root_abs, path_abs]) == root_abs

@@ -18,7 +18,7 @@ from streaming.cache import fetch_index
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index
 from streaming.format.reader import decompress_shard
 from streaming.storage import RetryPolicy
-from streaming.storage.url import is_remote, join_url
+from streaming.storage.url import is_remote, join_url, redact
 
 __all__ = ["Stream", "UnsafeCacheDirError", "default_cache_base", "default_local"]
 
@@ -64,9 +64,9 @@ def _check_private(path: str, remote: str) -> None:
         problem = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
     if problem:
         raise UnsafeCacheDirError(
-            f"default cache folder {path} for remote {remote} {problem}; files planted there would be served "
-            "without contacting the remote. Pass local= (a folder only you can write), set STREAMING_CACHE, or "
-            "remove the folder"
+            f"default cache folder {path} for remote {redact(remote)} {problem}; files planted there would be "
+            "served without contacting the remote. Pass local= (a folder only you can write), set "
+            "STREAMING_CACHE, or remove the folder"
         )
 
 
@@ -86,6 +86,11 @@ def default_local(remote: str, split: str | None = None) -> str:
         os.chmod(base, 0o700)  # the umask may have dropped bits; never widen beyond 0700
     except FileExistsError:
         pass
+    except OSError as err:
+        raise OSError(
+            f"cannot create the default cache folder {base} for remote {redact(remote)} ({err.strerror}); "
+            "pass local= or set STREAMING_CACHE to a folder you can write"
+        ) from err
     local = os.path.join(base, digest)
     _check_private(base, remote)
     _check_private(local, remote)
@@ -195,7 +200,7 @@ class Stream:
             if self.is_remote:
                 fetch_index(self.remote_dirname, self.dirname, policy=self.retry_policy())  # type: ignore[arg-type]
                 url = join_url(self.remote_dirname, INDEX_FILENAME)  # type: ignore[arg-type]
-                source = f"{url} (copy at {os.path.join(self.dirname, INDEX_FILENAME)})"
+                source = f"{redact(url)} (copy at {os.path.join(self.dirname, INDEX_FILENAME)})"
             self._index = load_index(self.local, self.split, source=source)
         return self._index
 
