@@ -19,9 +19,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint._nested_dict import unflatten_state_dict
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+from foundry.checkpoint import safe_dcp
 from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, Manifest, open_checkpoint
 from foundry.checkpoint.resume import fetch
-from foundry.checkpoint.safe_dcp import load_planner, storage_reader
+from foundry.checkpoint.safe_dcp import storage_reader
 from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_file, rank_file
 from foundry.checkpoint.store import CheckpointStore
 from streaming.format.hashing import hash_file
@@ -57,8 +58,7 @@ def read_sharded(
         if prefix is not None and not key.startswith(prefix + "."):
             continue
         flat[key] = _mmap_tensor(scratch, i, meta) if isinstance(meta, TensorStorageMetadata) else None
-    planner = load_planner(directory, allow_pickle=allow_pickle, flatten_state_dict=False)
-    dcp.load(flat, storage_reader=reader, planner=planner)
+    safe_dcp.load(flat, directory, allow_pickle=allow_pickle, flatten_state_dict=False)
     mapping = {k: v for k, v in (metadata.planner_data or {}).items() if k in flat}
     return unflatten_state_dict(flat, mapping)
 

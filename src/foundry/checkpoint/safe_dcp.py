@@ -18,22 +18,26 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 from typing import IO, Any
 
 import torch
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.planner import ReadItem
 
-from streaming.safepath import safe_relpath
+from streaming.safepath import UnsafePathError, safe_relpath
 
 __all__ = [
     "ALLOWED_GLOBALS",
     "RestrictedReader",
     "SafeLoadPlanner",
     "UnsafeCheckpointError",
+    "load",
     "load_planner",
     "restricted_load",
     "storage_reader",
@@ -151,9 +155,11 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         try:
             obj = torch.load(value, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
+            found = re.search(r"GLOBAL (\S+)", str(e))
+            what = f"the global {found.group(1)}" if found else "a Python object"
             raise UnsafeCheckpointError(
-                f"{self.source}: the value of {fqn!r} holds pickled Python objects and was refused ({e}). "
-                + _TRUST_HINT
+                f"{self.source}: the value of {fqn!r} is a pickle naming {what}, which can run arbitrary code "
+                "when loaded; it was refused. " + _TRUST_HINT
             ) from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], obj)
@@ -171,3 +177,23 @@ def load_planner(directory: str, *, allow_pickle: bool, **kwargs: Any) -> Defaul
     if allow_pickle:
         return DefaultLoadPlanner(**kwargs)
     return SafeLoadPlanner(source=directory, **kwargs)
+
+
+def load(state: dict[str, Any], directory: str, *, allow_pickle: bool, **planner_kwargs: Any) -> None:  # noqa: ANN401
+    """`dcp.load(state)` from `directory` with the reader and planner above.
+
+    Raises:
+        UnsafeCheckpointError, UnsafePathError: As raised while reading, not wrapped in DCP's
+            `CheckpointException` (which would bury the message in a traceback dump).
+    """
+    try:
+        dcp.load(
+            state,
+            storage_reader=storage_reader(directory, allow_pickle=allow_pickle),
+            planner=load_planner(directory, allow_pickle=allow_pickle, **planner_kwargs),
+        )
+    except CheckpointException as e:
+        for exc, _trace in e.failures.values():
+            if isinstance(exc, UnsafeCheckpointError | UnsafePathError):
+                raise exc from None
+        raise

@@ -25,7 +25,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from foundry.checkpoint.safe_dcp import load_planner, storage_reader
+from foundry.checkpoint import safe_dcp
+from foundry.checkpoint.safe_dcp import storage_reader
 
 __all__ = [
     "MODEL_FILE",
@@ -204,11 +205,7 @@ def load_sharded(
         stored = storage_reader(directory, allow_pickle=allow_pickle).read_metadata().state_dict_metadata
         _check_keys(model, {k[len("model.") :] for k in stored if k.startswith("model.")}, strict)
     state = {"model": model_sd} if optim_sd is None else {"model": model_sd, "optim": optim_sd}
-    dcp.load(
-        state,
-        storage_reader=storage_reader(directory, allow_pickle=allow_pickle),
-        planner=load_planner(directory, allow_pickle=allow_pickle, allow_partial_load=not strict),
-    )
+    safe_dcp.load(state, directory, allow_pickle=allow_pickle, allow_partial_load=not strict)
     set_model_state_dict(model, state["model"], options=StateDictOptions(strict=strict))
     if optimizer is None:
         return None
