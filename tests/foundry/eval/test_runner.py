@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from foundry.eval import EvalConfig, run_icl_eval
+from foundry.eval import EvalConfig, ICLTaskConfig, run_icl_eval
 from foundry.eval.callback import ICLEvalCallback, icl_callbacks
 from foundry.eval.synthetic import OFFLINE_TASKS
 
@@ -125,3 +125,63 @@ def test_callback_returns_metrics_and_writes_per_step(icl_model, icl_tokenizer, 
     assert icl_model.training  # restored
     assert "icl/mc/0-shot/acc" in metrics and metrics["icl/seconds"] > 0
     assert (tmp_path / "icl" / "step_7" / "icl_results.json").is_file()
+
+
+def test_overlong_rows_are_skipped_and_counted_never_aborting(icl_model, icl_tokenizer, tmp_path):
+    """Item 2: a row whose continuation leaves no context token within max_seq_len used to raise
+    (`raise eval.max_seq_len`) and lose the tasks already evaluated; now it is skipped and counted."""
+    long = " ".join(["red blue green cat dog"] * 12)
+    rows = [
+        {"query": f"{i} + 1 =", "choices": [str(i + 1), long if i == 2 else "7"], "gold": 0} for i in range(6)
+    ]
+    (tmp_path / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = EvalConfig(
+        icl_tasks=[
+            {"label": "copy", "dataset_uri": "offline://repeat_copy", "icl_task_type": "language_modeling"},
+            {"label": "mc", "dataset_uri": "mc.jsonl", "icl_task_type": "multiple_choice", "num_fewshot": [0]},
+        ],
+        data_root=str(tmp_path), limit=6, max_seq_len=24, batch_size=4,
+    )  # fmt: skip
+    assert len(icl_tokenizer(" " + long, add_special_tokens=False)["input_ids"]) >= 24
+    flat = run_icl_eval(
+        cfg, model=icl_model, tokenizer=icl_tokenizer, device="cpu", output_dir=tmp_path / "o"
+    )
+    assert "icl/copy/0-shot/InContextLearningLMAccuracy" in flat and "icl/copy/0-shot/skipped" not in flat
+    assert flat["icl/mc/0-shot/skipped"] == 1 and not math.isnan(flat["icl/mc/0-shot/acc"])
+    doc = json.loads((tmp_path / "o" / "icl_results.json").read_text())
+    assert doc["tasks"]["mc/0-shot"]["skipped_rows"] == 1 and doc["tasks"]["mc/0-shot"]["num_samples"] == 5
+    assert "skipped=1" in (tmp_path / "o" / "icl_results.md").read_text()
+
+
+@torch.no_grad()
+def test_three_shot_task_end_to_end(icl_model, icl_tokenizer):
+    """A 3-shot multiple-choice task: prompts from llm-foundry's shot rule (order kept), scores from a naive
+    forward per choice, accuracy from those scores."""
+    import random
+
+    from foundry.eval.prompts import needs_prefix_space
+    from foundry.eval.runner import ICLTask, evaluate_task
+    from foundry.eval.synthetic import generate_offline
+    from tests.foundry.eval.test_prompts import _llmfoundry_shots
+
+    rows = generate_offline("arithmetic_mc", n=10)
+    cfg = ICLTaskConfig(label="a", dataset_uri="offline://arithmetic_mc", icl_task_type="multiple_choice",
+                        continuation_delimiter=" Answer: ", fewshot_random_seed=1234)  # fmt: skip
+    res = evaluate_task(icl_model, icl_tokenizer, ICLTask(cfg, 3, rows), device="cpu", batch_size=16)
+    rng = random.Random(1234)
+    space = " " if needs_prefix_space(icl_tokenizer) else ""  # llm-foundry's rule for the continuation
+    correct = []
+    for i, rec in enumerate(res.examples):
+        shots = _llmfoundry_shots(rng, 10, 3, i)
+        text = "\n".join(f"{rows[j]['query']} Answer: {rows[j]['choices'][rows[j]['gold']]}" for j in shots)
+        assert rec["prompt"] == f"{text}\n{rows[i]['query']} Answer:"
+        pre = icl_tokenizer(text)["input_ids"]
+        ctx = pre + icl_tokenizer(f"\n{rows[i]['query']} Answer:", add_special_tokens=False)["input_ids"]
+        lps = []
+        for choice in rows[i]["choices"]:
+            cont = icl_tokenizer(f"{space}{choice}", add_special_tokens=False)["input_ids"]
+            logp = icl_model(input_ids=torch.tensor([ctx + cont])).logits[0].float().log_softmax(-1)
+            lps.append(sum(float(logp[len(ctx) - 1 + k, t]) for k, t in enumerate(cont)))
+        assert rec["choice_logprobs"] == pytest.approx(lps, abs=1e-4)
+        correct.append(rec["correct"])
+    assert res.metrics["InContextLearningMultipleChoiceAccuracy"] == sum(correct) / 10

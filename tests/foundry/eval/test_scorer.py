@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from foundry.eval.config import ICLTaskConfig
-from foundry.eval.prompts import build_examples
+from foundry.eval.prompts import Request, build_examples
 from foundry.eval.runner import ICLTask, evaluate_task
 from foundry.eval.scorer import generate_greedy, score_requests
 from foundry.eval.synthetic import generate_offline
@@ -122,3 +122,50 @@ def test_fast_and_padded_task_results_are_identical(icl_tokenizer, icl_model, na
             if key in a:
                 assert a[key] == pytest.approx(b[key], abs=1e-4)
         assert a.get("output") == b.get("output") and a["correct"] == b["correct"]
+
+
+def test_cached_batches_never_exceed_max_seq_len():
+    """Item 3: a batch padded to the longest prefix (one question) plus the longest suffix (another) used to
+    exceed the model's max_seq_len (`sequence length ... exceeds max_seq_len`); now it is split."""
+    model = tiny_mpt()  # max_seq_len 256, learned positions
+    g = torch.Generator().manual_seed(0)
+
+    def question(ctx_len: int, cont_len: int) -> list:
+        ctx = torch.randint(1, 320, (ctx_len,), generator=g).tolist()
+        return [Request(ctx, torch.randint(1, 320, (cont_len,), generator=g).tolist()) for _ in range(4)]
+
+    # long shared context + short choices, short context + long choices: each question fills 256 tokens
+    requests = question(250, 6) + question(100, 156) + question(200, 56) + question(128, 128)
+    groups = [list(range(i, i + 4)) for i in range(0, 16, 4)]
+    common = {"device": torch.device("cpu"), "batch_size": 16, "pad_id": 0}
+    cached = score_requests(model, requests, groups=groups, max_seq_len=256, **common)
+    plain = score_requests(model, requests, **common)
+    naive = _naive(model, requests)
+    for c, p, (lp, greedy) in zip(cached, plain, naive):
+        assert c.logprob == pytest.approx(p.logprob, abs=1e-5 * c.num_tokens)
+        assert c.logprob == pytest.approx(lp, abs=1e-5 * c.num_tokens) and c.greedy == p.greedy == greedy
+
+
+def test_cached_and_uncached_multiple_choice_agree_on_rows_filling_max_seq_len(icl_tokenizer):
+    """Multiple choice through `evaluate_task` with contexts cut to max_seq_len: KV reuse changes nothing."""
+    model = tiny_mpt()
+    rows = []
+    for i in range(12):
+        words = " ".join(f"{a} + {b} = {a + b}." for a, b in zip(range(i, i + 40), range(3, 43)))
+        if i % 2:
+            rows.append({"query": words, "choices": ["1", "2", "3", "4"], "gold": i % 4})
+        else:
+            rows.append(
+                {"query": f"{i} + 1 =", "choices": [words[: 40 * (j + 1)] for j in range(4)], "gold": 1}
+            )
+    cfg = ICLTaskConfig(label="fill", dataset_uri="x.jsonl", icl_task_type="multiple_choice")
+    task = ICLTask(cfg, 3, rows, max_seq_len=160)
+    on = evaluate_task(model, icl_tokenizer, task, device="cpu", batch_size=16)
+    off = evaluate_task(model, icl_tokenizer, task, device="cpu", batch_size=16, cache_context=False)
+    examples = build_examples(cfg, rows, icl_tokenizer, num_fewshot=3, max_seq_len=160)
+    lengths = [len(r.context) + len(r.continuation) for ex in examples for r in ex.requests]
+    assert max(lengths) == 160 and on.skipped == off.skipped == 0  # rows really fill max_seq_len
+    assert on.metrics == off.metrics
+    for a, b in zip(on.examples, off.examples):
+        assert a["choice_logprobs"] == pytest.approx(b["choice_logprobs"], abs=1e-5)
+        assert a["pred"] == b["pred"] and a["correct"] == b["correct"]
