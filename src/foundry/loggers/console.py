@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+from streaming.storage.redact import redact_value
+
 __all__ = ["ConsoleLogger"]
 
 _SHOWN = (
@@ -40,7 +42,7 @@ class ConsoleLogger:
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
         """Prints the derived quantities (the full config is in the run directory)."""
-        derived = params.get("derived", {})
+        derived = redact_value(params.get("derived", {}))
         if derived:
             line = ", ".join(f"{k}={v}" for k, v in derived.items())
             self._write(f"[foundry] {line}")

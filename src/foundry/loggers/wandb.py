@@ -2,15 +2,21 @@
 
 Design note: W&B is just another `Logger`; offline mode (`WANDB_MODE=offline` or `logger.wandb.mode`)
 writes `<run_dir>/wandb/offline-run-*` for a later `wandb sync`, so it works with no network or login.
-The W&B run name is the run's `run_name` and the resolved config is its `config`.
+The W&B run name is the run's `run_name` and the resolved config is its `config`. Everything W&B records is
+redacted first (`streaming.storage.redact`): the config, the tags and group, and the command line W&B copies
+from `sys.argv` into the run's metadata (swapped for a redacted copy only while `wandb.init` reads it).
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from foundry.loggers.base import WandbConfig
+from streaming.storage.redact import redact_text, redact_value
 
 __all__ = ["WandbLogger"]
 
@@ -35,22 +41,23 @@ class WandbLogger:
                 "logger=wandb needs the wandb package: pip install 'foundry-stack[wandb]'"
             ) from e
         self._wandb = wandb
-        self.run = wandb.init(
-            project=cfg.project,
-            entity=cfg.entity,
-            group=cfg.group,
-            tags=list(cfg.tags) or None,
-            name=run_name,
-            dir=str(run_dir),
-            mode=cfg.mode,
-            reinit="finish_previous",
-            id=run_id,
-            resume="allow" if run_id else None,
-        )
+        with _redacted_argv():
+            self.run = wandb.init(
+                project=cfg.project,
+                entity=cfg.entity,
+                group=redact_text(cfg.group) if cfg.group else None,
+                tags=[redact_text(t) for t in cfg.tags] or None,
+                name=run_name,
+                dir=str(run_dir),
+                mode=cfg.mode,
+                reinit="finish_previous",
+                id=run_id,
+                resume="allow" if run_id else None,
+            )
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
-        """Stores the resolved config (and derived quantities) as the run config."""
-        self.run.config.update(params, allow_val_change=True)
+        """Stores the resolved config (and derived quantities), credentials masked, as the run config."""
+        self.run.config.update(redact_value(params), allow_val_change=True)
 
     def log_metrics(self, metrics: dict[str, float], *, step: int) -> None:
         """`wandb.log(metrics, step=step)`."""
@@ -61,3 +68,18 @@ class WandbLogger:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+@contextmanager
+def _redacted_argv() -> Iterator[None]:
+    """`sys.argv` with its secrets masked for the duration of the block (W&B records the command line).
+
+    W&B reads the arguments from `sys.argv` itself, with no setting to pass them; the original list is put
+    back on exit, also when `wandb.init` raises.
+    """
+    original = sys.argv
+    sys.argv = [redact_text(arg) for arg in original]
+    try:
+        yield
+    finally:
+        sys.argv = original

@@ -1,7 +1,9 @@
 """The self-describing run directory: `run.json` with the config, git revision, versions, device, derived values.
 
 Design note: everything needed to reproduce or compare a run sits beside its metrics, written once at
-startup by rank 0 (Hydra's `.hydra/` holds the composed YAML; this adds what Hydra cannot know).
+startup by rank 0 (Hydra's `.hydra/` holds the composed YAML; this adds what Hydra cannot know). Credentials
+in the config (signed URLs, tokens, known credential keys) are masked in the file; the caller's config is not
+changed.
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ import json
 import platform
 import subprocess
 import sys
-from dataclasses import asdict, is_dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from streaming.storage.redact import redact_value
 
 __all__ = ["git_info", "package_versions", "write_run_metadata"]
 
@@ -77,14 +80,14 @@ def write_run_metadata(run_dir: Path, *, config: Any, derived: dict[str, Any], d
 
     Args:
         run_dir: The run directory (created if needed).
-        config: The root config dataclass (or a dict).
+        config: The root config dataclass (or a dict); written with its credentials masked.
         derived: Derived quantities (tokens per step, steps, microbatches per step, ...).
         device: The training device.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     content = {
-        "config": asdict(config) if is_dataclass(config) else config,
-        "derived": derived,
+        "config": redact_value(config),
+        "derived": redact_value(derived),
         "git": git_info(),
         "packages": package_versions(),
         "device": _device_info(device),

@@ -1,0 +1,152 @@
+"""Credentials in config values never reach the run directory, Hydra's files, the W&B run or the logs.
+
+`train.py` runs in a subprocess (as users run it) with a signed URL holding user info and a `sig=` parameter,
+a plain token under a credential key, and the same URL in the tags; then every file the run wrote is read as
+bytes (the binary `.wandb` file included) and must hold none of the secrets, while the redacted form is
+there (the values were recorded, only masked). The in-process tests check the real values stay usable.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from foundry.hydra_callbacks import RedactingFilter, redacted_yaml
+from foundry.train.metadata import write_run_metadata
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["data.corpus_mb=0.15", "data.vocab_size=300", "trainer.max_duration=2ba"]
+SECRETS = (b"tok3n", b"SECRET", b"PLAINTOK")
+URL = "https://user:tok3n@host/x?sig=SECRET"
+WITH_SECRETS = [
+    f"+variables.url='{URL}'",
+    "+variables.token=PLAINTOK",
+    f"tags=[smoke,'{URL}']",
+    f"logger.wandb.tags=['{URL}']",
+]
+
+
+def _train(args: list[str], cwd: Path, *, ok: bool = True) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "FOUNDRY_CACHE": str(cwd / "cache"),
+        "WANDB_MODE": "offline",
+        "HYDRA_FULL_ERROR": "1",
+    }
+    env.pop("RUN_NAME", None)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True, timeout=600
+    )
+    assert (proc.returncode == 0) == ok, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
+
+
+def _leaks(root: Path) -> dict[str, list[bytes]]:
+    """Every file (and file or folder name) under `root` that holds a secret, with the secrets it holds."""
+    found: dict[str, list[bytes]] = {}
+    for path in root.rglob("*"):
+        rel = str(path.relative_to(root)).encode()
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        hits = [s for s in SECRETS if s in data or s in rel]
+        if hits:
+            found[str(path)] = hits
+    return found
+
+
+@pytest.mark.slow
+def test_a_run_with_credentials_writes_them_nowhere(tmp_path):
+    proc = _train(["experiment=smoke-cpu", "run_name=sec", "logger=wandb", *TINY, *WITH_SECRETS], tmp_path)
+    run_dir = tmp_path / "outputs" / "sec"
+    wandb_files = list((run_dir / "wandb").rglob("*.wandb"))
+    assert wandb_files, "W&B wrote no offline run"
+    for name in (
+        "config.yaml",
+        "run.json",
+        "train.log",
+        ".hydra/rank0/config.yaml",
+        ".hydra/rank0/hydra.yaml",
+    ):
+        assert (run_dir / name).is_file(), name
+    assert _leaks(tmp_path / "outputs") == {}
+    assert not any(s in proc.stdout + proc.stderr for s in SECRETS)
+    # recorded, only masked
+    masked = "https://***@host/x?sig=***"
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["config"]["variables"] == {"url": masked, "token": "***"}
+    assert run["config"]["tags"] == ["smoke", masked]
+    assert OmegaConf.load(run_dir / "config.yaml").variables.url == masked
+    assert f"+variables.url='{masked}'" in OmegaConf.load(run_dir / ".hydra/rank0/overrides.yaml")
+    assert masked.encode() in wandb_files[0].read_bytes()
+
+
+def test_a_failed_job_prints_its_overrides_redacted(tmp_path):
+    # `task=bogus` fails the schema check in the task, after Hydra set up the run directory and its logs
+    args = ["experiment=smoke-cpu", "run_name=bad", "task=bogus", *WITH_SECRETS[:3]]
+    proc = _train(args, tmp_path, ok=False)
+    assert b"Error executing job with overrides" in proc.stderr and b"task=bogus" in proc.stderr
+    assert not any(s in proc.stdout + proc.stderr for s in SECRETS)
+    assert (tmp_path / "outputs" / "bad" / ".hydra" / "rank0" / "overrides.yaml").is_file()
+    assert _leaks(tmp_path / "outputs") == {}
+
+
+@pytest.mark.slow
+def test_a_sweep_names_job_folders_and_writes_files_without_credentials(tmp_path):
+    proc = _train(
+        ["-m", "experiment=smoke-cpu", "run_name=grid", "optimizer.lr=1e-3,3e-4", *TINY, *WITH_SECRETS[:3]],
+        tmp_path,
+    )
+    sweep = tmp_path / "outputs" / "multirun" / "grid"
+    assert (sweep / "multirun.yaml").is_file() and (sweep / "summary.md").is_file()
+    assert len(list(sweep.rglob("final_metrics.json"))) == 2
+    assert _leaks(tmp_path / "outputs") == {}
+    assert not any(s in proc.stdout + proc.stderr for s in SECRETS)
+
+
+@dataclass
+class _Data:
+    remote: str = URL
+    local: str = "/tmp/cache"
+
+
+@dataclass
+class _Cfg:
+    data: _Data = field(default_factory=_Data)
+    variables: dict = field(default_factory=lambda: {"api_key": "PLAINTOK"})
+
+
+def test_run_json_is_redacted_and_the_config_keeps_its_real_values(tmp_path):
+    cfg = _Cfg()
+    before = copy.deepcopy(cfg)
+    write_run_metadata(tmp_path, config=cfg, derived={"steps": 2}, device=torch.device("cpu"))
+    assert cfg == before and cfg.data.remote == URL  # the data backend still gets the signed URL
+    written = (tmp_path / "run.json").read_bytes()
+    assert not any(s in written for s in SECRETS)
+    assert json.loads(written)["config"]["data"] == {
+        "remote": "https://***@host/x?sig=***",
+        "local": "/tmp/cache",
+    }
+
+
+def test_redacted_yaml_leaves_the_dictconfig_unchanged():
+    cfg = OmegaConf.create({"data": {"remote": URL}, "token": "PLAINTOK", "alias": "${data.remote}"})
+    text = redacted_yaml(cfg, resolve=True)
+    assert not any(s.decode() in text for s in SECRETS)
+    assert cfg.data.remote == URL and cfg.token == "PLAINTOK" and cfg.alias == URL
+
+
+def test_logging_filter_masks_the_message():
+    record = logging.LogRecord(
+        "x", logging.INFO, __file__, 1, "opening %s with %s", (URL, "token=PLAINTOK"), None
+    )
+    assert RedactingFilter().filter(record)
+    assert record.getMessage() == "opening https://***@host/x?sig=*** with token=***"
