@@ -69,6 +69,29 @@ def test_kill_9_at_a_random_step_then_rerun_is_the_same_run(tmp_path, cache, ref
     _check_same_run(run_dir, reference)
 
 
+DROPOUT = ["model.resid_pdrop=0.1", "model.emb_pdrop=0.1", "model.attn_config.attn_pdrop=0.1"]
+
+
+@pytest.fixture(scope="module")
+def reference_dropout(tmp_path_factory, cache):
+    """An uninterrupted run with dropout on (every step consumes the global RNG)."""
+    cwd = tmp_path_factory.mktemp("ref-dropout")
+    train([*RUN, *DROPOUT, "run_name=ref"], cwd, env_for(cache))
+    return cwd / "outputs" / "ref"
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_with_dropout_is_the_same_run(tmp_path, cache, reference_dropout):
+    at = random.Random(3).randint(4, STEPS - 6)
+    args = [*RUN, *DROPOUT, "run_name=killed"]
+    run_dir = tmp_path / "outputs" / "killed"
+    killed_at = train_and_kill(args, tmp_path, env_for(cache), metrics=run_dir / "metrics.jsonl", at_step=at)
+    assert killed_at < STEPS
+    proc = train(args, tmp_path, env_for(cache))
+    assert "autoresume: loaded" in proc.stdout and f"(step {STEPS}," not in proc.stdout
+    _check_same_run(run_dir, reference_dropout)
+
+
 @pytest.mark.slow
 def test_rerun_of_a_finished_run_trains_nothing_more(tmp_path, cache):
     args = ["trainer.max_duration=4ba", "trainer.eval_interval=0", "checkpoint=local", "run_name=done"]
