@@ -120,7 +120,7 @@ def build_tokenizer(cfg: TokenizerConfig) -> Any:  # noqa: ANN401 - transformers
     if path.suffix == ".json" or path.is_file():
         if not path.is_file():
             raise ValueError(f"tokenizer.name={cfg.name!r}: file not found")
-        tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+        tok: Any = PreTrainedTokenizerFast(tokenizer_file=str(path))
     else:
         local = path.is_dir()
         try:

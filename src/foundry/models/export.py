@@ -17,9 +17,31 @@ from torch import nn
 
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
 
-__all__ = ["hf_mpt_incompatibilities", "to_hf_mpt_config", "export_hf", "export_checkpoint", "from_hf_mpt"]
+__all__ = [
+    "export_checkpoint",
+    "export_hf",
+    "from_hf_mpt",
+    "hf_mpt_incompatibilities",
+    "is_trainer_checkpoint",
+    "to_hf_mpt_config",
+]
 
 FORMATS = ("auto", "hf_mpt", "foundry")
+_MANIFEST = "manifest.json"  # what marks a checkpoint written by the trainer (foundry.checkpoint)
+
+
+def is_trainer_checkpoint(src: str | Path) -> bool:
+    """Whether `src` is a trainer checkpoint (a folder with `manifest.json`) or a save folder holding some
+    (`ep*-ba*/manifest.json`); a URL counts as one (only the checkpoint code reads object stores)."""
+    text = str(src)
+    if "://" in text:
+        return True
+    path = Path(text).expanduser()
+    if path.name == _MANIFEST:
+        path = path.parent
+    if not path.is_dir():
+        return False
+    return (path / _MANIFEST).is_file() or any((c / _MANIFEST).is_file() for c in path.glob("ep*-ba*"))
 
 
 def hf_mpt_incompatibilities(config: MPTConfig) -> list[str]:
@@ -135,7 +157,7 @@ def export_hf(
 
 def from_hf_mpt(hf_model: nn.Module) -> MPTForCausalLM:
     """Converts a transformers `MptForCausalLM` (e.g. a downloaded mosaicml/mpt-7b) into our class."""
-    hc = hf_model.config
+    hc: Any = hf_model.config  # transformers.MptConfig
     ac = hc.attn_config
     config = MPTConfig(
         d_model=hc.d_model,
@@ -208,6 +230,11 @@ def export_checkpoint(
     from foundry.models.build import load_pretrained
 
     src = Path(src)
+    if is_trainer_checkpoint(src):
+        raise ValueError(
+            f"{src} is a checkpoint written by the trainer (it has {_MANIFEST}): export it with "
+            "foundry.checkpoint.convert.to_hf (what scripts/export_hf.py and convert_checkpoint.py --to hf use)"
+        )
     if src.is_dir():
         model = load_pretrained(src)
     else:
