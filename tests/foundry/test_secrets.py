@@ -106,7 +106,7 @@ def test_a_sweep_names_job_folders_and_writes_files_without_credentials(tmp_path
         tmp_path,
     )
     sweep = tmp_path / "outputs" / "multirun" / "grid"
-    assert (sweep / "multirun.yaml").is_file() and (sweep / "summary.md").is_file()
+    assert (sweep / "multirun.yaml").is_file() and list(sweep.glob("summary*.md"))
     assert len(list(sweep.rglob("final_metrics.json"))) == 2
     assert _leaks(tmp_path / "outputs") == {}
     assert not any(s in proc.stdout + proc.stderr for s in SECRETS)
