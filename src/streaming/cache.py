@@ -261,7 +261,7 @@ class ShardCache:
         with self._start_lock:
             if not self._started:
                 self._started = True
-                self._space.start()
+                self._space.start(keep=shard_id)
         shard, name = self.shards[shard_id], self._lock_name(shard_id)
         tracked = shard.evictable and self.cache_limit is not None
         while True:

@@ -224,15 +224,16 @@ class SpaceKeeper:
     def _used(self, usage: DiskUsage) -> int:
         return usage.total + pending_bytes(read_reservations(self._lock_dir), usage)
 
-    def start(self) -> None:
-        """Drop dead writers' temp files and reservations; evict a cache left over the limit back under it."""
+    def start(self, *, keep: int | None = None) -> None:
+        """Drop dead writers' temp files and reservations; evict a cache left over the limit back under it
+        (sparing shard ``keep``, about to be used, if it can)."""
         if not self.entries:
             return
         with file_lock(self.root, "cache"):
             usage = scan_usage(self._paths)
             used = self._used(usage)
             if self.limit is not None and used > self.limit:
-                freed = self._evict_down(used - self.limit, usage, exclude=None, next_use=None)
+                freed = self._evict_down(used - self.limit, usage, exclude=keep, next_use=None)
                 log.warning(
                     "cache: %s in use was over cache_limit=%s (left by a crashed run?); evicted %s",
                     format_bytes(used),
