@@ -109,23 +109,37 @@ def test_hash_mismatch_redownloads_once_then_fails(s3_bucket, s3_env, tmp_path, 
     assert not (tmp_path / "bad").exists()
 
 
-def test_kill_mid_download_leaves_no_partial_file(s3_bucket, s3_env, tmp_path, monkeypatch):
+def test_kill_mid_download_leaves_no_partial_file(s3_bucket, s3_env, tmp_path):
     payload = os.urandom(4 << 20)
     _put(s3_bucket, "big.bin", payload, s3_env)
     target = tmp_path / "big.bin"
-    with FaultProxy(
-        s3_env, lambda n, m, p: 5.0
-    ) as proxy:  # every request stalls: the kill lands mid-transfer
+
+    def stall(n, method, path):  # the object's GET hangs until the downloader is killed
+        return 120.0 if method == "GET" and "big.bin" in path else None
+
+    with FaultProxy(s3_env, stall) as proxy:
         env = dict(os.environ, S3_ENDPOINT_URL=proxy.url)
         code = (
             "from streaming.storage import download_file\n"
             f"download_file('{s3_bucket}/big.bin', {str(target)!r})\n"
         )
         child = subprocess.Popen([sys.executable, "-c", code], env=env)
-        time.sleep(1.5)
-        child.kill()
-        child.wait()
+        try:
+            deadline = time.monotonic() + 60
+            while not any("big.bin" in p for _, m, p, _ in proxy.injected if m == "GET"):
+                assert child.poll() is None, "the downloader ended before its request reached the server"
+                assert time.monotonic() < deadline, "the download never started"
+                time.sleep(0.01)
+            child.kill()  # the request is in flight: the kill lands mid-download
+            child.wait(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    assert child.returncode == -9
     assert not target.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("big.bin")], (
+        "no temp file under the real name"
+    )
     download_file(f"{s3_bucket}/big.bin", str(target), policy=FAST)
     assert target.read_bytes() == payload
 
