@@ -1,8 +1,15 @@
-"""The one entry point: `python train.py [group=option ...] [key=value ...]` (Hydra; `-m` for sweeps)."""
+"""The one entry point: `python train.py [group=option ...] [key=value ...]` (Hydra; `-m` for sweeps).
+
+A mistake in the command line or the config (unknown key, bad value, missing data or tokenizer) prints
+`error: <message>` and exits 2; `HYDRA_FULL_ERROR=1` adds the traceback (see `foundry.cli`).
+"""
+
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from foundry.cli import run_cli
 from foundry.config import register_configs, run_task
 
 register_configs()
@@ -14,4 +21,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main))

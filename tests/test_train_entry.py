@@ -1,4 +1,5 @@
-"""`train.py` as users run it: a 3-step smoke run, the offline quick start, multirun summaries, Optuna."""
+"""`train.py` as users run it: a 3-step smoke run, the offline quick start, multirun summaries (also of failed
+sweeps), Optuna."""
 
 from __future__ import annotations
 
@@ -67,10 +68,30 @@ def test_multirun_runs_each_job_in_its_own_dir_and_prints_a_summary(tmp_path):
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert len(jobs) == 2 and all((j / "final_metrics.json").is_file() for j in jobs)
     assert "multirun summary (2 jobs)" in proc.stdout
-    table = (sweep / "summary.md").read_text()
+    (summary,) = sweep.glob("summary-*.md")  # one file per sweep: sweeps sharing a run_name keep theirs
+    table = summary.read_text()
     assert (
         "| optimizer.lr=0.001 |" in table and "| optimizer.lr=0.0003 |" in table
     )  # shared overrides dropped
+
+
+def test_a_sweep_whose_jobs_fail_still_prints_its_summary_and_exits_non_zero(tmp_path):
+    env = {**os.environ, "FOUNDRY_CACHE": str(tmp_path / "cache")}
+    env.pop("HYDRA_FULL_ERROR", None)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "task=finetune,bogus", "run_name=broken"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "error: task='finetune'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "multirun summary (2 jobs, 2 failed)" in proc.stdout, proc.stdout[-3000:]
+    (summary,) = (tmp_path / "outputs" / "multirun" / "broken").glob("summary-*.md")
+    rows = [line for line in summary.read_text().splitlines() if "failed: ConfigError" in line]
+    assert len(rows) == 2 and "| task=bogus |" in rows[1]
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from foundry.models.mpt.config import ModelConfig, MPTModelConfig
 
 __all__ = [
     "build_model",
+    "build_model_for",
     "build_mpt",
     "materialize_",
     "register_model_configs",
@@ -81,6 +82,42 @@ def build_model(cfg: ModelConfig, *, vocab_size: int | None = None, device: str 
     if isinstance(cfg, HFCausalLMConfig):
         return build_hf_causal_lm(cfg, vocab_size=vocab_size)
     raise TypeError(f"build_model got {type(cfg).__name__}; expected MPTModelConfig or HFCausalLMConfig")
+
+
+def build_model_for(
+    cfg: ModelConfig,
+    tokenizer: Any | None,  # noqa: ANN401 - a transformers tokenizer (only len() is used)
+    *,
+    device: torch.device | str,
+    defer_init: bool = False,
+) -> nn.Module:
+    """Builds the model `cfg` describes for `tokenizer`, on `device` (what pretraining and `task=eval` use).
+
+    Args:
+        cfg: The `model` group schema.
+        tokenizer: Its `len()` must fit in an MPT's `vocab_size`; None (`tokenizer.name=null`, rows of token
+            ids) skips the check (the collator checks ids against `model.vocab_size`).
+        device: Where the weights live.
+        defer_init: Keep a meta-device MPT (`init_device: meta`) on meta, for FSDP to shard it first.
+
+    Raises:
+        ValueError: The tokenizer has more tokens than `model.vocab_size`, naming the padded size to set.
+    """
+    from foundry.tokenizers import padded_vocab_size
+
+    if isinstance(cfg, MPTModelConfig):
+        vocab = 0 if tokenizer is None else len(tokenizer)
+        if vocab > cfg.vocab_size:
+            raise ValueError(
+                f"the tokenizer has {vocab} tokens but model.vocab_size={cfg.vocab_size}; set model.vocab_size "
+                f"to at least {vocab} (a multiple of 64, e.g. {padded_vocab_size(tokenizer)})"
+            )
+        if cfg.init_device == "meta":
+            if defer_init:
+                return build_model(cfg, device="meta")
+            return materialize_(build_model(cfg, device="meta"), device=device)
+        return build_model(cfg, device=cfg.init_device).to(device)
+    return build_model(cfg).to(device)
 
 
 @torch.no_grad()

@@ -33,30 +33,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _build_model(
-    cfg: Any,  # noqa: ANN401
-    *,
-    vocab: int,
-    device: torch.device,
-    defer_init: bool = False,
-) -> torch.nn.Module:
-    """Builds the model on `device`; with `defer_init` a meta-device MPT stays on meta (FSDP shards it first)."""
-    from foundry.models import MPTModelConfig, build_model, materialize_
-
-    if isinstance(cfg, MPTModelConfig):
-        if vocab > cfg.vocab_size:
-            raise ValueError(
-                f"the tokenizer has {vocab} tokens but model.vocab_size={cfg.vocab_size}; set "
-                f"model.vocab_size to at least {vocab} (a multiple of 64, e.g. {-(-vocab // 64) * 64})"
-            )
-        if cfg.init_device == "meta":
-            if defer_init:
-                return build_model(cfg, device="meta")
-            return materialize_(build_model(cfg, device="meta"), device=device)
-        return build_model(cfg, device=cfg.init_device).to(device)
-    return build_model(cfg).to(device)
-
-
 def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN401 - foundry.config.TrainConfig
     """Pretrains a causal LM as `cfg` describes (one process, or every rank of a `torchrun` launch).
 
@@ -83,6 +59,7 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
     from foundry.data.text import build_text_dataloader, dataset_missing_message
     from foundry.eval.callback import icl_callbacks
     from foundry.loggers import build_loggers
+    from foundry.models.build import build_model_for
     from foundry.optim import build_optimizer, build_scheduler
     from foundry.parallel import barrier, broadcast_object, wrap_model
     from foundry.tokenizers import build_tokenizer
@@ -144,7 +121,7 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
         parse_duration(tc.eval_interval), max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
     )
     pc = cfg.parallelism
-    model = _build_model(cfg.model, vocab=len(tokenizer), device=device, defer_init=pc.strategy == "fsdp")
+    model = build_model_for(cfg.model, tokenizer, device=device, defer_init=pc.strategy == "fsdp")
     if pc.distributed or pc.activation_checkpointing:  # before the optimizer sees the parameters
         model = wrap_model(model, cfg=pc, ctx=ctx, precision=tc.precision)
     optimizer = build_optimizer(cfg.optimizer, model=model)

@@ -1,0 +1,76 @@
+"""How `train.py` reports errors: a user error is one `error: <message>` block and exit code 2; a bug keeps
+its traceback.
+
+User errors are what the person at the keyboard fixes in the command line or the config files: Hydra's own
+composition errors (a bad override, an unknown group option, a parse error: `CompactHydraException`),
+OmegaConf's (a wrong type, a missing `???` value, an unresolvable interpolation), `ValueError` (every schema's
+`__post_init__` check, `foundry.errors.ConfigError`, a tokenizer that cannot be found) and
+`FileNotFoundError` (a dataset that has not been created yet). Everything else is a bug and propagates with
+its traceback. `HYDRA_FULL_ERROR=1` shows the traceback of user errors too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import is_dataclass
+from typing import Any
+
+from hydra.errors import CompactHydraException, ConfigCompositionException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from foundry.config import KEY_RULE, unknown_key_message
+
+__all__ = ["USER_ERRORS", "EXIT_USER_ERROR", "run_cli", "user_message"]
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    CompactHydraException,
+    OmegaConfBaseException,
+    ValueError,
+    FileNotFoundError,
+)
+EXIT_USER_ERROR = 2
+_APPEND_ADVICE = re.compile(r"use \+\S+?=(\S+)")
+
+
+def user_message(err: BaseException) -> str:
+    """The text printed after `error: `; Hydra's advice to add an undeclared key with `+` is replaced."""
+    cause = err.__cause__
+    if isinstance(err, ConfigCompositionException) and isinstance(
+        cause, ConfigAttributeError | ConfigKeyError
+    ):
+        schema = getattr(cause, "object_type", None)
+        key = getattr(cause, "full_key", None)
+        if key and isinstance(schema, type) and is_dataclass(schema):
+            given = _APPEND_ADVICE.search(str(err))
+            return f"{unknown_key_message(key, schema, given.group(1) if given else None)}\n{KEY_RULE}"
+    text = str(err).strip()
+    if isinstance(err, CompactHydraException) and isinstance(cause, OmegaConfBaseException):
+        text += "\n" + str(cause).strip()
+    return text
+
+
+def run_cli(main: Callable[[], Any]) -> int:
+    """Calls the `@hydra.main` function `main` and returns the process's exit code.
+
+    Returns:
+        0 on success, `EXIT_USER_ERROR` (2) after printing a user error; bugs raise (traceback, exit 1).
+    """
+    user_full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its own report; we report
+    try:
+        main()
+    except USER_ERRORS as err:
+        if user_full_error == "1":
+            traceback.print_exc()
+        print(f"error: {user_message(err)}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    finally:
+        if user_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = user_full_error
+    return 0

@@ -1,0 +1,129 @@
+"""`train.py`'s error reporting (`foundry.cli`): a user error is `error: <message>` and exit code 2, no
+traceback unless `HYDRA_FULL_ERROR=1`; bugs keep their traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+
+from foundry.cli import run_cli, user_message
+from foundry.config import register_configs
+from foundry.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _raiser(err: BaseException):
+    def main() -> None:
+        raise err
+
+    return main
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        ConfigError("model.d_model=0: must be > 0"),
+        ValueError("tokenizer.name='/x.json': file not found"),
+        FileNotFoundError("data.local=/d has no train split: run convert_dataset_hf.py"),
+        MissingConfigException("In 'train': Could not find 'data/nope'", missing_cfg_file="data/nope"),
+    ],
+)
+def test_user_errors_print_the_message_alone_and_exit_2(err, capsys, monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    assert run_cli(_raiser(err)) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"error: {str(err).strip()}\n" and "Traceback" not in captured.out
+    assert "HYDRA_FULL_ERROR" not in os.environ  # restored
+
+
+def test_hydra_full_error_adds_the_traceback(capsys, monkeypatch):
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    assert run_cli(_raiser(ConfigError("bad value"))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and err.endswith("error: bad value\n")
+    assert os.environ["HYDRA_FULL_ERROR"] == "1"
+
+
+def test_bugs_keep_their_traceback(monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_cli(_raiser(RuntimeError("a bug")))
+
+
+@pytest.mark.parametrize(
+    ("override", "needles"),
+    [
+        ("modle=mpt-125m", ["unknown config key 'modle'", "did you mean 'model'? (e.g. model=mpt-125m)"]),
+        ("model.d_modle=5", ["unknown config key 'model.d_modle'", "did you mean 'model.d_model'?"]),
+    ],
+)
+def test_hydras_append_advice_becomes_a_suggestion(override, needles):
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        with pytest.raises(ConfigCompositionException) as info:
+            compose("train", overrides=[override])
+    text = user_message(info.value)
+    assert all(n in text for n in needles), text
+    assert "+" + override not in text.replace("`+key=value`", "")  # no advice to add the typo with '+'
+
+
+def _train(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "FOUNDRY_CACHE": str(cwd / "cache"), "WANDB_MODE": "offline", **env}
+    full_env.pop("RUN_NAME", None)
+    if "HYDRA_FULL_ERROR" not in env:
+        full_env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _assert_user_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-4000:]
+    assert "error: " in proc.stderr
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr[-4000:]
+
+
+def test_train_py_rejects_a_plus_typo_with_exit_2_and_no_traceback(tmp_path):
+    proc = _train(["+modle=mpt-125m", "run_name=bad"], tmp_path)
+    _assert_user_error(proc, "unknown config key 'modle'", "did you mean 'model'?")
+    assert not (tmp_path / "outputs" / "bad" / "config.yaml").exists()
+
+
+def test_train_py_leaves_the_running_jobs_config_alone(tmp_path):
+    run_dir = tmp_path / "outputs" / "live"
+    run_dir.mkdir(parents=True)
+    written = "# the config of the job running in this directory\n"
+    (run_dir / "config.yaml").write_text(written)
+    proc = _train(["task=finetune", "run_name=live"], tmp_path)
+    _assert_user_error(proc, "task='finetune'")
+    assert (run_dir / "config.yaml").read_text() == written
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["+train_loader.name=finetuning"], ["unknown config key 'train_loader'", "llm-foundry key"]),
+        (["optimizer.lr=abc"], ["optimizer.lr"]),
+        (["data=nope"], ["Could not find 'data/nope'"]),
+        (["data=c4"], ["convert_dataset_hf.py"]),  # missing data
+        (["task=eval", "eval=offline", "data=c4", "tokenizer.name=/nonexistent/tok.json"], ["/nonexistent"]),
+    ],
+)
+def test_train_py_user_errors_end_to_end(tmp_path, args, needles):
+    proc = _train([*args, "run_name=bad"], tmp_path, FOUNDRY_DATA=str(tmp_path / "data"))
+    _assert_user_error(proc, *needles)
