@@ -28,6 +28,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from foundry.callbacks.base import CallbacksConfig
+from foundry.checkpoint.config import CheckpointConfig
 from foundry.data.quickstart import QuickstartDataConfig
 from foundry.data.text import TextDataConfig
 from foundry.errors import ConfigError
@@ -35,9 +36,10 @@ from foundry.eval.config import EvalConfig, register_eval_configs
 from foundry.loggers.base import LoggerConfig
 from foundry.models import ModelConfig, register_model_configs
 from foundry.optim import OptimizerConfig, SchedulerConfig, register_optim_configs
+from foundry.parallel.config import ParallelismConfig
 from foundry.tasks.run_files import write_text_atomic
 from foundry.tokenizers import TokenizerConfig, register_tokenizer_configs
-from foundry.train.config import CheckpointConfig, ParallelismConfig, TrainerConfig
+from foundry.train.config import TrainerConfig
 
 __all__ = [
     "TASKS",

@@ -1,4 +1,7 @@
-"""Typed schemas of the `trainer`, `parallelism` and `checkpoint` config groups.
+"""`TrainerConfig`, the typed schema of the `trainer` config group (steps, batch sizes, precision, device).
+
+The `parallelism` and `checkpoint` schemas live beside their code (`foundry.parallel.config`,
+`foundry.checkpoint.config`) and are re-exported here only for older imports.
 
 Design note: OmegaConf 2.3 has no `Union`/`Literal`, so fields that llm-foundry lets take several types
 (`device_train_microbatch_size: 8 | auto`, durations as `4800ba` strings or bare step counts) are declared
