@@ -1,23 +1,15 @@
 """The node-level shard cache: one download per shard per node, crash-safe, ``cache_limit`` a true ceiling.
 
-Coordination uses only the file system, so any number of processes, jobs or users sharing a cache
-directory cooperate without shared memory or a clean-up step. Every shard has a lock file
-(``.locks/<shard>.lock``, ``fcntl.flock``; the kernel drops it when a process dies, even by ``kill -9``):
-- whoever prepares a shard (download, verify, decompress) holds it *exclusively*; files only appear under
-  their real names complete (temp name + rename), so a crash leaves nothing that can pass for a shard;
-- a reader *pins* a shard it reads by holding it *shared*; eviction takes it exclusively without waiting,
-  so a shard in use is never evicted (its disk space is really free once evicted).
-``cache_limit`` holds at every moment: before creating files, a process reserves their bytes (sizes from
-index.json) under a cache-wide lock, evicting idle shards until files on disk (temp files included) plus
-every live reservation plus the new bytes fit (``streaming.cache_space``); it waits while other readers hold
-the space, and fails with a clear error when the limit cannot be met. The first use of a cache by a
-process brings it back under the limit (after a crash) and removes temp files of dead writers. Victims: the
-shard whose next use in the plan is farthest away (Belady), then the oldest; never a shard whose only copy
-is local (a stream with no remote).
-
-With ``validate_hash``, a shard already in the cache is verified before this process first uses it; the
-verdict is remembered on disk (``streaming.cache_verify``), so untouched files are hashed once. A mismatch
-deletes the file and downloads it again, or, with no remote, raises naming the file and both digests.
+Coordination uses only the file system (``streaming.cache_locks``), so any number of processes sharing a cache
+directory cooperate without shared memory or clean-up. Per shard lock: a preparer (download, verify,
+decompress) holds it exclusively, and files appear under their real names only complete (temp + rename); a
+reader *pins* a shard by holding it shared, and eviction never waits for it, so a shard in use is never
+evicted. ``cache_limit`` holds at every moment: bytes are reserved before any file is created and idle
+shards evicted until disk plus live reservations fit (``streaming.cache_space``); the first use by a process
+brings a cache left over the limit by a crash back under it. Victims: farthest next use in the plan, then
+the oldest; never a shard whose only copy is local. With ``validate_hash``, a cached shard is verified before
+this process first uses it, the verdict remembered on disk (``streaming.cache_verify``); a mismatch downloads
+it again or, with no remote, raises naming the file and both digests.
 """
 
 from __future__ import annotations
@@ -158,8 +150,6 @@ class ShardCache:
                     f"raise cache_limit or use smaller shards"
                 )
 
-    # ------------------------------------------------------------------ state
-
     @staticmethod
     def is_present(shard: CachedShard) -> bool:
         """All raw files present (complete: they only appear by rename), or all stored files present."""
@@ -192,8 +182,6 @@ class ShardCache:
 
     def _trusted(self, k: int) -> bool:
         return self._algo(k) is None or k in self._verified
-
-    # ------------------------------------------------------------------ pins (readers)
 
     def pin(self, shard_id: int) -> bool:
         """Keep shard ``shard_id`` on disk until ``unpin`` (a shared lock that eviction respects).
@@ -228,8 +216,6 @@ class ShardCache:
     def __del__(self) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ operations
-
     def prepare(
         self,
         shard_id: int,
@@ -238,23 +224,15 @@ class ShardCache:
         on_full: Callable[[], None] | None = None,
         wait: bool = True,
     ) -> bool:
-        """Make shard ``shard_id`` readable locally (raw files present, verified); blocks while another
-        process prepares it, and while the cache is full of shards other readers use.
+        """Make shard ``shard_id`` readable locally (raw files present, verified); waits while another process
+        prepares it or while the cache is full of shards in use.
 
-        Args:
-            shard_id: Global shard index.
-            next_use: Plan position at which each shard is next needed (``inf`` = not again); used to
-                pick eviction victims. Without it, the oldest shard goes first.
-            on_full: Called once (then retried at once) when the cache is full of pinned shards, so the
-                caller can drop its own idle pins.
-            wait: If False, give up (return False) instead of waiting for space (best-effort prefetch).
-
-        Returns:
-            True once the shard is ready; False only when not ``wait`` and the cache had no room.
+        ``next_use(k)``: plan position at which shard k is next needed (``inf``: not again), to pick eviction
+        victims (default: oldest first). ``on_full``: called once when the cache is full of pinned shards, so the
+        caller can drop its own idle pins. ``wait=False``: return False instead of waiting for space (prefetch).
 
         Raises:
-            CacheTooSmallError: The shard cannot fit under ``cache_limit`` (larger than it, or the space
-                stayed in use for ``wait_timeout`` seconds).
+            CacheTooSmallError: The shard cannot fit (larger than the limit, or no space for ``wait_timeout`` s).
             HashMismatchError: A cached file of a stream with no remote fails ``validate_hash``.
             FileNotFoundError: A shard of a stream with no remote is missing.
         """
@@ -314,8 +292,6 @@ class ShardCache:
             return
         self._check(shard_id)
         self._verified.add(shard_id)
-
-    # ------------------------------------------------------------------ internals
 
     def _await_preparer(self, k: int) -> bool:
         """Wait until no other process (or thread) is preparing shard ``k``; True if it had to wait."""
