@@ -67,7 +67,7 @@ def test_multirun_runs_each_job_in_its_own_dir_and_prints_a_summary(tmp_path):
     sweep = tmp_path / "outputs" / "multirun" / "grid"
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert len(jobs) == 2 and all((j / "final_metrics.json").is_file() for j in jobs)
-    assert "multirun summary (2 jobs)" in proc.stdout
+    assert "multirun summary (2 jobs, 0 failed)" in proc.stdout
     (summary,) = sweep.glob("summary-*.md")  # one file per sweep: sweeps sharing a run_name keep theirs
     table = summary.read_text()
     assert (
