@@ -119,6 +119,8 @@ def _outcomes(
     records, pos = [], 0
     for n, ex in enumerate(examples):
         rec: dict[str, Any] = {"index": ex.index, "prompt": ex.prompt}
+        if ex.shots:
+            rec["shots"] = ex.shots  # row indices of the few-shot examples, in prompt order
         if ex.category is not None:
             rec["category"] = ex.category
         if kind == "generation_task_with_answers":

@@ -221,10 +221,7 @@ def _score_cached(
     max_seq_len: int | None = None,
 ) -> dict[int, RowScore]:
     """Per group: the shared prefix once (left-padded, masked), then every row's suffix over its KV cache.
-
-    A batch holds at most `batch_size` rows, and its padded length (longest prefix + longest suffix, which
-    may come from different groups) stays within `max_seq_len` when given: one group alone always fits
-    (its rows do), so a group that would overflow the batch starts the next one.
+    Batches (`_cached_batches`) never pad beyond `max_seq_len`: one group alone always fits, as its rows do.
     """
     base = model.base_model
     groups = sorted(groups, key=lambda g: -max(len(requests[i].context) for i in g))
