@@ -151,12 +151,11 @@ def _collect_unknown(node: Any, path: str, found: list[tuple[str, type, Any]]) -
     schema = OmegaConf.get_type(node)
     declared = {f.name for f in fields(schema)} if isinstance(schema, type) and is_dataclass(schema) else None
     for key in node.keys():
-        full = f"{path}.{key}" if path else str(key)
+        full = f"{path}.{key!s}" if path else str(key)
         child = node._get_node(key)
-        if declared is not None and key not in declared:
-            found.append(
-                (full, schema, child._value() if not isinstance(child, DictConfig | ListConfig) else None)
-            )
+        if declared is not None and schema is not None and key not in declared:
+            value = None if child is None or isinstance(child, DictConfig | ListConfig) else child._value()
+            found.append((full, schema, value))
         else:
             _collect_unknown(child, full, found)
 

@@ -129,7 +129,7 @@ def materialize_(model: nn.Module, *, device: str | torch.device) -> nn.Module:
     from foundry.models.mpt.init import init_model_
 
     model.to_empty(device=device)
-    cfg = model.config
+    cfg: Any = model.config  # an MPTConfig (nn.Module.__getattr__ is typed Tensor | Module)
     init_model_(model, cfg=cfg.init, d_model=cfg.d_model, n_layers=cfg.n_layers)
     return model
 

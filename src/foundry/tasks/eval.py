@@ -40,9 +40,8 @@ def eval_task(cfg: Any, run_dir: Path) -> dict[str, float]:  # noqa: ANN401 - fo
         )
     if isinstance(cfg.data, QuickstartDataConfig) and not Path(cfg.tokenizer.name).expanduser().exists():
         # the quick-start tokenizer is built with its data (same arguments as pretrain)
-        prepare_quickstart(
-            cfg.data, max_seq_len=cfg.data.max_seq_len or getattr(cfg.model, "max_seq_len", 2048)
-        )
+        max_seq_len = cfg.data.max_seq_len or int(getattr(cfg.model, "max_seq_len", 2048))
+        prepare_quickstart(cfg.data, max_seq_len=max_seq_len)
     device = resolve_device(cfg.trainer.device)
     tokenizer = build_tokenizer(cfg.tokenizer)
     model = build_model_for(cfg.model, tokenizer, device=device)
