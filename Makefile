@@ -54,7 +54,7 @@ bench: ## run every benchmark (BENCHES="..." to pick); each prints JSON lines wi
 	done
 
 clean: ## remove run outputs and caches
-	rm -rf outputs multirun .pytest_cache .ruff_cache .hypothesis
+	rm -rf outputs multirun .pytest_cache .ruff_cache .mypy_cache .hypothesis
 
 train: ## offline quick start (mpt-tiny, ~1 min on CPU); pass overrides with ARGS="model=mpt-125m data=c4"
 	$(PY) train.py $(ARGS)
