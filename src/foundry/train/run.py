@@ -33,6 +33,39 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _expand_run_dir(cfg: Any, run_dir: Path) -> Any:  # noqa: ANN401 - TrainConfig in and out
+    """`{run_dir}` in `checkpoint.save_folder` -> this run's directory (each sweep job gets its own)."""
+    folder = cfg.checkpoint.save_folder
+    if not folder or "{run_dir}" not in folder:
+        return cfg
+    return replace(
+        cfg, checkpoint=replace(cfg.checkpoint, save_folder=folder.replace("{run_dir}", str(run_dir)))
+    )
+
+
+def _icl_tokenizer(cfg: Any) -> Any:  # noqa: ANN401
+    """With no tokenizer configured, ICL evaluation during training is an error naming the fix (else None)."""
+    from foundry.eval.config import load_task_configs
+    from foundry.tokenizers import build_tokenizer
+
+    if cfg.eval is not None and load_task_configs(cfg.eval):
+        return build_tokenizer(cfg.tokenizer)  # raises: tokenizer.name is null, pass tokenizer.name=...
+    return None
+
+
+def _finished_message(cfg: Any, url: str, *, step: int, max_steps: int) -> str:  # noqa: ANN401
+    """What a rerun of a finished run says (it then only re-evaluates the final model)."""
+    from streaming.storage import redact
+
+    folder = redact(cfg.checkpoint.save_folder)
+    return (
+        f"[foundry] run {cfg.run_name!r} already finished: autoresume loaded {redact(url)} (step {step} of "
+        f"max_duration {cfg.trainer.max_duration} = {max_steps} steps), so there is nothing to train; evaluating "
+        f"it. To train again from scratch delete {folder} (make clean) or pass another run_name=...; to train "
+        "longer raise trainer.max_duration"
+    )
+
+
 def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN401 - foundry.config.TrainConfig
     """Pretrains a causal LM as `cfg` describes (one process, or every rank of a `torchrun` launch).
 
@@ -71,6 +104,7 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
     from streaming.world import World
 
     run_dir = Path(run_dir)
+    cfg = _expand_run_dir(cfg, run_dir)
     seed_all(cfg.seed)
     if cfg.trainer.deterministic:
         set_deterministic()
@@ -89,14 +123,21 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
         missing = split and dataset_missing_message(cfg.data, split)
         if missing:  # before the tokenizer, whose own (offline) error would hide this one
             raise FileNotFoundError(missing)
-    tokenizer = build_tokenizer(cfg.tokenizer)
+    # tokenizer.name=null (tokenizer=none): rows of token ids, checked against model.vocab_size by the collator
+    tokenizer = build_tokenizer(cfg.tokenizer) if cfg.tokenizer.name is not None else None
     world = World.detect()
     plan = plan_batches(
         global_batch_size=tc.global_train_batch_size,
         world_size=world.num_ranks,
         microbatch=tc.device_train_microbatch_size,
     )
-    common = {"tokenizer": tokenizer, "world": world, "max_seq_len": max_seq_len, "seed": cfg.seed}
+    common = {
+        "tokenizer": tokenizer,
+        "world": world,
+        "max_seq_len": max_seq_len,
+        "seed": cfg.seed,
+        "vocab_size": getattr(cfg.model, "vocab_size", None),
+    }
     train_loader = build_text_dataloader(
         cfg.data, device_batch_size=plan.device_batch_size, split=cfg.data.train_split, **common
     )
@@ -173,7 +214,9 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
         device=device,
         loggers=loggers,
         callbacks=build_callbacks(cfg.callbacks)
-        + icl_callbacks(cfg.eval, tokenizer=tokenizer, run_dir=run_dir),
+        + icl_callbacks(
+            cfg.eval, tokenizer=tokenizer if tokenizer is not None else _icl_tokenizer(cfg), run_dir=run_dir
+        ),
     )
     attach_checkpointing(
         trainer,
@@ -188,6 +231,10 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
         global_batch_size=plan.global_batch_size,
         wandb_run_id=next((lg.run.id for lg in loggers if getattr(lg, "run", None) is not None), None),
     )
+    if start is not None and resumed and trainer.state.step >= max_steps and ctx.is_main:
+        print(
+            _finished_message(cfg, start.info.url, step=trainer.state.step, max_steps=max_steps), flush=True
+        )
     try:
         metrics = trainer.fit()
     finally:
