@@ -63,7 +63,7 @@ NPROC ?= 2
 PARALLELISM ?= ddp
 train-ddp: ## the quick start on NPROC=2 CPU processes under torchrun (PARALLELISM=ddp|fsdp|fsdp-grad-op|hsdp)
 	OMP_NUM_THREADS=1 $(PY) -m torch.distributed.run --standalone --nproc_per_node=$(NPROC) train.py \
-	  parallelism=$(PARALLELISM) $(ARGS)
+	  parallelism=$(PARALLELISM) run_name=quickstart-ddp $(ARGS)
 
 bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
 	$(PY) scripts/bench/trainer_overhead.py
