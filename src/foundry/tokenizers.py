@@ -21,6 +21,7 @@ __all__ = [
     "TokenizerConfig",
     "build_tokenizer",
     "padded_vocab_size",
+    "round_vocab_size",
     "register_tokenizer_configs",
     "run_tokenizer_config",
 ]
@@ -134,10 +135,14 @@ def build_tokenizer(cfg: TokenizerConfig) -> Any:  # noqa: ANN401 - transformers
     return tok
 
 
+def round_vocab_size(n: int, *, multiple: int = 64) -> int:
+    """`n` rounded up to `multiple`, the embedding size we suggest for `n` token ids."""
+    return (n + multiple - 1) // multiple * multiple
+
+
 def padded_vocab_size(tokenizer: Any, *, multiple: int = 64) -> int:  # noqa: ANN401
     """len(tokenizer) rounded up to `multiple` (gpt-neox-20b: 50277 -> 50304; MPT uses 50368 for headroom)."""
-    n = len(tokenizer)
-    return (n + multiple - 1) // multiple * multiple
+    return round_vocab_size(len(tokenizer), multiple=multiple)
 
 
 def run_tokenizer_config(checkpoint: str) -> TokenizerConfig | None:

@@ -26,7 +26,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from streaming.cache import CachedShard, ShardCache
 from streaming.format.index import ShardInfo
-from streaming.format.reader import ShardReader, open_shard
+from streaming.format.reader import ShardReader, check_shard_safe, open_shard
 from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS, GlobalOrder, PlanSpec, WorkerPlan, epoch_order
 from streaming.plan.partition import DeviceSlice, check_partition
 from streaming.plan.sampling import stream_choose
@@ -218,11 +218,8 @@ class StreamingDataset(IterableDataset):
         self.size = int(self.samples_per_shard.sum())
         if not self.allow_unsafe_types:
             for sh, si in zip(self.shards, stream_per_shard):
-                if any(e.split(":")[0] == "pkl" for e in sh.column_encodings):
-                    raise ValueError(
-                        f"{self.streams[si].dirname}: shard {sh.raw_data.basename} has a 'pkl' column; pass "
-                        "allow_unsafe_types=True only if you trust this dataset"
-                    )
+                where = f"{self.streams[si].dirname}: shard {sh.raw_data.basename}"
+                check_shard_safe(sh, path=where, allow_unsafe_types=False)
 
     def _reset_process_caches(self) -> None:
         self._readers: dict[int, ShardReader] = {}

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from streaming.format.index import DatasetIndex, load_index
-from streaming.format.reader import ShardReader, open_shard
+from streaming.format.reader import ShardReader, check_shard_safe, open_shard
 
 __all__ = ["LocalDataset"]
 
@@ -49,12 +49,7 @@ class LocalDataset:
         self._readers: list[ShardReader | None] = [None] * len(self.index.shards)
         if not allow_unsafe_types:  # fail at construction, not at the first unsafe sample
             for shard in self.index.shards:
-                for name, enc in zip(shard.column_names, shard.column_encodings):
-                    if enc.split(":")[0] == "pkl":
-                        raise ValueError(
-                            f"{self.index.path}: column {name!r} uses the unsafe encoding 'pkl'; pass "
-                            "allow_unsafe_types=True only if you trust this dataset"
-                        )
+                check_shard_safe(shard, path=str(self.index.path), allow_unsafe_types=False)
 
     def __len__(self) -> int:
         return self.num_samples

@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from foundry.checkpoint import safe_dcp
 from foundry.checkpoint.safe_dcp import storage_reader
+from foundry.serialization import load_file
 
 __all__ = [
     "MODEL_FILE",
@@ -121,19 +122,6 @@ def save_sharded(
             torch.save({"run": run_state}, os.path.join(directory, COMMON_FILE))
             mine.append(COMMON_FILE)
     return mine
-
-
-def load_file(path: str, *, allow_pickle: bool) -> Any:  # noqa: ANN401
-    """`torch.load` to CPU, refusing pickled objects unless `allow_pickle`."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=not allow_pickle)
-    except Exception as e:  # the unpickler's error type varies between torch versions
-        if allow_pickle or "weights_only" not in str(e):
-            raise
-        raise ValueError(
-            f"{path}: holds pickled Python objects, which can run arbitrary code when loaded; it was refused. "
-            "If you trust this file, set checkpoint.allow_pickle=true"
-        ) from None
 
 
 def _check_keys(model: nn.Module, stored: set[str], strict: bool) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from foundry.tokenizers import round_vocab_size
 from streaming.world import World
 
 __all__ = ["TextDataConfig", "TextCollator", "build_text_dataloader", "dataset_missing_message"]
@@ -65,10 +66,6 @@ class TextDataConfig:
             raise ValueError(f"data.num_workers={self.num_workers} must be >= 0")
 
 
-def _round64(n: int) -> int:
-    return -(-n // 64) * 64
-
-
 class TextCollator:
     """Collates sample dicts with `tokens` (ndarray or bytes) or `text` into model batches.
 
@@ -105,7 +102,7 @@ class TextCollator:
             if self.vocab_size is not None and len(row) and int(row.max()) >= self.vocab_size:
                 raise ValueError(
                     f"the dataset has token id {int(row.max())} but model.vocab_size={self.vocab_size}: set "
-                    f"model.vocab_size above the largest id (a multiple of 64, e.g. {_round64(int(row.max()) + 1)}), "
+                    f"model.vocab_size above the largest id (a multiple of 64, e.g. {round_vocab_size(int(row.max()) + 1)}), "
                     "or check that data.local holds data tokenized for this model"
                 )
             return row

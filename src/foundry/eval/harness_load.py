@@ -19,7 +19,6 @@ config default (gpt-neox-20b from the local HF cache); offline failures name the
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 from pathlib import Path
@@ -117,29 +116,13 @@ def _build_from_config(config: str | None, checkpoint: str | None, dtype: torch.
     return model.to(dtype)
 
 
-def _run_tokenizer(checkpoint: str | None) -> Any:  # noqa: ANN401 - TokenizerConfig | None
-    """The tokenizer config of the training run a local checkpoint belongs to (its `run.json`), if found."""
-    from foundry.tokenizers import TokenizerConfig
-
-    if checkpoint is None or "://" in checkpoint:
-        return None
-    path = Path(checkpoint).expanduser().resolve()
-    for parent in [path, *path.parents][:4]:
-        run = parent / "run.json"
-        if run.is_file():
-            tok = (json.loads(run.read_text()).get("config") or {}).get("tokenizer") or {}
-            if tok.get("name") and Path(tok["name"]).expanduser().exists():
-                return TokenizerConfig(**tok)
-            return None
-    return None
-
-
 def _tokenizer(name: str | None, model_dir: Path | None, checkpoint: str | None) -> Any:  # noqa: ANN401
-    from foundry.tokenizers import TokenizerConfig, build_tokenizer
+    from foundry.tokenizers import TokenizerConfig, build_tokenizer, run_tokenizer_config
 
     if name is None and model_dir is not None and _has_tokenizer(model_dir):
         name = str(model_dir)
-    cfg = TokenizerConfig(name=name) if name is not None else _run_tokenizer(checkpoint) or TokenizerConfig()
+    from_run = run_tokenizer_config(checkpoint) if checkpoint else None
+    cfg = TokenizerConfig(name=name) if name is not None else from_run or TokenizerConfig()
     try:
         return build_tokenizer(cfg)
     except ValueError as err:
@@ -181,7 +164,7 @@ def load_model_and_tokenizer(
             )
         model = load_pretrained(model_dir, dtype=torch_dtype)
     elif config is not None or checkpoint is not None:
-        if config is None and Path(checkpoint).expanduser().is_file():
+        if config is None and checkpoint is not None and Path(checkpoint).expanduser().is_file():
             raise ValueError(
                 f"checkpoint={checkpoint!r} is a weights file: pass config=<model yaml or name> too"
             )

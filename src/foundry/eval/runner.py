@@ -10,7 +10,6 @@ results (`foundry.eval.report`). Metric keys: `icl/<label>/<k>-shot/<metric>`, p
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import time
 from dataclasses import dataclass, field
@@ -233,7 +232,8 @@ def evaluate_task(
             for i, text in zip(idxs, texts):
                 outputs[i] = text
     else:
-        requests, groups = [], []
+        requests: list[Any] = []
+        groups: list[list[int]] = []
         for ex in examples:
             groups.append(list(range(len(requests), len(requests) + len(ex.requests))))
             requests.extend(ex.requests)
@@ -272,7 +272,7 @@ def flat_metrics(result: TaskResult) -> dict[str, float]:
 
 
 def _gauntlet(cfg: EvalConfig, results: list[TaskResult]) -> dict[str, Any] | None:
-    if cfg.gauntlet is None or importlib.util.find_spec("foundry.eval.gauntlet") is None:
+    if cfg.gauntlet is None:
         return None
     from foundry.eval import gauntlet as g
 

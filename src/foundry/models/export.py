@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
+from foundry.serialization import load_file
 
 __all__ = [
     "export_checkpoint",
@@ -192,10 +193,14 @@ def from_hf_mpt(hf_model: nn.Module) -> MPTForCausalLM:
 def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """Weights from a .pt/.bin (raw, {'model': ...} or {'state': {'model': ...}}) or .safetensors file."""
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+        from safetensors.torch import load_file as load_safetensors
 
-        return load_file(str(path))
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+        return load_safetensors(str(path))
+    obj: Any = load_file(
+        str(path),
+        allow_pickle=False,
+        opt_in="re-save its tensors as .safetensors (or a weights-only .pt) first",
+    )
     for key in ("state", "model"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]

@@ -112,7 +112,8 @@ class ShardReader:
             yield self._decode(self._slice(i))
 
 
-def _check_safe(info: ShardInfo, *, path: str, allow_unsafe_types: bool) -> None:
+def check_shard_safe(info: ShardInfo, *, path: str, allow_unsafe_types: bool) -> None:
+    """Raises ValueError naming `path` and the column if the shard has an unsafe (`pkl`) column."""
     if allow_unsafe_types:
         return
     for name, enc in zip(info.column_names, info.column_encodings):
@@ -205,7 +206,7 @@ def open_shard(dirname: str, info: ShardInfo, *, allow_unsafe_types: bool = Fals
         ValueError: If the shard has ``pkl`` columns and ``allow_unsafe_types`` is False.
     """
     path = os.path.join(dirname, info.raw_data.basename)
-    _check_safe(info, path=path, allow_unsafe_types=allow_unsafe_types)
+    check_shard_safe(info, path=path, allow_unsafe_types=allow_unsafe_types)
     if info.format == "mds":
         return _mds_reader(dirname, info)
     return _split_reader(dirname, info)

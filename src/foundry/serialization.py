@@ -1,0 +1,31 @@
+"""The one way we `torch.load` a file someone else may have written: weights-only unless the user opts in.
+
+A pickle can run arbitrary code when loaded, so `torch.load(weights_only=True)` is the default everywhere
+(checkpoints, exported weights); a file that needs full unpickling is refused with a message naming it and the
+opt-in that applies where it was loaded (`checkpoint.allow_pickle=true` for checkpoints).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["load_file"]
+
+
+def load_file(path: str, *, allow_pickle: bool, opt_in: str = "set checkpoint.allow_pickle=true") -> Any:  # noqa: ANN401 - whatever the file holds
+    """`torch.load` to CPU, refusing pickled objects unless `allow_pickle`.
+
+    Raises:
+        ValueError: If the file holds pickled objects and `allow_pickle` is False (names `path` and `opt_in`).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not allow_pickle)
+    except Exception as e:  # the unpickler's error type varies between torch versions
+        if allow_pickle or "weights_only" not in str(e):
+            raise
+        raise ValueError(
+            f"{path}: holds pickled Python objects, which can run arbitrary code when loaded; it was refused. "
+            f"If you trust this file, {opt_in}"
+        ) from None
