@@ -384,9 +384,9 @@ class ShardCache:
         if shard.info.zip_data is not None:
             decompress_shard(shard.local, shard.info)
             if shard.evictable:  # the compressed form is only a transport format once raw is present
-                for info in (shard.info.zip_data, shard.info.zip_meta):
-                    if info is not None and os.path.exists(self._path(k, info)):
-                        os.remove(self._path(k, info))
+                for packed in (shard.info.zip_data, shard.info.zip_meta):
+                    if packed is not None and os.path.exists(self._path(k, packed)):
+                        os.remove(self._path(k, packed))
             bad = self._check(k)  # the raw forms, when the index has their digests
             if bad:
                 path, expected, actual = bad[0]

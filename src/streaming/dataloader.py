@@ -107,11 +107,11 @@ class StreamingDataLoader(DataLoader):
         super().__init__(dataset, *args, **kwargs)
         self.num_samples_yielded = 0
 
-    def __iter__(self) -> Iterator[Any]:
-        ds = self.dataset
+    # a generator that counts the batches it hands out, not DataLoader's `_BaseDataLoaderIter`
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        ds = self.dataset if isinstance(self.dataset, StreamingDataset) else None
         self.num_samples_yielded = 0
-        streaming = isinstance(ds, StreamingDataset)
-        if streaming:
+        if ds is not None:
             ds._check_iterable()  # world detection and argument checks in the rank process
             reuse = self.persistent_workers and getattr(self, "_iterator", None) is not None
             if self.num_workers > 0 and self.multiprocessing_context in (None, "fork") and not reuse:
@@ -119,7 +119,7 @@ class StreamingDataLoader(DataLoader):
             if self._own_generator:  # worker seeds depend on (seed, epoch) only: the same after a resume
                 self.generator.manual_seed(iteration_seed(ds.shuffle_seed, ds._next()[0]))
         it = super().__iter__()
-        if streaming and self.num_workers > 0:
+        if ds is not None and self.num_workers > 0:
             ds._begin_epoch()  # workers work on copies; keep the rank's epoch counter in step
             ds._drop_plan_caches()
         for batch in it:

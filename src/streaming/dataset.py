@@ -126,7 +126,7 @@ class StreamingDataset(IterableDataset):
         for name, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-        for name, value, low in (
+        for name, number, low in (
             ("shuffle_seed", shuffle_seed, 0),
             ("sampling_granularity", sampling_granularity, 1),
             ("batch_size", batch_size, 1),
@@ -135,8 +135,8 @@ class StreamingDataset(IterableDataset):
             ("replication", replication, 1),
             ("predownload", predownload, 0),
         ):
-            if value is not None and value < low:
-                raise ValueError(f"{name} must be >= {low}, got {value}")
+            if number is not None and number < low:
+                raise ValueError(f"{name} must be >= {low}, got {number}")
         self.streams = list(streams)
         for s in self.streams:
             s.apply_defaults(

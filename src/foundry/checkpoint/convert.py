@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -26,6 +26,9 @@ from foundry.checkpoint.safe_dcp import storage_reader
 from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_file, rank_file
 from foundry.checkpoint.store import CheckpointStore
 from streaming.format.hashing import hash_file
+
+if TYPE_CHECKING:
+    from foundry.models.mpt import MPTForCausalLM
 
 __all__ = ["convert_checkpoint", "read_sharded", "to_hf"]
 
@@ -180,7 +183,9 @@ def to_hf(  # noqa: ANN401 - tokenizer
         for (
             module
         ) in model.modules():  # non-persistent buffers (e.g. ALiBi/positions) are rebuilt, not stored
-            if any(b.is_meta for b in module.buffers(recurse=False)) and hasattr(module, "reset_buffers"):
+            reset = getattr(module, "reset_buffers", None)
+            if any(b.is_meta for b in module.buffers(recurse=False)) and reset is not None:
                 module.to_empty(device="cpu", recurse=False)
-                module.reset_buffers()
-        return export_hf(model, out_dir, tokenizer=tokenizer, fmt=fmt, dtype=dtype)
+                reset()
+        # export_hf is annotated for our MPT; with fmt=foundry it also saves a transformers causal LM
+        return export_hf(cast("MPTForCausalLM", model), out_dir, tokenizer=tokenizer, fmt=fmt, dtype=dtype)

@@ -161,11 +161,21 @@ def load_into(
     t0 = time.perf_counter()
     directory = fetch(info, cache_root=cache_root, weights_only=start.weights_only)
     optimizer = None if start.weights_only else trainer.optimizer
-    kwargs = {"strict": cfg.load_strict, "allow_pickle": cfg.allow_pickle, "rank": rank()}
+    strict, allow_pickle, this_rank = cfg.load_strict, cfg.allow_pickle, rank()
     if m.format == "full":
-        out = load_full(directory, trainer.model, optimizer, **kwargs)
+        out = load_full(
+            directory, trainer.model, optimizer, strict=strict, allow_pickle=allow_pickle, rank=this_rank
+        )
     else:
-        out = load_sharded(directory, trainer.model, optimizer, saved_world=m.world_size, **kwargs)
+        out = load_sharded(
+            directory,
+            trainer.model,
+            optimizer,
+            saved_world=m.world_size,
+            strict=strict,
+            allow_pickle=allow_pickle,
+            rank=this_rank,
+        )
     if out is not None:
         trainer.load_run_state(out["run"])
         if out["rng"] is not None:

@@ -132,9 +132,10 @@ class RestrictedReader(FileSystemReader):
         path = os.path.join(os.fspath(self.path), ".metadata" if rank is None else f"__{rank}.metadata")
         with open(path, "rb") as f:
             metadata = _check_metadata(restricted_load(f, source=path), source=path)
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = dcp_metadata.StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None)
+        if storage_meta is None:
+            storage_meta = metadata.storage_meta = dcp_metadata.StorageMeta()
+        storage_meta.load_id = self.load_id
         return metadata
 
 

@@ -134,7 +134,7 @@ class Checkpointer:
             payload = {"model_sd": model_sd, "optim_sd": optim_sd, "run_state": run_state, "rng": rng_state()}
             # under a process group dcp.save is a collective: it must run here, on every rank
             deferred = not (dist.is_available() and dist.is_initialized())
-            writer = partial(save_sharded, staging, rank=self.rank)
+            writer: partial[list[str]] | None = partial(save_sharded, staging, rank=self.rank)
         else:
             model_sd, optim_sd = collect(trainer.model, optimizer, full=True)
             rngs = None if weights_only else self._gather_rngs()
@@ -195,7 +195,7 @@ class Checkpointer:
     def _finish(self, job: SaveJob) -> None:
         if job.write is not None:
             job.files = job.write()
-        metas = {}
+        metas: dict[str, dict[str, Any]] = {}
         for f in job.files:
             path = os.path.join(job.staging, f)
             metas[f] = {"bytes": os.path.getsize(path), HASH: hash_file(HASH, path)}

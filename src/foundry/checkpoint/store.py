@@ -7,6 +7,7 @@ finder and the loader never branch on local vs remote; the remote side reuses th
 
 from __future__ import annotations
 
+import builtins
 import os
 import shutil
 from pathlib import Path
@@ -129,7 +130,7 @@ class CheckpointStore:
         if os.path.exists(path):
             os.remove(path)
 
-    def delete_dir(self, name: str, files: list[str]) -> None:
+    def delete_dir(self, name: str, files: builtins.list[str]) -> None:
         """Removes checkpoint `name` (`files` relative to it): its manifest first, so it is never seen
         half-deleted, then the rest."""
         ordered = ["manifest.json"] + [f for f in files if f != "manifest.json"]

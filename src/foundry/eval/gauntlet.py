@@ -181,8 +181,8 @@ def _collect(results: Mapping[str, Any]) -> dict[str, tuple[float, int | None]]:
     out = {}
     for label, entries in groups.items():
         acc = sum(a for a, _ in entries) / len(entries)
-        ns = [n for _, n in entries]
-        out[label] = (acc, sum(ns) if all(n is not None for n in ns) else None)
+        ns = [n for _, n in entries if n is not None]
+        out[label] = (acc, sum(ns) if len(ns) == len(entries) else None)
     return out
 
 
@@ -213,7 +213,7 @@ def _aggregate(
     for name, cats in cfg.resolved_averages().items():
         vals = [categories[c] for c in cats]
         known = [v for v in vals if v is not None]
-        ok = known if partial else (vals if all(v is not None for v in vals) else [])
+        ok = known if partial or len(known) == len(vals) else []
         averages[name] = sum(ok) / len(ok) if ok else None
     return categories, averages
 

@@ -20,8 +20,8 @@ import-time side effects). Model arguments: see `foundry.eval.harness_load`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -240,7 +240,9 @@ class FoundryLM(TemplateLM):
                     ids[row, width - len(encoded[i]) :] = torch.tensor(encoded[i])
                     mask[row, width - len(encoded[i]) :] = 1
                 stop = StoppingCriteriaList([_StopOnStrings(self.tokenizer, until, width)])
-                gen = self.model.generate(
+                # a transformers model's method (torch's `Module.__getattr__` stub types it Tensor | Module)
+                generate = cast("Callable[..., torch.Tensor]", self.model.generate)
+                gen = generate(
                     input_ids=ids.to(self.device),
                     attention_mask=mask.to(self.device),
                     max_new_tokens=max_new,

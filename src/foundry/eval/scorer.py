@@ -64,6 +64,13 @@ def _pad_left(seqs: Sequence[Sequence[int]], length: int, pad: int, device: torc
     return out.to(device)
 
 
+def _base_model(model: nn.Module) -> nn.Module:
+    """`model.base_model`: a transformers causal LM's body (hidden states, no LM head)."""
+    base = model.base_model
+    assert isinstance(base, nn.Module)
+    return base
+
+
 def logit_head(model: nn.Module, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """hidden states -> logits for `model` (its `logits` method, else its output embedding with the config's
     final softcapping), or None when that does not reproduce `model(...).logits` on a probe input.
@@ -89,7 +96,7 @@ def logit_head(model: nn.Module, device: torch.device) -> Callable[[torch.Tensor
     try:
         with torch.no_grad():
             full = model(input_ids=ids, use_cache=False).logits.float()
-            mine = fn(model.base_model(input_ids=ids, use_cache=False).last_hidden_state).float()
+            mine = fn(_base_model(model)(input_ids=ids, use_cache=False).last_hidden_state).float()
     except Exception:  # noqa: BLE001 - any mismatch in the interface: use full forwards
         return None
     finally:
@@ -114,7 +121,7 @@ def _forward_scores(
     if head is None:
         logits = model(input_ids=ids, use_cache=use_cache, **kwargs).logits[rows, pos]
     else:
-        hidden = model.base_model(input_ids=ids, use_cache=use_cache, **kwargs).last_hidden_state
+        hidden = _base_model(model)(input_ids=ids, use_cache=use_cache, **kwargs).last_hidden_state
         logits = head(hidden[rows, pos])
     lp = logits.float().log_softmax(-1)
     tok = lp.gather(-1, tgt[:, None]).squeeze(-1).double().cpu()
@@ -223,7 +230,7 @@ def _score_cached(
     """Per group: the shared prefix once (left-padded, masked), then every row's suffix over its KV cache.
     Batches (`_cached_batches`) never pad beyond `max_seq_len`: one group alone always fits, as its rows do.
     """
-    base = model.base_model
+    base = _base_model(model)
     groups = sorted(groups, key=lambda g: -max(len(requests[i].context) for i in g))
     out: dict[int, RowScore] = {}
     for batch in _cached_batches(requests, groups, batch_size=batch_size, max_seq_len=max_seq_len):
@@ -326,7 +333,7 @@ def generate_greedy(
     model: nn.Module,
     contexts: Sequence[Sequence[int]],
     *,
-    tokenizer: object,
+    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
     device: torch.device,
     batch_size: int,
     max_new_tokens: int,
@@ -373,7 +380,7 @@ def generate_greedy(
                         res = model(input_ids=step_ids, **kwargs)
                         last = res.logits[:, -1]
                     else:  # unembed only the last position
-                        res = model.base_model(input_ids=step_ids, **kwargs)
+                        res = _base_model(model)(input_ids=step_ids, **kwargs)
                         last = head(res.last_hidden_state[:, -1])
                 cache = res.past_key_values
                 nxt = last.float().argmax(-1)

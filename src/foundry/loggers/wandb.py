@@ -13,10 +13,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from foundry.loggers.base import WandbConfig
 from streaming.storage.redact import redact_text, redact_value
+
+if TYPE_CHECKING:
+    from wandb import Run
 
 __all__ = ["WandbLogger"]
 
@@ -41,15 +44,16 @@ class WandbLogger:
                 "logger=wandb needs the wandb package: pip install 'foundry-stack[wandb]'"
             ) from e
         self._wandb = wandb
+        mode = cast("Literal['online', 'offline', 'disabled'] | None", cfg.mode)  # WandbConfig checks it
         with _redacted_argv():
-            self.run = wandb.init(
+            self.run: Run | None = wandb.init(
                 project=cfg.project,
                 entity=cfg.entity,
                 group=redact_text(cfg.group) if cfg.group else None,
                 tags=[redact_text(t) for t in cfg.tags] or None,
                 name=run_name,
                 dir=str(run_dir),
-                mode=cfg.mode,
+                mode=mode,
                 reinit="finish_previous",
                 id=run_id,
                 resume="allow" if run_id else None,
@@ -57,10 +61,12 @@ class WandbLogger:
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
         """Stores the resolved config (and derived quantities), credentials masked, as the run config."""
+        assert self.run is not None, "the W&B run is closed"
         self.run.config.update(redact_value(params), allow_val_change=True)
 
     def log_metrics(self, metrics: dict[str, float], *, step: int) -> None:
         """`wandb.log(metrics, step=step)`."""
+        assert self.run is not None, "the W&B run is closed"
         self.run.log(dict(metrics), step=step)
 
     def close(self) -> None:

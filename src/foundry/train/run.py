@@ -186,6 +186,7 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
     ck = cfg.checkpoint
     start = find_start(ck, run_name=cfg.run_name, run_dir=run_dir)
     resumed = start is not None and not start.weights_only
+    resumed_manifest = start.info.manifest if start is not None and resumed else None
     loggers = []
     if ctx.is_main:  # every rank runs the same steps; only rank 0 writes metadata, logs and the console
         write_run_metadata(run_dir, config=cfg, derived=derived, device=device)
@@ -195,8 +196,8 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
             run_name=cfg.run_name,
             max_steps=max_steps,
             progress_bar=tc.progress_bar,
-            resume_step=start.info.manifest.step if resumed else None,
-            wandb_run_id=start.info.manifest.extra.get("wandb_run_id") if resumed else None,
+            resume_step=resumed_manifest.step if resumed_manifest is not None else None,
+            wandb_run_id=resumed_manifest.extra.get("wandb_run_id") if resumed_manifest is not None else None,
         )
     for logger in loggers:
         logger.log_hyperparameters({"config": asdict(cfg), "derived": derived})
@@ -229,7 +230,7 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
         ),
         model_config=cfg.model,
         global_batch_size=plan.global_batch_size,
-        wandb_run_id=next((lg.run.id for lg in loggers if getattr(lg, "run", None) is not None), None),
+        wandb_run_id=next((run.id for lg in loggers if (run := getattr(lg, "run", None)) is not None), None),
     )
     if start is not None and resumed and trainer.state.step >= max_steps and ctx.is_main:
         print(

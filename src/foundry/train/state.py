@@ -62,7 +62,7 @@ def set_deterministic() -> None:
 
 def _numpy_state() -> tuple[str, list[int], int, int, float]:
     """numpy's legacy global state with plain ints (so `torch.load(weights_only=True)` accepts it)."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
+    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     return str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)
 
 

@@ -271,7 +271,8 @@ class AzureBackend(Backend):
 
         def get() -> None:
             with open(path, "wb") as f:
-                client.download_blob(timeout=timeout).readinto(f)
+                # the stubs say int; the SDK serializes the server timeout with int(), so float is fine
+                client.download_blob(timeout=timeout).readinto(f)  # type: ignore[call-overload]
 
         self._call(url, get)
 
@@ -281,7 +282,7 @@ class AzureBackend(Backend):
 
         def put() -> None:
             with open(path, "rb") as f:
-                client.upload_blob(f, overwrite=True, timeout=timeout)
+                client.upload_blob(f, overwrite=True, timeout=timeout)  # type: ignore[arg-type]  # as above
 
         self._call(url, put)
 

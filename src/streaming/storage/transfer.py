@@ -9,6 +9,7 @@ once with its URL in the message. A hash mismatch triggers one fresh download, t
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -127,7 +128,7 @@ def download_file(
         tmp = _tmp_name(path)
         try:
             _with_retries(
-                "download", url, policy, lambda t=tmp: backend.download(url, t, timeout=policy.timeout)
+                "download", url, policy, functools.partial(backend.download, url, tmp, timeout=policy.timeout)
             )
             if expected is not None:
                 actual = hash_file(validate_hash, tmp)  # type: ignore[arg-type]
