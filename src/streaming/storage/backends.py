@@ -5,6 +5,10 @@ Each backend maps its SDK's failures to three outcomes: ``FileNotFoundError`` / 
 ``streaming.storage.transfer``) and anything else (a bug: propagated). SDK-internal retries are turned off
 where the SDK allows it, so one policy (ours) decides, and every retry is logged.
 SDKs are imported lazily; a missing one names the extra to install.
+
+The clients (``S3Backend.client``, ``GCSBackend.client``, ``AzureBackend.service``) and the error mapping
+(``Backend.sdk_errors``) are public so that ``streaming.storage.whole_file`` opens whole objects through
+smart_open with the same endpoint, credentials and error messages as shard transfer.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import shutil
 import urllib.error
 import urllib.request
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -41,6 +47,16 @@ class Backend(ABC):
 
     def delete(self, url: str) -> None:
         raise PermissionError(f"{redact(url)}: this backend is read-only")
+
+    @contextmanager
+    def sdk_errors(self, url: str) -> Iterator[None]:
+        """Inside the block, the SDK's failures become ``FileNotFoundError`` / ``PermissionError`` /
+        ``TransientStorageError`` naming ``redact(url)``; anything else propagates unchanged."""
+        yield
+
+    def _call(self, url: str, fn: Callable[[], Any]) -> Any:
+        with self.sdk_errors(url):
+            return fn()
 
 
 class LocalBackend(Backend):
@@ -87,10 +103,19 @@ class S3Backend(Backend):
         except ImportError:
             raise missing_extra("boto3", "s3", "s3") from None
         self._boto3, self._unsigned, self._config = boto3, UNSIGNED, Config
-        self._clients: dict[tuple[float, bool], Any] = {}
+        self._clients: dict[tuple[float, bool, tuple[str, str] | None], Any] = {}
 
-    def _client(self, timeout: float, unsigned: bool = False) -> Any:
-        key = (timeout, unsigned)
+    def client(
+        self, timeout: float = 60.0, *, write: bool = False, credentials: tuple[str, str] | None = None
+    ) -> Any:  # a boto3 S3 client
+        """The boto3 client for reading (unsigned under ``S3_UNSIGNED=1``) or writing (signed when credentials
+        exist); ``credentials`` = ``(access key id, secret)`` replaces the environment's for this client."""
+        return self._client(timeout, unsigned=not write and not self._signed(), credentials=credentials)
+
+    def _client(
+        self, timeout: float, unsigned: bool = False, credentials: tuple[str, str] | None = None
+    ) -> Any:
+        key = (timeout, unsigned, credentials)
         if key not in self._clients:
             config = self._config(
                 connect_timeout=timeout,
@@ -99,20 +124,21 @@ class S3Backend(Backend):
                 signature_version=self._unsigned if unsigned else None,
             )
             endpoint = os.environ.get("S3_ENDPOINT_URL") or None
-            session = self._boto3.session.Session()
+            session = self._boto3.session.Session(*(credentials or ()))
             if not unsigned and session.get_credentials() is None:
-                return self._client(timeout, unsigned=True)
+                return self._client(timeout, unsigned=True, credentials=credentials)
             self._clients[key] = session.client("s3", endpoint_url=endpoint, config=config)
         return self._clients[key]
 
     def _signed(self) -> bool:
         return os.environ.get("S3_UNSIGNED", "").lower() not in ("1", "true", "yes")
 
-    def _call(self, url: str, fn: Any) -> Any:
+    @contextmanager
+    def sdk_errors(self, url: str) -> Iterator[None]:
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:
-            return fn()
+            yield
         except ClientError as err:
             status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
             code = str(err.response.get("Error", {}).get("Code", ""))
@@ -185,15 +211,16 @@ class GCSBackend(Backend):
         if os.environ.get("STORAGE_EMULATOR_HOST"):
             from google.auth.credentials import AnonymousCredentials
 
-            self._client = storage.Client(project="emulator", credentials=AnonymousCredentials())
+            self.client = storage.Client(project="emulator", credentials=AnonymousCredentials())
         else:
-            self._client = storage.Client()
+            self.client = storage.Client()
 
-    def _call(self, url: str, fn: Any) -> Any:
+    @contextmanager
+    def sdk_errors(self, url: str) -> Iterator[None]:
         from google.api_core import exceptions as gexc
 
         try:
-            return fn()
+            yield
         except gexc.NotFound:
             raise FileNotFoundError(f"{redact(url)}: not found") from None
         except gexc.Forbidden:
@@ -203,22 +230,22 @@ class GCSBackend(Backend):
 
     def download(self, url: str, path: str, *, timeout: float) -> None:
         bucket, key = split_bucket(url)
-        blob = self._client.bucket(bucket).blob(key)
+        blob = self.client.bucket(bucket).blob(key)
         self._call(url, lambda: blob.download_to_filename(path, timeout=timeout, retry=None))
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         bucket, key = split_bucket(url)
-        blob = self._client.bucket(bucket).blob(key)
+        blob = self.client.bucket(bucket).blob(key)
         self._call(url, lambda: blob.upload_from_filename(path, timeout=timeout, retry=None))
 
     def list(self, url: str) -> list[str]:
         bucket, prefix = split_bucket(url)
-        names = self._call(url, lambda: [b.name for b in self._client.list_blobs(bucket, prefix=prefix)])
+        names = self._call(url, lambda: [b.name for b in self.client.list_blobs(bucket, prefix=prefix)])
         return [f"gs://{bucket}/{n}" for n in sorted(names)]
 
     def delete(self, url: str) -> None:
         bucket, key = split_bucket(url)
-        self._call(url, lambda: self._client.bucket(bucket).blob(key).delete())
+        self._call(url, lambda: self.client.bucket(bucket).blob(key).delete())
 
 
 class AzureBackend(Backend):
@@ -235,7 +262,7 @@ class AzureBackend(Backend):
             raise missing_extra("azure-storage-blob", "azure", "azure") from None
         conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
         if conn:
-            self._service = BlobServiceClient.from_connection_string(conn)
+            self.service = BlobServiceClient.from_connection_string(conn)
         else:
             account = os.environ.get("AZURE_ACCOUNT_NAME")
             if not account:
@@ -245,15 +272,16 @@ class AzureBackend(Backend):
                 from azure.identity import DefaultAzureCredential
 
                 credential = DefaultAzureCredential()
-            self._service = BlobServiceClient(
+            self.service = BlobServiceClient(
                 f"https://{account}.blob.core.windows.net", credential=credential
             )
 
-    def _call(self, url: str, fn: Any) -> Any:
+    @contextmanager
+    def sdk_errors(self, url: str) -> Iterator[None]:
         from azure.core import exceptions as aexc
 
         try:
-            return fn()
+            yield
         except aexc.ResourceNotFoundError:
             raise FileNotFoundError(f"{redact(url)}: not found") from None
         except aexc.ClientAuthenticationError:
@@ -267,7 +295,7 @@ class AzureBackend(Backend):
 
     def download(self, url: str, path: str, *, timeout: float) -> None:
         container, blob = split_bucket(url)
-        client = self._service.get_blob_client(container, blob)
+        client = self.service.get_blob_client(container, blob)
 
         def get() -> None:
             with open(path, "wb") as f:
@@ -278,7 +306,7 @@ class AzureBackend(Backend):
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         container, blob = split_bucket(url)
-        client = self._service.get_blob_client(container, blob)
+        client = self.service.get_blob_client(container, blob)
 
         def put() -> None:
             with open(path, "rb") as f:
@@ -292,14 +320,14 @@ class AzureBackend(Backend):
             url,
             lambda: [
                 b.name
-                for b in self._service.get_container_client(container).list_blobs(name_starts_with=prefix)
+                for b in self.service.get_container_client(container).list_blobs(name_starts_with=prefix)
             ],
         )
         return [f"azure://{container}/{n}" for n in sorted(names)]
 
     def delete(self, url: str) -> None:
         container, blob = split_bucket(url)
-        self._call(url, lambda: self._service.get_blob_client(container, blob).delete_blob())
+        self._call(url, lambda: self.service.get_blob_client(container, blob).delete_blob())
 
 
 class HFBackend(Backend):
