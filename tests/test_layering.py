@@ -32,7 +32,7 @@ def test_streaming_never_imports_foundry_statically():
 
 def test_streaming_import_does_not_load_foundry():
     code = (
-        "import sys, streaming, streaming.writer, streaming.local\n"
+        "import sys, streaming, streaming.writers.mds, streaming.local\n"
         "assert not any(m == 'foundry' or m.startswith('foundry.') for m in sys.modules), 'foundry loaded'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -2,6 +2,12 @@
 
 A standalone library: it never imports ``foundry``. Public names are re-exported lazily so that
 ``import streaming`` stays cheap (no torch import until a dataset class is touched).
+
+Layout: reading is the top level (``dataset``, ``dataloader``, ``stream``, ``local``, ``world``) with the
+shard ``cache`` of remote streams; ``format`` (shard layouts, encodings, compression, hashes, index),
+``plan`` (epoch order: partition, shuffle, sampling) and ``storage`` (URLs, backends, transfers) are shared
+by reading and writing; ``writers`` (MDS and line-format writers, outputs, ``merge_index``) and ``tools``
+(``python -m streaming``: inspect, validate, rebuild-index) sit on top.
 """
 
 from __future__ import annotations
@@ -23,13 +29,13 @@ __all__ = [
 ]
 
 _LAZY = {
-    "MDSWriter": "streaming.writer",
-    "JSONWriter": "streaming.text_writer",
-    "CSVWriter": "streaming.text_writer",
-    "TSVWriter": "streaming.text_writer",
-    "XSVWriter": "streaming.text_writer",
+    "MDSWriter": "streaming.writers.mds",
+    "JSONWriter": "streaming.writers.text",
+    "CSVWriter": "streaming.writers.text",
+    "TSVWriter": "streaming.writers.text",
+    "XSVWriter": "streaming.writers.text",
     "LocalDataset": "streaming.local",
-    "merge_index": "streaming.merge",
+    "merge_index": "streaming.writers.merge",
     "Stream": "streaming.stream",
     "StreamingDataset": "streaming.dataset",
     "StreamingDataLoader": "streaming.dataloader",

@@ -1,5 +1,5 @@
 """Entry point for ``python -m streaming``."""
 
-from streaming.cli import main
+from streaming.tools.cli import main
 
 raise SystemExit(main())

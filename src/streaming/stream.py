@@ -1,10 +1,11 @@
-"""``Stream``: one dataset directory (and, later, its remote) with its mixing weight, and shard preparation.
+"""``Stream``: one dataset (a local folder, a remote URL or both), its mixing weight, and shard preparation.
 
 Design tradeoff: a Stream owns the one step that turns an index entry into a readable local shard,
 ``prepare_shard``. For a local-only stream it checks the local files and decompresses a compressed shard to its
 raw name (temp file + atomic rename, so racing processes and a ``kill -9`` mid-write leave nothing that breaks
-a later start); remote streams go through the dataset's node-level ``streaming.cache.ShardCache``. Weights (``proportion`` / ``repeat`` / ``choose``) are only validated here; the
-per-epoch counts are computed by ``streaming.plan.sampling.stream_choose``.
+a later start); remote streams go through the dataset's node-level ``streaming.cache.ShardCache``. Weights
+(``proportion`` / ``repeat`` / ``choose``) are only validated here; the per-epoch counts are computed by
+``streaming.plan.sampling.stream_choose``.
 """
 
 from __future__ import annotations
@@ -218,10 +219,10 @@ class Stream:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def prepare_shard(self, info: ShardInfo) -> None:
-        """Make one shard readable locally: the hook where downloads go.
+        """Make one shard of a local-only stream readable (remote streams go through ``ShardCache``).
 
-        Today: if the raw file is missing but the compressed one is present, decompress it to its raw name
-        (atomic); when the directory is not writable, readers decompress in memory instead.
+        If the raw file is missing but the compressed one is present, decompress it to its raw name (atomic);
+        when the directory is not writable, readers decompress in memory instead.
 
         Raises:
             FileNotFoundError: neither the raw nor the compressed file is present.

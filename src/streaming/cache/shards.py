@@ -1,14 +1,14 @@
 """The node-level shard cache: one download per shard per node, crash-safe, ``cache_limit`` a true ceiling.
 
-Coordination uses only the file system (``streaming.cache_locks``), so any number of processes sharing a cache
+Coordination uses only the file system (``streaming.cache.locks``), so any number of processes sharing a cache
 directory cooperate without shared memory or clean-up. Per shard lock: a preparer (download, verify,
 decompress) holds it exclusively, and files appear under their real names only complete (temp + rename); a
 reader *pins* a shard by holding it shared, and eviction never waits for it, so a shard in use is never
 evicted. ``cache_limit`` holds at every moment: bytes are reserved before any file is created and idle
-shards evicted until disk plus live reservations fit (``streaming.cache_space``); the first use by a process
+shards evicted until disk plus live reservations fit (``streaming.cache.space``); the first use by a process
 brings a cache left over the limit by a crash back under it. Victims: farthest next use in the plan, then
 the oldest; never a shard whose only copy is local. With ``validate_hash``, a cached shard is verified before
-this process first uses it, the verdict remembered on disk (``streaming.cache_verify``); a mismatch downloads
+this process first uses it, the verdict remembered on disk (``streaming.cache.verify``); a mismatch downloads
 it again or, with no remote, raises naming the file and both digests.
 """
 
@@ -22,9 +22,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from streaming.cache_locks import LOCK_DIR, file_lock, open_lock, try_lock
-from streaming.cache_space import CacheTooSmallError, SpaceEntry, SpaceKeeper, release_reservation
-from streaming.cache_verify import record_verdict, verdict_path, verify_file
+from streaming.cache.locks import LOCK_DIR, file_lock, open_lock, try_lock
+from streaming.cache.space import CacheTooSmallError, SpaceEntry, SpaceKeeper, release_reservation
+from streaming.cache.verify import record_verdict, verdict_path, verify_file
 from streaming.format.index import INDEX_FILENAME, FileInfo, ShardInfo
 from streaming.format.reader import decompress_shard
 from streaming.safepath import safe_join

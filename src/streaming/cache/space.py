@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from streaming.cache_locks import LOCK_DIR, file_lock
+from streaming.cache.locks import LOCK_DIR, file_lock
 from streaming.sizes import format_bytes
 
 __all__ = [

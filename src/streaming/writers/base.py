@@ -1,20 +1,19 @@
-"""Dataset writers: the shared machinery and ``MDSWriter`` (line formats are in ``streaming.text_writer``).
+"""The machinery every shard writer shares: ``Writer`` (``MDSWriter`` is in ``streaming.writers.mds``, the
+line formats in ``streaming.writers.text``).
 
 Samples are encoded as they arrive and buffered per shard (a shard is at most ``size_limit`` bytes); a full
 shard is handed to a thread pool that assembles, compresses, hashes and writes it under a temporary name
 before an atomic rename, so encoding the next shard overlaps with compressing the last one and no reader ever
 sees a half-written file. ``index.json`` is written (atomically) only when the writer finishes cleanly: a
 ``with`` block that raises publishes nothing new. Appending continues the shard numbering of an existing
-dataset. Remote outputs plug in through ``streaming.output`` (the storage layer), which receives each finished
-file and the index, in that order.
+dataset. Remote outputs plug in through ``streaming.writers.output`` (the storage layer), which receives each
+finished file and the index, in that order.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import struct
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -33,14 +32,13 @@ from streaming.format.index import (
     load_index,
     write_index,
 )
-from streaming.format.mds import MAX_SHARD_BYTES, MDSSchema, build_mds_shard, mds_config
-from streaming.output import Output, resolve_output
+from streaming.format.mds import MAX_SHARD_BYTES
 from streaming.sizes import parse_bytes
 from streaming.storage.url import redact
+from streaming.writers.output import Output, resolve_output
 
-__all__ = ["MDSWriter", "Writer"]
+__all__ = ["DEFAULT_SIZE_LIMIT", "Writer", "shard_basename"]
 
-_U32 = struct.Struct("<I")
 DEFAULT_SIZE_LIMIT = 1 << 26
 
 
@@ -304,32 +302,3 @@ class Writer(ABC):
             raw_meta=meta[0][0] if meta else None,
             zip_meta=meta[0][1] if meta else None,
         )
-
-
-class MDSWriter(Writer):
-    """Writes MDS shards (any column encoding; see ``streaming.format.encodings``)."""
-
-    format = "mds"
-
-    def _init_columns(self, columns: dict[str, str]) -> None:
-        self._schema = MDSSchema.from_columns(columns)
-        self._encode = self._schema.encoder()
-        self._config = mds_config(
-            schema=self._schema, compression=self.compression, hashes=self.hashes, size_limit=self.size_limit
-        )
-        self._config_len = len(json.dumps(self._config, sort_keys=True).encode("utf-8"))
-
-    def encode_sample(self, sample: Mapping[str, Any]) -> bytes:
-        return self._encode(sample)
-
-    def get_config(self) -> dict[str, Any]:
-        return dict(self._config)
-
-    def _shard_overhead(self) -> int:
-        return 8 + self._config_len  # sample count word, offsets[0], embedded config
-
-    def _sample_overhead(self) -> int:
-        return 4  # its offset entry
-
-    def _shard_files(self, samples: list[bytes], basename: str) -> list[tuple[str, bytes]]:
-        return [(basename, build_mds_shard(self._config, samples))]

@@ -16,10 +16,10 @@ import tempfile
 from collections.abc import Sequence
 
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index, write_index
-from streaming.output import split_out
 from streaming.safepath import safe_relpath
 from streaming.storage import RetryPolicy, download_file, list_files, upload_file
 from streaming.storage.url import is_remote, join_url
+from streaming.writers.output import split_out
 
 __all__ = ["merge_index"]
 

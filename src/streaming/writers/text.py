@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from streaming.format.encodings import EncodingError, check_text_encoding, text_value_ok
-from streaming.writer import Writer
+from streaming.writers.base import Writer
 
 __all__ = ["CSVWriter", "JSONWriter", "TSVWriter", "XSVWriter"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from streaming import StreamingDataLoader, StreamingDataset
-from streaming.writer import MDSWriter
+from streaming.writers.mds import MDSWriter
 
 G = 4
 

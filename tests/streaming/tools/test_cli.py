@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from streaming import CSVWriter, LocalDataset, MDSWriter
-from streaming.cli import main
+from streaming.tools.cli import main
 
 
 @pytest.fixture

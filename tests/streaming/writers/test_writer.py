@@ -33,8 +33,8 @@ def test_every_encoding_round_trips(tmp_path, compression):
 
 @pytest.mark.parametrize("algo", supported_hashes())
 def test_every_hash_recorded_and_validated(tmp_path, algo):
-    from streaming.check import validate_dataset
     from streaming.format.hashing import hash_bytes
+    from streaming.tools.check import validate_dataset
 
     with MDSWriter(out=str(tmp_path), columns={"x": "int"}, hashes=[algo], compression="zstd") as w:
         for i in range(10):
@@ -98,7 +98,7 @@ def test_size_limit_strings_and_4gib_refusal(tmp_path):
 
 
 def test_unlimited_shard_refuses_4gib(tmp_path, monkeypatch):
-    import streaming.writer as writer_mod
+    import streaming.writers.base as writer_mod
 
     monkeypatch.setattr(writer_mod, "MAX_SHARD_BYTES", 2000)
     w = MDSWriter(out=str(tmp_path), columns={"x": "bytes"}, size_limit=None)

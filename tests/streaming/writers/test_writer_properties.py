@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streaming import JSONWriter, LocalDataset, MDSWriter
-from streaming.check import validate_dataset
+from streaming.tools.check import validate_dataset
 
 DTYPES = [
     "uint8",
