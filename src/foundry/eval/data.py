@@ -3,7 +3,8 @@
 Design note: every source ends as a list of plain dicts in llm-foundry's jsonl formats (foundry.md §5.2), so
 prompt construction never knows where rows came from. A missing local file raises `MissingTaskData`, whose
 message names the file and how to get it; the runner turns it into a skip. Remote files are cached in a
-per-user folder (`cache_dir`), never a shared predictable path under /tmp.
+per-user folder (`cache_dir`), never a shared predictable path under /tmp; they are fetched whole with
+`streaming.storage.open_url` (smart_open, with the streaming backends' client configuration).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
 
 from foundry.eval.config import ICLTaskConfig
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
+from streaming.storage import open_url
 
 __all__ = ["MissingTaskData", "cache_dir", "load_rows", "resolve_local"]
 
@@ -90,12 +93,14 @@ def cache_dir(sub: str = "") -> Path:
 
 
 def _download(url: str) -> Path:
-    from streaming.storage.transfer import download_file
-
+    """The cached copy of a remote task file, fetched whole on first use."""
     cache = cache_dir("icl_data")
     local = cache / hashlib.sha1(url.encode()).hexdigest()[:16] / Path(url.split("?")[0]).name
     if not local.is_file():
-        download_file(url, str(local))
+        # open_url writes a local file under a temporary name and renames it when complete, so a failed
+        # fetch never leaves a truncated cache file
+        with open_url(url, "rb") as src, open_url(str(local), "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
     return local
 
 

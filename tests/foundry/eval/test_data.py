@@ -93,6 +93,22 @@ def test_object_store_url(s3_bucket, s3_env, tmp_path, monkeypatch):
         label="lm", dataset_uri=f"{s3_bucket}/icl/lm.jsonl", icl_task_type="language_modeling"
     )
     assert load_rows(task, data_root=tmp_path / "nowhere") == rows
+    # fetched once into the per-user cache (complete, no temporary left), then read from there
+    cached = [p for p in (tmp_path / "cache" / "icl_data").rglob("*") if p.is_file()]
+    assert [p.name for p in cached] == ["lm.jsonl"]
+    assert cached[0].read_bytes() == (tmp_path / "lm.jsonl").read_bytes()
+    boto3.client("s3", endpoint_url=s3_env).delete_object(Bucket=bucket, Key="icl/lm.jsonl")
+    assert load_rows(task, data_root=tmp_path / "nowhere") == rows
+
+
+def test_missing_object_store_file_names_the_url_and_caches_nothing(s3_bucket, tmp_path, monkeypatch):
+    monkeypatch.setenv("FOUNDRY_CACHE", str(tmp_path / "cache"))
+    url = f"s3://AKIDEXAMPLE:s3cr/et@{s3_bucket.removeprefix('s3://')}/icl/absent.jsonl"
+    task = ICLTaskConfig(label="lm", dataset_uri=url, icl_task_type="language_modeling")
+    with pytest.raises(FileNotFoundError, match="absent.jsonl") as err:
+        load_rows(task, data_root=tmp_path)
+    assert "s3cr/et" not in str(err.value)
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
 
 
 def test_hf_uri_with_parsing_map_on_a_local_folder(tmp_path):
