@@ -6,7 +6,10 @@ Examples:
       --concat_tokens 2048 --eos_text '<|endoftext|>' --compression zstd
   python scripts/data_prep/convert_dataset_hf.py --dataset path/to/wikitext-2 --splits train validation \
       --out data/wt2 --tokenizer path/to/tokenizer.json --concat_tokens 512 --eos_text '<|endoftext|>'
-  (local: a folder of <split>*.{txt,json,jsonl,parquet?} files, or one file; json rows need a `text` field)
+  python scripts/data_prep/convert_dataset_hf.py --dataset s3://bucket/corpus/ --splits train \
+      --out s3://bucket/mds --tokenizer path/to/tokenizer.json --concat_tokens 2048 --eos_text '<|endoftext|>'
+  (files: a local folder or object-store prefix holding <split>/*.{txt,json,jsonl} or <split>*.{txt,json,jsonl},
+  or one such file or URL; json rows need a `text` field)
 """
 
 from __future__ import annotations
@@ -26,36 +29,6 @@ C4_SPLITS = {
     "val_xsmall": ("validation", 3_000),
     "val_xxsmall": ("validation", 100),
 }
-_SUFFIXES = (".txt", ".json", ".jsonl")
-
-
-def _local_files(root: Path, split: str) -> list[Path]:
-    if root.is_file():
-        return [root]
-    for base in (root / split, root):
-        files = sorted(
-            p for p in base.glob("*") if p.suffix in _SUFFIXES and (base != root or p.stem.startswith(split))
-        )
-        if files:
-            return files
-    raise FileNotFoundError(f"no {'/'.join(_SUFFIXES)} files for split {split!r} under {root}")
-
-
-def _local_texts(files: list[Path], txt_docs: str) -> Iterator[str]:
-    for path in files:
-        with path.open(encoding="utf-8") as f:
-            if path.suffix == ".txt" and txt_docs == "file":
-                yield f.read()
-            elif path.suffix == ".txt":
-                yield from (line for line in f if line.strip())
-            elif path.suffix == ".jsonl":
-                for line in f:
-                    if line.strip():
-                        yield json.loads(line)["text"]
-            else:
-                data = json.load(f)
-                for row in data if isinstance(data, list) else [data]:
-                    yield row["text"]
 
 
 def _hf_texts(name: str, subset: str | None, split: str) -> Iterator[str]:
@@ -75,7 +48,11 @@ def _hf_texts(name: str, subset: str | None, split: str) -> Iterator[str]:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="allenai/c4", help="HF dataset name, or a local file/folder")
+    p.add_argument(
+        "--dataset",
+        default="allenai/c4",
+        help="HF dataset name, or a local/object-store (s3://...) file or folder",
+    )
     p.add_argument("--data_subset", default=None, help="HF config name (C4: en)")
     p.add_argument("--splits", nargs="+", default=["train_small", "val_small"])
     p.add_argument("--out", "--out_root", dest="out", required=True, help="output dir or object-store URL")
@@ -96,16 +73,17 @@ def main(argv: list[str] | None = None) -> dict:
 
     from tqdm.auto import tqdm
 
-    from foundry.data.prep import convert_texts
+    from foundry.data.prep import convert_texts, input_files, read_documents
     from foundry.tokenizers import TokenizerConfig, build_tokenizer
+    from streaming.storage import is_remote
 
     tokenizer = build_tokenizer(TokenizerConfig(name=args.tokenizer))
-    local = Path(args.dataset)
+    files = is_remote(args.dataset) or Path(args.dataset.removeprefix("file://")).exists()
     report = {}
     for split in args.splits:
         texts = (
-            _local_texts(_local_files(local, split), args.txt_docs)
-            if local.exists()
+            read_documents(input_files(args.dataset, split), txt_docs=args.txt_docs)
+            if files
             else _hf_texts(args.dataset, args.data_subset, split)
         )
         bar = None if args.no_progress else tqdm(desc=f"{split}", unit="doc", file=sys.stderr)

@@ -6,20 +6,39 @@ copied a bounded number of times; tokenization (the real cost) runs in a process
 documents, and the packing stays in the parent so row order is deterministic whatever the worker count.
 Rows are stored as `ndarray:<smallest unsigned dtype that holds the vocabulary>` (`uint16` for a
 50k vocabulary halves the bytes of llm-foundry's int32).
+
+Input files (`.txt`, `.json`, `.jsonl`) may be local paths or object-store URLs: `input_files` finds a split's
+files (a folder is listed through the streaming backends) and `read_documents` reads each one whole with
+`streaming.storage.open_url` (smart_open).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["ConvertStats", "concat_rows", "convert_texts", "smallest_uint_dtype"]
+from streaming.storage import is_remote, list_files, open_url, redact
+
+__all__ = [
+    "TEXT_SUFFIXES",
+    "ConvertStats",
+    "concat_rows",
+    "convert_texts",
+    "input_files",
+    "read_documents",
+    "smallest_uint_dtype",
+]
+
+TEXT_SUFFIXES = (".txt", ".json", ".jsonl")
 
 
 def smallest_uint_dtype(vocab_size: int) -> str:
@@ -186,3 +205,69 @@ def convert_texts(
     stats.tokens = stats.rows * max_seq_len
     stats.seconds = time.perf_counter() - start
     return stats
+
+
+def _name(url: str) -> tuple[str, str]:
+    """`(stem, suffix)` of the last path component of a path or URL (a URL's query is not part of it)."""
+    return os.path.splitext(url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1])
+
+
+def _children(folder: str) -> list[str]:
+    """The files directly in `folder` (a local folder, or an object-store prefix listed by its backend)."""
+    if is_remote(folder):
+        prefix = folder.rstrip("/") + "/"
+        return [u for u in list_files(prefix) if "/" not in u[len(prefix) :]]
+    path = Path(folder.removeprefix("file://"))
+    return [str(p) for p in path.glob("*") if p.is_file()] if path.is_dir() else []
+
+
+def input_files(dataset: str, split: str) -> list[str]:
+    """The `.txt` / `.json` / `.jsonl` files of `split`: `dataset` itself when it is one file, else the files
+    in `<dataset>/<split>/`, else those in `<dataset>/` whose name starts with `split`; sorted.
+
+    `dataset` is a local path or an object-store URL (a URL ending in one of `TEXT_SUFFIXES` is one file).
+
+    Raises:
+        FileNotFoundError: No such file for the split.
+    """
+    if is_remote(dataset):
+        one_file = _name(dataset)[1] in TEXT_SUFFIXES
+    else:
+        one_file = Path(dataset.removeprefix("file://")).is_file()
+    if one_file:
+        return [dataset]
+    root = dataset.rstrip("/")
+    for base, named in ((f"{root}/{split}", False), (root, True)):
+        files = sorted(
+            u
+            for u in _children(base)
+            if _name(u)[1] in TEXT_SUFFIXES and (not named or _name(u)[0].startswith(split))
+        )
+        if files:
+            return files
+    raise FileNotFoundError(f"no {'/'.join(TEXT_SUFFIXES)} files for split {split!r} under {redact(dataset)}")
+
+
+def read_documents(files: Iterable[str], *, txt_docs: str = "file") -> Iterator[str]:
+    """The documents in `files` (paths or URLs, each read whole through `open_url`, UTF-8).
+
+    Args:
+        files: `.txt` files (one document per file, or per non-blank line with `txt_docs="line"`), `.jsonl`
+            (one object per non-blank line) and `.json` (an object or a list of them); objects need `text`.
+        txt_docs: `"file"` or `"line"`.
+    """
+    for url in files:
+        suffix = _name(url)[1]
+        with open_url(url, "r") as f:
+            if suffix == ".txt" and txt_docs == "file":
+                yield f.read()
+            elif suffix == ".txt":
+                yield from (line for line in f if line.strip())
+            elif suffix == ".jsonl":
+                for line in f:
+                    if line.strip():
+                        yield json.loads(line)["text"]
+            else:
+                data = json.load(f)
+                for row in data if isinstance(data, list) else [data]:
+                    yield row["text"]

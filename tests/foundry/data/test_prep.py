@@ -80,3 +80,45 @@ def test_converter_on_wikitext2_with_neox(shared_data, neox_tokenizer_path, tmp_
     # rows are the concatenated stream: the whole split decodes back to its lines
     text = tok.decode(np.concatenate([ds[i]["tokens"] for i in range(3)]).tolist())
     assert text.startswith(first_line)
+
+
+def _put(bucket_url: str, endpoint: str, key: str, text: str) -> None:
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint).put_object(Bucket=bucket_url[5:], Key=key, Body=text.encode())
+
+
+def test_input_files_and_documents_from_an_object_store(s3_bucket, s3_env, tmp_path):
+    """The local folder rules hold for a prefix: `<split>/*` first, else `<split>*` beside it; files read whole."""
+    from foundry.data.prep import input_files, read_documents
+
+    _put(s3_bucket, s3_env, "c/train/b.jsonl", '{"text": "two"}\n\n{"text": "three"}\n')
+    _put(s3_bucket, s3_env, "c/train/a.txt", "one\n")
+    _put(s3_bucket, s3_env, "c/train/deeper/x.txt", "not a child\n")
+    _put(s3_bucket, s3_env, "c/valid.json", '[{"text": "v1"}, {"text": "v2"}]')
+    _put(s3_bucket, s3_env, "c/notes.md", "ignored")
+    train = input_files(f"{s3_bucket}/c", "train")
+    assert train == [f"{s3_bucket}/c/train/a.txt", f"{s3_bucket}/c/train/b.jsonl"]
+    assert list(read_documents(train)) == ["one\n", "two", "three"]
+    assert list(read_documents(input_files(f"{s3_bucket}/c/", "valid"))) == ["v1", "v2"]
+    assert input_files(f"{s3_bucket}/c/valid.json", "anything") == [f"{s3_bucket}/c/valid.json"]
+    with pytest.raises(FileNotFoundError, match=f"split 'test' under {s3_bucket}/c"):
+        input_files(f"{s3_bucket}/c", "test")
+    with pytest.raises(FileNotFoundError, match="missing.jsonl"):
+        list(read_documents([f"{s3_bucket}/c/missing.jsonl"]))
+
+
+def test_converter_reads_a_jsonl_url_like_the_local_file(s3_bucket, s3_env, neox_tokenizer_path, tmp_path):
+    from streaming import LocalDataset
+
+    lines = "".join(f'{{"text": "document {i} says hello to the packer"}}\n' for i in range(200))
+    (tmp_path / "x.jsonl").write_text(lines)
+    _put(s3_bucket, s3_env, "in/x.jsonl", lines)
+    common = ["--splits", "train", "--tokenizer", str(neox_tokenizer_path), "--concat_tokens", "32",
+              "--eos_text", "<|endoftext|>", "--no_progress"]  # fmt: skip
+    remote = _script().main(["--dataset", f"{s3_bucket}/in/x.jsonl", "--out", str(tmp_path / "r"), *common])
+    local = _script().main(["--dataset", str(tmp_path / "x.jsonl"), "--out", str(tmp_path / "l"), *common])
+    assert remote["train"]["documents"] == local["train"]["documents"] == 200
+    assert remote["train"]["rows"] == local["train"]["rows"] > 0
+    got, want = LocalDataset(str(tmp_path / "r"), "train"), LocalDataset(str(tmp_path / "l"), "train")
+    assert all((got[i]["tokens"] == want[i]["tokens"]).all() for i in range(len(want)))
