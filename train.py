@@ -10,7 +10,8 @@ import hydra
 from omegaconf import DictConfig
 
 from foundry.cli import run_cli
-from foundry.config import register_configs, run_task
+from foundry.config import register_configs
+from foundry.tasks import run_task
 
 register_configs()
 

@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 
 from foundry.config import register_configs, to_train_config
 from foundry.loggers import read_metrics
-from foundry.train.run import pretrain
+from foundry.tasks.pretrain import pretrain
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -58,7 +58,7 @@ def test_the_quick_start_leaves_one_final_checkpoint_in_its_run_dir(quickstart_r
 
 
 def test_sweep_jobs_get_their_own_checkpoint_folder(tmp_path):
-    from foundry.train.run import _expand_run_dir
+    from foundry.tasks.pretrain import _expand_run_dir
 
     cfg = _cfg(tmp_path / "cache")
     assert cfg.checkpoint.save_folder == "{run_dir}/checkpoints"

@@ -81,7 +81,7 @@ def trainer_loop(
     tr = Trainer(model=model, optimizer=_optimizer(model), scheduler=None, train_loader=batches[:2],
                  eval_loader=None, cfg=cfg, plan=plan_batches(global_batch_size=bs, world_size=1, microbatch=microbatch),
                  max_steps=2, eval_interval_steps=0, max_seq_len=seq, device=device,
-                 callbacks=[SpeedMonitor(SpeedMonitorConfig(window_size=len(batches))), LRMonitor()])  # fmt: skip
+                 callbacks=[SpeedMonitor(SpeedMonitorConfig(window_size=len(batches)), world_size=1), LRMonitor()])  # fmt: skip
     tr.fit()  # warm-up (2 steps), like the bare loop
     tr.train_loader, tr._iter, tr.max_steps = batches[2:], None, 2 + len(batches) - 2
     tr.evaluate = lambda: {}  # no eval split here

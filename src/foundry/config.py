@@ -1,4 +1,4 @@
-"""The root `TrainConfig`, schema registration, validation, and the task dispatcher `train.py` calls.
+"""The root `TrainConfig`, schema registration, and validation of a composed config.
 
 Design note: `conf/train.yaml` composes onto the typed root schema `train_schema` (`TrainConfig`); each
 group's schema lives beside its component and is registered here explicitly (`register_configs()`, never at
@@ -6,24 +6,17 @@ import), so composing type-checks every value before anything is built. Hydra le
 schema does not declare (it opens the struct), so `to_train_config` first rejects every undeclared key
 (`unknown_keys`, naming the closest declared one), then converts the composed `DictConfig` to dataclasses with
 `OmegaConf.to_object` (running every `__post_init__` check); both raise `foundry.errors.ConfigError`. The
-library only ever sees dataclasses. `run_task` validates before it writes a file, and writes atomically.
-The tasks themselves live in `foundry.tasks`; `MultirunSummary` is the Hydra callback tabulating a sweep.
+library only ever sees dataclasses. The dispatcher `train.py` calls (`run_task`), the tasks and the sweep
+summary callback live in `foundry.tasks`.
 """
 
 from __future__ import annotations
 
-import atexit
 import difflib
-import json
-import math
-import os
-import time
 from dataclasses import dataclass, field, fields, is_dataclass
-from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -37,16 +30,13 @@ from foundry.loggers.base import LoggerConfig
 from foundry.models import ModelConfig, register_model_configs
 from foundry.optim import OptimizerConfig, SchedulerConfig, register_optim_configs
 from foundry.parallel.config import ParallelismConfig
-from foundry.tasks.run_files import write_text_atomic
 from foundry.tokenizers import TokenizerConfig, register_tokenizer_configs
 from foundry.train.config import TrainerConfig
 
 __all__ = [
     "TASKS",
-    "MultirunSummary",
     "TrainConfig",
     "register_configs",
-    "run_task",
     "to_train_config",
     "unknown_key_message",
     "unknown_keys",
@@ -205,136 +195,3 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
             f"the composed config is a {type(obj).__name__}, not TrainConfig: is train_schema first?"
         )
     return obj
-
-
-def _run_dir() -> Path:
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return Path("outputs") / "dev"
-
-
-def run_task(cfg: DictConfig) -> float | None:
-    """Runs the task `cfg.task` selects and returns the sweep objective.
-
-    Validates `cfg` (`to_train_config`) before writing anything, so a rejected command leaves an existing run
-    directory as it was; then writes the resolved config to `<run_dir>/config.yaml` and the final metrics to
-    `final_metrics.json`, each atomically.
-
-    Returns:
-        The final `eval/loss` (else `train/loss`), the value Hydra sweepers (Optuna) minimise.
-    """
-    train_cfg = to_train_config(cfg)
-    run_dir = _run_dir()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    main = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes the run's files
-    if main:
-        from foundry.hydra_callbacks import redacted_yaml  # credentials masked in every file a run writes
-
-        write_text_atomic(run_dir / "config.yaml", redacted_yaml(cfg, resolve=True))
-    if train_cfg.task == "pretrain":
-        from foundry.train.run import pretrain
-
-        metrics = pretrain(train_cfg, run_dir=run_dir)
-    else:
-        from foundry.tasks.eval import eval_task
-
-        metrics = eval_task(train_cfg, run_dir)
-    if main:
-        write_text_atomic(run_dir / "final_metrics.json", json.dumps(metrics, indent=2))
-    for key in ("eval/loss", "train/loss"):
-        if key in metrics and math.isfinite(metrics[key]):
-            return float(metrics[key])
-    return None
-
-
-class MultirunSummary(HydraCallback):
-    """Tabulates a multirun, one row per job: its overrides, final metrics and status (`ok` or its error).
-
-    Each sweep writes its own `<sweep dir>/summary-<YYYYmmdd-HHMMSS>.md` (sweeps sharing a `run_name` share
-    the sweep dir, so a fixed name would be overwritten), rewritten atomically after every job. The table is
-    printed when the sweep ends; when a job fails, Hydra aborts the sweep without `on_multirun_end`, so the
-    table is printed at interpreter exit instead (after the error; the exit code stays non-zero).
-
-    Args:
-        metrics: Keys of `final_metrics.json` shown as columns.
-    """
-
-    def __init__(self, metrics: list[str] | None = None) -> None:
-        self.metrics = list(metrics or ["train/loss", "eval/loss"])
-        self.rows: list[tuple[list[str], dict[str, Any]]] = []
-        self.path: Path | None = None
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ANN401
-        """Reserves this sweep's summary file and arranges for the table to be printed even if a job fails."""
-        self.rows = []
-        try:
-            self.path = _reserve_summary_path(Path(config.hydra.sweep.dir))
-        except OSError:
-            self.path = None
-        atexit.register(self._print)
-
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:  # noqa: ANN401
-        """Collects the job's overrides and final metrics (or its error) and rewrites the summary file."""
-        overrides = list(getattr(job_return, "overrides", None) or [])
-        status = getattr(job_return, "status", None)
-        if status is not None and status.name == "FAILED":
-            err = job_return._return_value
-            values: dict[str, Any] = {"status": f"failed: {type(err).__name__}: {err}"}
-        else:
-            try:
-                out_dir = Path(job_return.hydra_cfg.hydra.runtime.output_dir)
-                values = {**json.loads((out_dir / "final_metrics.json").read_text()), "status": "ok"}
-            except (OSError, ValueError, AttributeError) as err:  # a job without metrics still gets a row
-                values = {"status": f"no final_metrics.json ({type(err).__name__})"}
-        self.rows.append((overrides, values))
-        if self.path is not None:
-            write_text_atomic(self.path, self.table() + "\n")
-
-    def table(self) -> str:
-        """The summary as a Markdown table; overrides shared by every job are left out of the rows."""
-        from streaming.storage.redact import redact_text  # overrides may carry tokens or signed URLs
-
-        common = set.intersection(*(set(o) for o, _ in self.rows)) if len(self.rows) > 1 else set()
-        head = ["job", "overrides", *self.metrics, "status"]
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for i, (ovr, vals) in enumerate(self.rows):
-            cells = [str(i), redact_text(" ".join(o for o in ovr if o not in common)) or "(none)"]
-            for m in self.metrics:
-                v = vals.get(m)
-                cells.append(f"{v:.4f}" if isinstance(v, int | float) else "-")
-            cells.append(_cell(redact_text(str(vals.get("status", "-")))))
-            lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ANN401
-        """Prints the table (and where it was written)."""
-        self._print()
-
-    def _print(self) -> None:
-        atexit.unregister(self._print)
-        failed = sum(not str(v.get("status", "")).startswith("ok") for _, v in self.rows)
-        where = f" -> {self.path}" if self.path is not None else ""
-        head = f"[foundry] multirun summary ({len(self.rows)} jobs, {failed} failed){where}"
-        print(f"\n{head}\n{self.table()}", flush=True)
-
-
-def _cell(text: str, limit: int = 120) -> str:
-    """`text` as one Markdown table cell: one line, no `|`, at most `limit` characters."""
-    text = " ".join(text.split()).replace("|", "/")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _reserve_summary_path(sweep_dir: Path) -> Path:
-    """Creates (exclusively) and returns `sweep_dir/summary-<time>[-N].md`, a name no other sweep holds."""
-    sweep_dir.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for n in range(1000):
-        path = sweep_dir / (f"summary-{stamp}.md" if n == 0 else f"summary-{stamp}-{n}.md")
-        try:
-            with path.open("x"):
-                return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{sweep_dir}: too many summary-{stamp}*.md files")

@@ -19,6 +19,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,9 @@ class StreamingDataset(IterableDataset):
         batching_method: ``random``, ``stratified`` or ``per_stream``.
         allow_unsafe_types: Allow ``pkl`` columns.
         replication: Consecutive ranks that get identical samples.
+        world: This rank's place in the training world, from the caller that owns the process group (a
+            training task builds it once and passes it down); None detects it (``World.detect``: the process
+            group, else ``RANK``/``WORLD_SIZE``/``LOCAL_WORLD_SIZE``), for standalone use.
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class StreamingDataset(IterableDataset):
         batching_method: str = "random",
         allow_unsafe_types: bool = False,
         replication: int | None = None,
+        world: World | None = None,
     ) -> None:
         if streams is not None and (remote is not None or local is not None):
             raise ValueError("pass either streams or remote/local, not both")
@@ -137,6 +142,8 @@ class StreamingDataset(IterableDataset):
         ):
             if number is not None and number < low:
                 raise ValueError(f"{name} must be >= {low}, got {number}")
+        if world is not None and (world.workers_per_rank, world.worker) != (1, 0):
+            raise ValueError("pass the rank's world (one worker); DataLoader workers are derived from it")
         self.streams = list(streams)
         for s in self.streams:
             s.apply_defaults(
@@ -183,7 +190,9 @@ class StreamingDataset(IterableDataset):
         self._ncn_arg = num_canonical_nodes
         self._ncn_state: int | None = None
         self._initial_nodes: int | None = None
-        self._world: World | None = None
+        if world is not None and replication is not None:
+            world = replace(world, replication=replication)
+        self._world: World | None = world
         self._epoch, self._drop = 0, 0
         self._iter_epoch: int | None = None
         self._iter_drop = 0

@@ -12,8 +12,10 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from foundry.config import MultirunSummary, TrainConfig, register_configs, run_task, to_train_config
+from foundry.config import TrainConfig, register_configs, to_train_config
 from foundry.errors import ConfigError
+from foundry.tasks import run_task
+from foundry.tasks.summary import MultirunSummary
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = ["model", "tokenizer", "data", "optimizer", "scheduler", "trainer", "parallelism", "checkpoint",

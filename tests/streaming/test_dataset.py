@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from streaming import MDSWriter
 from streaming.dataset import StreamingDataset
 from streaming.stream import Stream
+from streaming.world import World
 
 
 def write_ids(path, start, n, *, size_limit=200, compression=None):
@@ -214,3 +215,23 @@ def test_orig_partition_checks_divisibility(two_streams, monkeypatch):
         iter(StreamingDataset(local=a, batch_size=2, partition_algo="orig", num_canonical_nodes=2))
     ds = StreamingDataset(local=a, batch_size=2, partition_algo="relaxed", num_canonical_nodes=2)
     assert len(ds) == len(list(ds)) == 33  # rank 0 of 3 devices: ceil(98 / 3)
+
+
+def test_an_explicit_world_is_used_instead_of_the_environment(two_streams, monkeypatch):
+    a, _ = two_streams
+    kw = {"local": a, "batch_size": 2, "num_canonical_nodes": 2}
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    detected = ids_of(StreamingDataset(**kw))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    explicit = StreamingDataset(**kw, world=World(num_nodes=3, ranks_per_node=1, rank=1))
+    assert len(explicit) == len(detected) == 33 and ids_of(explicit) == detected
+    assert len(StreamingDataset(**kw)) == 98  # the environment alone: one rank sees every sample
+    replicated = StreamingDataset(**kw, world=World(num_nodes=1, ranks_per_node=2, rank=1), replication=2)
+    assert ids_of(replicated) == ids_of(
+        StreamingDataset(**kw, world=World(num_nodes=1, ranks_per_node=2), replication=2)
+    )
+    with pytest.raises(ValueError, match="one worker"):
+        StreamingDataset(**kw, world=World().with_workers(2, 1))

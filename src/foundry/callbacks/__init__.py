@@ -20,11 +20,11 @@ __all__ = [
 ]
 
 
-def build_callbacks(cfg: CallbacksConfig) -> list[Callback]:
-    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime)."""
+def build_callbacks(cfg: CallbacksConfig, *, world_size: int) -> list[Callback]:
+    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime); `world_size`: ranks per step."""
     out: list[Callback] = []
     if cfg.speed_monitor is not None:
-        out.append(SpeedMonitor(cfg.speed_monitor))
+        out.append(SpeedMonitor(cfg.speed_monitor, world_size=world_size))
     if cfg.lr_monitor:
         out.append(LRMonitor())
     if cfg.memory_monitor:

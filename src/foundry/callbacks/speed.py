@@ -41,10 +41,15 @@ class SpeedMonitor(Callback):
 
     Args:
         cfg: Window size and optional peak override.
+        world_size: Ranks running each step (every rank runs the same steps): global throughput is this
+            rank's times it.
     """
 
-    def __init__(self, cfg: SpeedMonitorConfig) -> None:
+    def __init__(self, cfg: SpeedMonitorConfig, *, world_size: int) -> None:
+        if world_size < 1:
+            raise ValueError(f"world_size={world_size} must be >= 1")
         self.cfg = cfg
+        self.world_size = world_size
         self._window: deque[tuple[float, int, int]] = deque(maxlen=cfg.window_size)
         self._peak: float | None = cfg.peak_flops
         self._flops_per_token: float | None = None
@@ -70,10 +75,9 @@ class SpeedMonitor(Callback):
             return {}
         samples = sum(w[1] for w in self._window) / secs
         tokens = sum(w[2] for w in self._window) / secs
-        ranks = plan.global_batch_size // plan.device_batch_size  # every rank runs the same steps
         out = {
-            "throughput/samples_per_sec": samples * ranks,
-            "throughput/tokens_per_sec": tokens * ranks,
+            "throughput/samples_per_sec": samples * self.world_size,
+            "throughput/tokens_per_sec": tokens * self.world_size,
             "throughput/device/tokens_per_sec": tokens,
         }
         if self._flops_per_token is not None:

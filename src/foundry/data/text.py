@@ -170,7 +170,8 @@ def build_text_dataloader(
         tokenizer: Gives the pad id (eos when there is no pad token) and tokenizes `text` rows; None for
             datasets of token ids (pad id 0: padded positions are masked out of the loss anyway).
         device_batch_size: Samples per batch on this rank.
-        world: This process's place in the training world (only single-process for now).
+        world: This rank's place in the training world (built once by the task from its process group); the
+            dataset partitions samples over it.
         split: Which split.
         max_seq_len: Row length.
         seed: Shuffle seed when `cfg.shuffle_seed` is null.
@@ -189,7 +190,6 @@ def build_text_dataloader(
     missing = dataset_missing_message(cfg, split)
     if missing is not None:
         raise FileNotFoundError(missing)
-    del world  # the dataset detects the world itself (env / process group); kept for the DDP issue
     pad = None
     if tokenizer is not None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -209,6 +209,7 @@ def build_text_dataloader(
         shuffle_algo=cfg.shuffle_algo,
         shuffle_seed=cfg.shuffle_seed if cfg.shuffle_seed is not None else seed,
         num_canonical_nodes=cfg.num_canonical_nodes,
+        world=world,
     )
     return StreamingDataLoader(
         dataset,

@@ -1,8 +1,10 @@
-"""The process group of a run: init from the `torchrun` environment, the rank's device, collectives, teardown.
+"""The process group of a run: the device, init from the `torchrun` environment, the world, collectives, teardown.
 
 Design note: `torchrun` (single node, or multi-node through its c10d rendezvous) sets `RANK`, `WORLD_SIZE`,
 `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT`; `init_distributed` reads them once and
-returns a frozen `DistContext` that travels as a value (no global state of ours). A DDP/FSDP config run as a
+returns a frozen `DistContext` that travels as a value (no global state of ours). `process_world` is the one
+way a task learns its `streaming.world.World` (nodes, ranks, this rank): from the context once the group
+exists, or from the environment before it does; the world is then passed down, never detected again. A DDP/FSDP config run as a
 plain `python train.py` gets a 1-rank group on an in-memory store, so every strategy also runs without
 torchrun. A group that already exists (a test harness made it) is used and left alone at teardown. The
 collective helpers are no-ops without a group, so the trainer calls them unconditionally.
@@ -20,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from foundry.parallel.config import ParallelismConfig
+from streaming.world import World
 
 __all__ = [
     "rank",
@@ -28,7 +31,9 @@ __all__ = [
     "barrier",
     "broadcast_object",
     "init_distributed",
+    "process_world",
     "resolve_backend",
+    "resolve_device",
     "teardown",
     "world_size",
 ]
@@ -58,6 +63,39 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw) if raw != "" else default
     except ValueError:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> cuda when available, else cpu; other names as given (`trainer.device`)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "trainer.device=cuda but no CUDA device is available; use trainer.device=auto or cpu"
+        )
+    return torch.device(name)
+
+
+def process_world(ctx: DistContext | None = None) -> World:
+    """This process's place in the training world, as the data pipeline and the task see it.
+
+    Args:
+        ctx: The context `init_distributed` returned; None before the process group exists (the task
+            dispatcher deciding who writes the run's files), when the torchrun environment is read instead.
+
+    Raises:
+        ValueError: The local world size does not divide the world size (a launcher mistake).
+    """
+    if ctx is None:
+        return World.detect()
+    if ctx.local_world_size < 1 or ctx.world_size % ctx.local_world_size:
+        raise ValueError(
+            f"LOCAL_WORLD_SIZE={ctx.local_world_size} must be >= 1 and divide WORLD_SIZE={ctx.world_size} "
+            "(same ranks on every node)"
+        )
+    return World(
+        num_nodes=ctx.world_size // ctx.local_world_size, ranks_per_node=ctx.local_world_size, rank=ctx.rank
+    )
 
 
 def resolve_backend(backend: str, *, device: torch.device) -> str:
@@ -107,11 +145,12 @@ def init_distributed(
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if dist.is_available() and dist.is_initialized():
+        size = dist.get_world_size()
         return DistContext(
             rank=dist.get_rank(),
-            world_size=dist.get_world_size(),
+            world_size=size,
             local_rank=local_rank,
-            local_world_size=local_world,
+            local_world_size=_env_int(env, "LOCAL_WORLD_SIZE", size),  # one node unless the launcher says
             device=device,
         )
     if not cfg.distributed:

@@ -1,9 +1,69 @@
-"""What `train.py task=...` runs, one module per task, plus the atomic writer for the files of a run.
+"""The tasks `train.py task=...` runs, and `run_task`, the dispatcher between Hydra and them.
 
-`foundry.config.run_task` validates the composed config and dispatches here: `task=pretrain` is
-`foundry.train.run.pretrain`, `task=eval` is `foundry.tasks.eval.eval_task`.
+Design note: this package is the wiring, the one place that imports every component (models, data, optim,
+train, checkpoint, parallel, eval, loggers, callbacks, streaming) and passes each its slice of the config;
+no component imports it back. One module per task: `pretrain` (plan -> build -> `Trainer.fit`) and `evaluate`
+(`task=eval`, ICL evaluation of a model); `plan` holds the pure arithmetic a run derives from its config,
+`summary` the Hydra callback tabulating a sweep, `run_files` the atomic writer for a run directory's files.
+`run_task` validates the composed config before it writes anything (so a rejected command leaves an existing
+run directory as it was), and only rank 0 (asked of the world, `process_world`) writes the run's files.
 """
 
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from foundry.config import TrainConfig, to_train_config
+from foundry.hydra_callbacks import redacted_yaml
+from foundry.parallel.dist import process_world
+from foundry.tasks.evaluate import eval_task
+from foundry.tasks.pretrain import pretrain
 from foundry.tasks.run_files import write_text_atomic
 
-__all__ = ["write_text_atomic"]
+__all__ = ["TASK_RUNNERS", "eval_task", "pretrain", "run_task", "write_text_atomic"]
+
+TASK_RUNNERS: dict[str, Callable[[TrainConfig, Path], dict[str, float]]] = {
+    "pretrain": lambda cfg, run_dir: pretrain(cfg, run_dir=run_dir),
+    "eval": eval_task,
+}
+"""`cfg.task` -> the function running it (one per name in `foundry.config.TASKS`)."""
+OBJECTIVES = ("eval/loss", "train/loss")
+"""Final metrics a sweeper minimises, in order of preference."""
+
+
+def _run_dir() -> Path:
+    """Hydra's output directory for this job (`outputs/<run_name>`), or `outputs/dev` outside Hydra."""
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path("outputs") / "dev"
+
+
+def run_task(cfg: DictConfig) -> float | None:
+    """Runs the task `cfg.task` selects and returns the sweep objective.
+
+    Validates `cfg` (`to_train_config`) before writing anything, so a rejected command leaves an existing run
+    directory as it was; then writes the resolved config (credentials masked) to `<run_dir>/config.yaml` and
+    the final metrics to `final_metrics.json`, each atomically and on rank 0 only.
+
+    Returns:
+        The final `eval/loss` (else `train/loss`), the value Hydra sweepers (Optuna) minimise.
+    """
+    train_cfg = to_train_config(cfg)
+    run_dir = _run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    main = process_world().rank == 0  # before the process group exists: the launcher's environment says
+    if main:
+        write_text_atomic(run_dir / "config.yaml", redacted_yaml(cfg, resolve=True))
+    metrics = TASK_RUNNERS[train_cfg.task](train_cfg, run_dir)
+    if main:
+        write_text_atomic(run_dir / "final_metrics.json", json.dumps(metrics, indent=2))
+    for key in OBJECTIVES:
+        if key in metrics and math.isfinite(metrics[key]):
+            return float(metrics[key])
+    return None

@@ -7,15 +7,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from foundry.checkpoint import load_weights
+from foundry.config import TrainConfig
+from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
 from foundry.errors import ConfigError
+from foundry.eval import load_task_configs, run_icl_eval
+from foundry.models.build import build_model_for
+from foundry.parallel.dist import resolve_device
+from foundry.tasks.plan import resolve_max_seq_len
 from foundry.tasks.run_files import write_text_atomic
+from foundry.tokenizers import build_tokenizer
+from streaming.storage import redact
 
 __all__ = ["eval_task"]
 
 
-def eval_task(cfg: Any, run_dir: Path) -> dict[str, float]:  # noqa: ANN401 - foundry.config.TrainConfig
+def eval_task(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
     """Evaluates the model `cfg` describes on the ICL tasks of `cfg.eval`.
 
     Args:
@@ -26,29 +34,20 @@ def eval_task(cfg: Any, run_dir: Path) -> dict[str, float]:  # noqa: ANN401 - fo
         The numeric results (flat `metrics/...` keys).
 
     Raises:
-        ConfigError: When `cfg.eval` has no ICL tasks.
+        ConfigError: When `cfg.eval` has no ICL tasks, or the sequence lengths disagree (quick-start data).
     """
-    from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
-    from foundry.eval import load_task_configs, run_icl_eval
-    from foundry.models.build import build_model_for
-    from foundry.tokenizers import build_tokenizer
-    from foundry.train.run import resolve_device
-
     if cfg.eval is None or not load_task_configs(cfg.eval):
         raise ConfigError(
             "task=eval has no ICL tasks: pick an eval group, e.g. eval=offline or eval=gauntlet-v0.3"
         )
-    if isinstance(cfg.data, QuickstartDataConfig) and not Path(cfg.tokenizer.name).expanduser().exists():
+    tok_name = cfg.tokenizer.name
+    if isinstance(cfg.data, QuickstartDataConfig) and tok_name and not Path(tok_name).expanduser().exists():
         # the quick-start tokenizer is built with its data (same arguments as pretrain)
-        max_seq_len = cfg.data.max_seq_len or int(getattr(cfg.model, "max_seq_len", 2048))
-        prepare_quickstart(cfg.data, max_seq_len=max_seq_len)
+        prepare_quickstart(cfg.data, max_seq_len=resolve_max_seq_len(cfg))
     device = resolve_device(cfg.trainer.device)
     tokenizer = build_tokenizer(cfg.tokenizer)
     model = build_model_for(cfg.model, tokenizer, device=device)
     if cfg.checkpoint.load_path:
-        from foundry.checkpoint import load_weights
-        from streaming.storage import redact
-
         info = load_weights(
             model,
             cfg.checkpoint.load_path,

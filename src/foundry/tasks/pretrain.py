@@ -1,72 +1,74 @@
-"""`pretrain(cfg, run_dir=...)`: build every component from the typed root config and run the trainer.
+"""`task=pretrain`: plan -> build (data, model stack, observers) -> run (`Trainer.fit`).
 
-Design note: this is the only function that sees the whole `TrainConfig`; each builder gets its own
-slice (`build_optimizer(cfg.optimizer, ...)`). Derived quantities (device batch, grad accumulation,
-tokens per step, steps) are computed here from the few configured knobs, written to `run.json` and
-printed, never configured.
+Design note: this is the only code that sees the whole `TrainConfig`; each builder gets its own slice
+(`build_optimizer(cfg.optimizer, ...)`). The process group is joined once (`init_distributed`) and the world
+derived from it once (`process_world`), then passed to the data loaders and the speed monitor. Every derived
+number comes from `plan_run` (pure, unit-tested), is written to `run.json` and printed, never configured; the
+plan needs one fact from the data (batches per epoch), so the loaders are built from the plan's sequence length
+and batch split first. Only rank 0 writes metadata, logs and the console; every rank runs the same steps.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from foundry.time import parse_duration, to_steps
+from foundry.callbacks import Callback, build_callbacks
+from foundry.checkpoint.callback import attach_checkpointing, find_start
+from foundry.checkpoint.resume import StartPoint
+from foundry.config import TrainConfig
+from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
+from foundry.data.text import build_text_dataloader, dataset_missing_message
+from foundry.eval.callback import icl_callbacks
+from foundry.eval.config import load_task_configs
+from foundry.loggers import Logger, build_loggers
+from foundry.models.build import build_model_for
+from foundry.optim import build_optimizer, build_scheduler
+from foundry.parallel.dist import (
+    DistContext,
+    barrier,
+    broadcast_object,
+    init_distributed,
+    process_world,
+    resolve_device,
+    teardown,
+)
+from foundry.parallel.wrap import wrap_model
+from foundry.tasks.plan import RunPlan, batch_plan, plan_run, resolve_max_seq_len
+from foundry.tokenizers import build_tokenizer
+from foundry.train.loop import Trainer
+from foundry.train.metadata import write_run_metadata
+from foundry.train.state import seed_all, set_deterministic
+from streaming.storage import redact
+from streaming.world import World
 
-if TYPE_CHECKING:
-    from foundry.parallel.dist import DistContext
-
-__all__ = ["pretrain", "resolve_device"]
-
-
-def resolve_device(name: str) -> torch.device:
-    """`auto` -> cuda when available, else cpu; other names as given."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            "trainer.device=cuda but no CUDA device is available; use trainer.device=auto or cpu"
-        )
-    return torch.device(name)
-
-
-def _expand_run_dir(cfg: Any, run_dir: Path) -> Any:  # noqa: ANN401 - TrainConfig in and out
-    """`{run_dir}` in `checkpoint.save_folder` -> this run's directory (each sweep job gets its own)."""
-    folder = cfg.checkpoint.save_folder
-    if not folder or "{run_dir}" not in folder:
-        return cfg
-    return replace(
-        cfg, checkpoint=replace(cfg.checkpoint, save_folder=folder.replace("{run_dir}", str(run_dir)))
-    )
-
-
-def _icl_tokenizer(cfg: Any) -> Any:  # noqa: ANN401
-    """With no tokenizer configured, ICL evaluation during training is an error naming the fix (else None)."""
-    from foundry.eval.config import load_task_configs
-    from foundry.tokenizers import build_tokenizer
-
-    if cfg.eval is not None and load_task_configs(cfg.eval):
-        return build_tokenizer(cfg.tokenizer)  # raises: tokenizer.name is null, pass tokenizer.name=...
-    return None
+__all__ = ["pretrain"]
 
 
-def _finished_message(cfg: Any, url: str, *, step: int, max_steps: int) -> str:  # noqa: ANN401
-    """What a rerun of a finished run says (it then only re-evaluates the final model)."""
-    from streaming.storage import redact
+@dataclass(frozen=True)
+class RunData:
+    """What the data step builds: the tokenizer (None for rows of token ids) and the split loaders."""
 
-    folder = redact(cfg.checkpoint.save_folder)
-    return (
-        f"[foundry] run {cfg.run_name!r} already finished: autoresume loaded {redact(url)} (step {step} of "
-        f"max_duration {cfg.trainer.max_duration} = {max_steps} steps), so there is nothing to train; evaluating "
-        f"it. To train again from scratch delete {folder} (make clean) or pass another run_name=...; to train "
-        "longer raise trainer.max_duration"
-    )
+    tokenizer: Any
+    train: Any
+    """The training `StreamingDataLoader`."""
+    eval: Any | None
+    """The eval split's loader, or None without `data.eval_split`."""
 
 
-def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN401 - foundry.config.TrainConfig
+@dataclass(frozen=True)
+class ModelStack:
+    """The model (wrapped for its parallelism) with its optimizer and LR scheduler."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+
+
+def pretrain(cfg: TrainConfig, *, run_dir: str | Path) -> dict[str, float]:
     """Pretrains a causal LM as `cfg` describes (one process, or every rank of a `torchrun` launch).
 
     Args:
@@ -76,165 +78,171 @@ def pretrain(cfg: Any, *, run_dir: str | Path) -> dict[str, float]:  # noqa: ANN
     Returns:
         The final metrics (`train/loss`, `eval/loss`, `eval/perplexity`, throughput, ...), rank 0's on every rank.
     """
-    from foundry.parallel.dist import init_distributed, teardown
-
     ctx = init_distributed(cfg.parallelism, device=resolve_device(cfg.trainer.device))
     try:
-        return _pretrain(cfg, run_dir=run_dir, ctx=ctx)
+        return _pretrain(_expand_run_dir(cfg, Path(run_dir)), run_dir=Path(run_dir), ctx=ctx)
     finally:
         teardown(ctx)
 
 
-def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, float]:  # noqa: ANN401
-    from foundry.callbacks import build_callbacks
-    from foundry.checkpoint.callback import attach_checkpointing, find_start
-    from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
-    from foundry.data.text import build_text_dataloader, dataset_missing_message
-    from foundry.eval.callback import icl_callbacks
-    from foundry.loggers import build_loggers
-    from foundry.models.build import build_model_for
-    from foundry.optim import build_optimizer, build_scheduler
-    from foundry.parallel import barrier, broadcast_object, wrap_model
-    from foundry.tokenizers import build_tokenizer
-    from foundry.train.batching import plan_batches
-    from foundry.train.loop import Trainer
-    from foundry.train.metadata import write_run_metadata
-    from foundry.train.precision import resolve_precision
-    from foundry.train.state import seed_all, set_deterministic
-    from streaming.world import World
-
-    run_dir = Path(run_dir)
-    cfg = _expand_run_dir(cfg, run_dir)
+def _pretrain(cfg: TrainConfig, *, run_dir: Path, ctx: DistContext) -> dict[str, float]:
+    world = process_world(ctx)
     seed_all(cfg.seed)
     if cfg.trainer.deterministic:
         set_deterministic()
-    device = ctx.device  # cuda:<LOCAL_RANK> under torchrun
-    tc = replace(cfg.trainer, precision=resolve_precision(cfg.trainer.precision, device=device))
-    max_seq_len = cfg.data.max_seq_len or getattr(cfg.model, "max_seq_len", None)
-    if max_seq_len is None:
-        raise ValueError("set data.max_seq_len (the model config has no max_seq_len)")
+    data = build_data(cfg, world=world, is_main=ctx.is_main)
+    plan = plan_run(cfg, world, batches_per_epoch=len(data.train), device=ctx.device)
+    stack = build_model_stack(cfg, plan, tokenizer=data.tokenizer, ctx=ctx)
+    start = find_start(cfg.checkpoint, run_name=cfg.run_name, run_dir=run_dir)
+    loggers = build_observers(cfg, plan, model=stack.model, start=start, run_dir=run_dir, ctx=ctx)
+    trainer = Trainer(
+        model=stack.model,
+        optimizer=stack.optimizer,
+        scheduler=stack.scheduler,
+        train_loader=data.train,
+        eval_loader=data.eval,
+        cfg=replace(cfg.trainer, precision=plan.precision),
+        plan=plan.batches,
+        max_steps=plan.max_steps,
+        eval_interval_steps=plan.eval_interval_steps,
+        max_seq_len=plan.max_seq_len,
+        device=ctx.device,
+        loggers=loggers,
+        callbacks=build_run_callbacks(cfg, plan, tokenizer=data.tokenizer, run_dir=run_dir),
+    )
+    attach_checkpointing(
+        trainer,
+        cfg.checkpoint,
+        start=start,
+        run_name=cfg.run_name,
+        run_dir=str(run_dir),
+        save_every_steps=plan.save_interval_steps,
+        model_config=cfg.model,
+        global_batch_size=plan.batches.global_batch_size,
+        wandb_run_id=next((wb.id for lg in loggers if (wb := getattr(lg, "run", None)) is not None), None),
+    )
+    return run_training(trainer, cfg, plan, start=start, loggers=loggers, run_dir=run_dir, ctx=ctx)
+
+
+def _expand_run_dir(cfg: TrainConfig, run_dir: Path) -> TrainConfig:
+    """`{run_dir}` in `checkpoint.save_folder` -> this run's directory (each sweep job gets its own)."""
+    folder = cfg.checkpoint.save_folder
+    if not folder or "{run_dir}" not in folder:
+        return cfg
+    return replace(
+        cfg, checkpoint=replace(cfg.checkpoint, save_folder=folder.replace("{run_dir}", str(run_dir)))
+    )
+
+
+def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
+    """The tokenizer and the loaders of the train and eval splits (the quick-start corpus built first if needed).
+
+    Raises:
+        FileNotFoundError: A local split is absent (before the tokenizer, whose own error would hide this one).
+        ConfigError: The sequence length or batch size cannot be planned (see `foundry.tasks.plan`).
+    """
+    max_seq_len = resolve_max_seq_len(cfg)
+    batches = batch_plan(cfg, world)
     if isinstance(cfg.data, QuickstartDataConfig):
-        if not ctx.is_main:
+        if not is_main:
             barrier()  # rank 0 builds the shared cache first; the others then find it complete
         prepare_quickstart(cfg.data, max_seq_len=max_seq_len)
-        if ctx.is_main:
+        if is_main:
             barrier()
     for split in (cfg.data.train_split, cfg.data.eval_split):
         missing = split and dataset_missing_message(cfg.data, split)
-        if missing:  # before the tokenizer, whose own (offline) error would hide this one
+        if missing:
             raise FileNotFoundError(missing)
     # tokenizer.name=null (tokenizer=none): rows of token ids, checked against model.vocab_size by the collator
     tokenizer = build_tokenizer(cfg.tokenizer) if cfg.tokenizer.name is not None else None
-    world = World.detect()
-    plan = plan_batches(
-        global_batch_size=tc.global_train_batch_size,
-        world_size=world.num_ranks,
-        microbatch=tc.device_train_microbatch_size,
-    )
-    common = {
+    common: dict[str, Any] = {
         "tokenizer": tokenizer,
         "world": world,
         "max_seq_len": max_seq_len,
         "seed": cfg.seed,
         "vocab_size": getattr(cfg.model, "vocab_size", None),
     }
-    train_loader = build_text_dataloader(
-        cfg.data, device_batch_size=plan.device_batch_size, split=cfg.data.train_split, **common
+    train = build_text_dataloader(
+        cfg.data, device_batch_size=batches.device_batch_size, split=cfg.data.train_split, **common
     )
     eval_loader = None
     if cfg.data.eval_split:
-        eval_bs = tc.device_eval_batch_size or plan.microbatch_size
         eval_loader = build_text_dataloader(
             cfg.data,
-            device_batch_size=eval_bs,
+            device_batch_size=cfg.trainer.device_eval_batch_size or batches.microbatch_size,
             split=cfg.data.eval_split,
             shuffle=False,
             drop_last=False,
             **common,
         )
-    steps_per_epoch = len(train_loader)
-    if tc.train_subset_num_batches >= 0:
-        steps_per_epoch = min(steps_per_epoch, tc.train_subset_num_batches)
-    tokens_per_step = plan.global_batch_size * max_seq_len
-    facts = {"steps_per_epoch": steps_per_epoch, "samples_per_step": plan.global_batch_size}
-    max_steps = to_steps(parse_duration(tc.max_duration), tokens_per_step=tokens_per_step, **facts)
-    eval_every = to_steps(
-        parse_duration(tc.eval_interval), max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
-    )
+    return RunData(tokenizer=tokenizer, train=train, eval=eval_loader)
+
+
+def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: DistContext) -> ModelStack:  # noqa: ANN401
+    """The model on this rank's device (wrapped for DDP/FSDP before the optimizer sees it), optimizer, scheduler."""
     pc = cfg.parallelism
-    model = build_model_for(cfg.model, tokenizer, device=device, defer_init=pc.strategy == "fsdp")
-    if pc.distributed or pc.activation_checkpointing:  # before the optimizer sees the parameters
-        model = wrap_model(model, cfg=pc, ctx=ctx, precision=tc.precision)
+    model = build_model_for(cfg.model, tokenizer, device=ctx.device, defer_init=pc.strategy == "fsdp")
+    if pc.distributed or pc.activation_checkpointing:
+        model = wrap_model(model, cfg=pc, ctx=ctx, precision=plan.precision)
     optimizer = build_optimizer(cfg.optimizer, model=model)
-    scheduler = build_scheduler(
-        cfg.scheduler, optimizer=optimizer, max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
+    scheduler = build_scheduler(cfg.scheduler, optimizer=optimizer, **plan.time_facts)
+    return ModelStack(model=model, optimizer=optimizer, scheduler=scheduler)
+
+
+def build_observers(
+    cfg: TrainConfig,
+    plan: RunPlan,
+    *,
+    model: torch.nn.Module,
+    start: StartPoint | None,
+    run_dir: Path,
+    ctx: DistContext,
+) -> list[Logger]:
+    """Rank 0: writes `run.json` and returns the loggers (resuming the step count and W&B run); others: []."""
+    if not ctx.is_main:
+        return []
+    derived = plan.derived(n_params=sum(p.numel() for p in model.parameters()))
+    write_run_metadata(run_dir, config=cfg, derived=derived, device=ctx.device)
+    resumed = start.info.manifest if start is not None and not start.weights_only else None
+    loggers = build_loggers(
+        cfg.logger,
+        run_dir=run_dir,
+        run_name=cfg.run_name,
+        max_steps=plan.max_steps,
+        progress_bar=cfg.trainer.progress_bar,
+        resume_step=resumed.step if resumed is not None else None,
+        wandb_run_id=resumed.extra.get("wandb_run_id") if resumed is not None else None,
     )
-    derived = {
-        "device_batch_size": plan.device_batch_size,
-        "microbatch_size": plan.microbatch_size,
-        "microbatches_per_step": plan.grad_accum,
-        "tokens_per_step": tokens_per_step,
-        "max_steps": max_steps,
-        "steps_per_epoch": steps_per_epoch,
-        "total_tokens": max_steps * tokens_per_step,
-        "eval_interval_steps": eval_every,
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "world_size": world.num_ranks,
-        "parallelism": pc.strategy,
-        "precision": tc.precision,
-    }
-    ck = cfg.checkpoint
-    start = find_start(ck, run_name=cfg.run_name, run_dir=run_dir)
-    resumed = start is not None and not start.weights_only
-    resumed_manifest = start.info.manifest if start is not None and resumed else None
-    loggers = []
-    if ctx.is_main:  # every rank runs the same steps; only rank 0 writes metadata, logs and the console
-        write_run_metadata(run_dir, config=cfg, derived=derived, device=device)
-        loggers = build_loggers(
-            cfg.logger,
-            run_dir=run_dir,
-            run_name=cfg.run_name,
-            max_steps=max_steps,
-            progress_bar=tc.progress_bar,
-            resume_step=resumed_manifest.step if resumed_manifest is not None else None,
-            wandb_run_id=resumed_manifest.extra.get("wandb_run_id") if resumed_manifest is not None else None,
-        )
     for logger in loggers:
         logger.log_hyperparameters({"config": asdict(cfg), "derived": derived})
-    trainer = Trainer(
-        model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        train_loader=train_loader,
-        eval_loader=eval_loader,
-        cfg=tc,
-        plan=plan,
-        max_steps=max_steps,
-        eval_interval_steps=eval_every,
-        max_seq_len=max_seq_len,
-        device=device,
-        loggers=loggers,
-        callbacks=build_callbacks(cfg.callbacks)
-        + icl_callbacks(
-            cfg.eval, tokenizer=tokenizer if tokenizer is not None else _icl_tokenizer(cfg), run_dir=run_dir
-        ),
+    return loggers
+
+
+def build_run_callbacks(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, run_dir: Path) -> list[Callback]:  # noqa: ANN401
+    """The configured callbacks, then ICL evaluation (which needs a tokenizer: none configured names the fix)."""
+    if tokenizer is None and cfg.eval is not None and load_task_configs(cfg.eval):
+        tokenizer = build_tokenizer(cfg.tokenizer)  # raises: tokenizer.name is null, pass tokenizer.name=...
+    return build_callbacks(cfg.callbacks, world_size=plan.world_size) + icl_callbacks(
+        cfg.eval, tokenizer=tokenizer, run_dir=run_dir
     )
-    attach_checkpointing(
-        trainer,
-        ck,
-        start=start,
-        run_name=cfg.run_name,
-        run_dir=str(run_dir),
-        save_every_steps=to_steps(
-            parse_duration(ck.save_interval), max_steps=max_steps, tokens_per_step=tokens_per_step, **facts
-        ),
-        model_config=cfg.model,
-        global_batch_size=plan.global_batch_size,
-        wandb_run_id=next((run.id for lg in loggers if (run := getattr(lg, "run", None)) is not None), None),
-    )
-    if start is not None and resumed and trainer.state.step >= max_steps and ctx.is_main:
+
+
+def run_training(
+    trainer: Trainer,
+    cfg: TrainConfig,
+    plan: RunPlan,
+    *,
+    start: StartPoint | None,
+    loggers: list[Logger],
+    run_dir: Path,
+    ctx: DistContext,
+) -> dict[str, float]:
+    """`trainer.fit()` (a finished run only re-evaluates, and says so); rank 0's final metrics on every rank."""
+    finished = start is not None and not start.weights_only and trainer.state.step >= plan.max_steps
+    if finished and start is not None and ctx.is_main:
         print(
-            _finished_message(cfg, start.info.url, step=trainer.state.step, max_steps=max_steps), flush=True
+            _finished_message(cfg, start.info.url, step=trainer.state.step, max_steps=plan.max_steps),
+            flush=True,
         )
     try:
         metrics = trainer.fit()
@@ -244,3 +252,14 @@ def _pretrain(cfg: Any, *, run_dir: str | Path, ctx: DistContext) -> dict[str, f
     if ctx.is_main:
         print(f"[foundry] run directory: {run_dir.resolve()}", flush=True)
     return broadcast_object(metrics)  # identical final metrics (and final_metrics.json bytes) on every rank
+
+
+def _finished_message(cfg: TrainConfig, url: str, *, step: int, max_steps: int) -> str:
+    """What a rerun of a finished run says (it then only re-evaluates the final model)."""
+    folder = redact(cfg.checkpoint.save_folder or "")
+    return (
+        f"[foundry] run {cfg.run_name!r} already finished: autoresume loaded {redact(url)} (step {step} of "
+        f"max_duration {cfg.trainer.max_duration} = {max_steps} steps), so there is nothing to train; evaluating "
+        f"it. To train again from scratch delete {folder} (make clean) or pass another run_name=...; to train "
+        "longer raise trainer.max_duration"
+    )

@@ -1,9 +1,11 @@
-"""The trainer: batching, precision, automatic microbatching, the loop, and `pretrain` (the `pretrain` task)."""
+"""The trainer component: batching, automatic microbatching, the loop and its counters.
+
+The `pretrain` task that wires it to data, model, checkpoints and evaluation is `foundry.tasks.pretrain`.
+"""
 
 from foundry.train.batching import BatchPlan, plan_batches, split_batch
 from foundry.train.config import CheckpointConfig, ParallelismConfig, TrainerConfig
 from foundry.train.loop import Trainer
-from foundry.train.run import pretrain, resolve_device
 from foundry.train.state import TrainState, seed_all
 
 __all__ = [
@@ -14,8 +16,6 @@ __all__ = [
     "Trainer",
     "TrainerConfig",
     "plan_batches",
-    "pretrain",
-    "resolve_device",
     "seed_all",
     "split_batch",
 ]

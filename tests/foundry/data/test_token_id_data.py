@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 
 from foundry.config import register_configs, to_train_config
 from foundry.loggers import read_metrics
-from foundry.train.run import pretrain
+from foundry.tasks.pretrain import pretrain
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 SMALL_RUN = [

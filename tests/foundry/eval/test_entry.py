@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from foundry.config import register_configs, run_task
+from foundry.config import register_configs
+from foundry.tasks import run_task
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 TINY = ["data.corpus_mb=0.15", "data.vocab_size=300", "eval.limit=6"]

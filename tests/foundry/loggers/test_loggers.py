@@ -66,7 +66,7 @@ def _trainer_stub(**kw):
 
 
 def test_speed_monitor_throughput_and_mfu_with_known_peak():
-    cb = SpeedMonitor(SpeedMonitorConfig(window_size=2, peak_flops=1e9))
+    cb = SpeedMonitor(SpeedMonitorConfig(window_size=2, peak_flops=1e9), world_size=1)
     tr = _trainer_stub()
     cb.on_fit_start(tr)
     cb.on_step_end(tr, step_seconds=1.0)
@@ -76,7 +76,7 @@ def test_speed_monitor_throughput_and_mfu_with_known_peak():
 
 
 def test_no_mfu_on_cpu_without_a_peak():
-    cb = SpeedMonitor(SpeedMonitorConfig())
+    cb = SpeedMonitor(SpeedMonitorConfig(), world_size=1)
     tr = _trainer_stub()
     cb.on_fit_start(tr)
     assert "throughput/device/mfu" not in cb.on_step_end(tr, step_seconds=0.5)
@@ -137,7 +137,7 @@ def test_wandb_offline_run_writes_its_files(tmp_path, monkeypatch):
 
 def test_speed_monitor_reports_global_throughput_over_ranks():
     tr = _trainer_stub(plan=SimpleNamespace(device_batch_size=4, global_batch_size=8))  # 2 ranks
-    sm = SpeedMonitor(SpeedMonitorConfig(window_size=2, peak_flops=None))
+    sm = SpeedMonitor(SpeedMonitorConfig(window_size=2, peak_flops=None), world_size=2)
     sm.on_fit_start(tr)
     out = sm.on_step_end(tr, step_seconds=1.0)
     assert out["throughput/tokens_per_sec"] == 2 * out["throughput/device/tokens_per_sec"]
