@@ -3,6 +3,8 @@
 Design note: we follow Composer's names (`fp32`, `amp_bf16`, `amp_fp16`) but keep the behaviour to
 plain `torch.autocast` around forward + loss, so there is nothing to learn beyond PyTorch. bf16 autocast
 also works on CPU (useful for tests); fp16 needs CUDA because loss scaling exists for its narrow range.
+It sits at the top of `foundry`, not in `foundry.train`, because the trainer and the ICL scorer
+(`foundry.eval`) both autocast, and eval must not import the trainer.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from foundry.models.export import _load_state_dict
+from foundry.models.export import load_state_dict_file
 from foundry.serialization import load_file
 
 
@@ -18,7 +18,7 @@ def test_tensors_load(tmp_path):
     path = tmp_path / "w.pt"
     torch.save({"model": {"w": torch.ones(2)}}, path)
     assert torch.equal(load_file(str(path), allow_pickle=False)["model"]["w"], torch.ones(2))
-    assert torch.equal(_load_state_dict(path)["w"], torch.ones(2))
+    assert torch.equal(load_state_dict_file(path)["w"], torch.ones(2))
 
 
 def test_a_pickle_is_refused_naming_the_file_and_the_opt_in(tmp_path, capsys):
@@ -27,5 +27,5 @@ def test_a_pickle_is_refused_naming_the_file_and_the_opt_in(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"evil\.pt.*pickled.*checkpoint\.allow_pickle=true"):
         load_file(str(path), allow_pickle=False)
     with pytest.raises(ValueError, match=r"evil\.pt.*safetensors"):
-        _load_state_dict(path)
+        load_state_dict_file(path)
     assert "pickled code ran" not in capsys.readouterr().out

@@ -22,7 +22,7 @@ from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, find_lates
 from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_full, load_sharded
 from foundry.checkpoint.store import CheckpointStore
 from foundry.parallel.dist import barrier, rank, world_size
-from foundry.train.state import set_rng_state
+from foundry.rng import set_rng_state
 from streaming.format.hashing import hash_file
 from streaming.safepath import safe_join
 from streaming.storage import redact

@@ -37,7 +37,7 @@ from foundry.checkpoint.layout import (
 from foundry.checkpoint.state import collect, save_full, save_sharded, snapshot
 from foundry.checkpoint.store import CheckpointStore
 from foundry.parallel.dist import barrier, rank, world_size
-from foundry.train.state import rng_state
+from foundry.rng import rng_state
 from streaming.format.hashing import hash_file
 from streaming.storage import redact
 

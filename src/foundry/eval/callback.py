@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from foundry.callbacks.base import Callback
-from foundry.eval.config import EvalConfig
+from foundry.eval.config import EvalConfig, load_task_configs
 from foundry.eval.runner import run_icl_eval
 
 __all__ = ["ICLEvalCallback", "icl_callbacks"]
@@ -46,8 +46,6 @@ class ICLEvalCallback(Callback):
 
 def icl_callbacks(cfg: EvalConfig | None, *, tokenizer: Any, run_dir: str | Path) -> list[Callback]:  # noqa: ANN401
     """`[ICLEvalCallback]` writing under `<run_dir>/icl` (or `cfg.output_dir`) when `cfg` has tasks, else []."""
-    from foundry.eval.config import load_task_configs
-
     if cfg is None or not load_task_configs(cfg):
         return []
     return [ICLEvalCallback(cfg, tokenizer=tokenizer, output_dir=cfg.output_dir or Path(run_dir) / "icl")]

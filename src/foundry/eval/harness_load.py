@@ -27,7 +27,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from foundry.checkpoint import load_weights, open_checkpoint
+from foundry.models import MPTModelConfig, build_model, load_pretrained, materialize_
+from foundry.models.export import load_state_dict_file
 from foundry.models.schema import model_schema_from_dict
+from foundry.tokenizers import TokenizerConfig, build_tokenizer, run_tokenizer_config
 
 __all__ = ["DTYPES", "load_model_and_tokenizer", "model_schema"]
 
@@ -63,9 +67,7 @@ def model_schema(config: str) -> Any:  # noqa: ANN401 - MPTModelConfig | HFCausa
 
 def _load_state_file(model: nn.Module, path: Path) -> None:
     """A plain weights file (.pt/.bin/.safetensors; `{'model': ...}` wrappers and `model.` prefixes accepted)."""
-    from foundry.models.export import _load_state_dict
-
-    missing, unexpected = model.load_state_dict(_load_state_dict(path), strict=False)
+    missing, unexpected = model.load_state_dict(load_state_dict_file(path), strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied embeddings
     if missing or unexpected:
         raise ValueError(
@@ -75,8 +77,6 @@ def _load_state_file(model: nn.Module, path: Path) -> None:
 
 def _manifest_model_config(checkpoint: str) -> dict[str, Any]:
     """The model config recorded in a foundry checkpoint's manifest (directory or save folder, local or URL)."""
-    from foundry.checkpoint import open_checkpoint
-
     with tempfile.TemporaryDirectory() as scratch:
         info = open_checkpoint(checkpoint, scratch=scratch)
     if not info.manifest.model_config:
@@ -91,15 +91,11 @@ def _load_weights(model: nn.Module, checkpoint: str) -> None:
     if path.is_file():
         _load_state_file(model, path)
         return
-    from foundry.checkpoint import load_weights
-
     with tempfile.TemporaryDirectory() as cache:
         load_weights(model, checkpoint, cache_root=cache)
 
 
 def _build_from_config(config: str | None, checkpoint: str | None, dtype: torch.dtype) -> nn.Module:
-    from foundry.models import MPTModelConfig, build_model, materialize_
-
     if config is None:
         assert checkpoint is not None
         cfg = model_schema_from_dict(_manifest_model_config(checkpoint))
@@ -117,8 +113,6 @@ def _build_from_config(config: str | None, checkpoint: str | None, dtype: torch.
 
 
 def _tokenizer(name: str | None, model_dir: Path | None, checkpoint: str | None) -> Any:  # noqa: ANN401
-    from foundry.tokenizers import TokenizerConfig, build_tokenizer, run_tokenizer_config
-
     if name is None and model_dir is not None and _has_tokenizer(model_dir):
         name = str(model_dir)
     from_run = run_tokenizer_config(checkpoint) if checkpoint else None
@@ -145,8 +139,6 @@ def load_model_and_tokenizer(
     Raises:
         ValueError: naming the argument to fix when the combination is incomplete or a path is wrong.
     """
-    from foundry.models import load_pretrained
-
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}: choose one of {sorted(DTYPES)}")
     torch_dtype = DTYPES[dtype]

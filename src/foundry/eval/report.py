@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from foundry.eval.gauntlet import gauntlet_markdown
+
 __all__ = ["results_markdown", "write_report"]
 
 
@@ -61,8 +63,6 @@ def write_report(
     if skipped:
         text += "\nSkipped:\n" + "".join(f"- {s}\n" for s in skipped)
     if gauntlet is not None:
-        from foundry.eval.gauntlet import gauntlet_markdown
-
         text += "\n## Eval Gauntlet\n\n" + gauntlet_markdown(gauntlet) + "\n"
     (out / "icl_results.md").write_text(text)
     ex_dir = out / "icl_examples"

@@ -21,6 +21,7 @@ from torch import nn
 
 from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root, load_task_configs, read_yaml_key
 from foundry.eval.data import MissingTaskData, load_rows
+from foundry.eval.gauntlet import compute_gauntlet, gauntlet_metrics
 from foundry.eval.metrics import (
     GEN_ACCURACY,
     LM_ACCURACY,
@@ -33,6 +34,7 @@ from foundry.eval.metrics import (
     mc_predictions,
 )
 from foundry.eval.prompts import Example, build_prompts
+from foundry.eval.report import write_report
 from foundry.eval.scorer import generate_greedy, score_requests
 
 __all__ = ["ICLTask", "TaskResult", "evaluate_task", "load_tasks", "model_max_seq_len", "run_icl_eval"]
@@ -274,8 +276,6 @@ def flat_metrics(result: TaskResult) -> dict[str, float]:
 def _gauntlet(cfg: EvalConfig, results: list[TaskResult]) -> dict[str, Any] | None:
     if cfg.gauntlet is None:
         return None
-    from foundry.eval import gauntlet as g
-
     gcfg = (
         read_yaml_key(cfg.gauntlet, "eval_gauntlet") if isinstance(cfg.gauntlet, str | Path) else cfg.gauntlet
     )
@@ -287,7 +287,7 @@ def _gauntlet(cfg: EvalConfig, results: list[TaskResult]) -> dict[str, Any] | No
                 entries[f"{r.label}/{cat}"] = {"metrics": metrics, "num_samples": counts[cat]}
         else:
             entries[r.label] = r
-    return g.compute_gauntlet(entries, gcfg)
+    return compute_gauntlet(entries, gcfg)
 
 
 def run_icl_eval(
@@ -305,8 +305,6 @@ def run_icl_eval(
         (`icl/metrics/eval_gauntlet/<name>`). With `output_dir` (or `cfg.output_dir`): writes
         `icl_results.json`, `icl_results.md` and `icl_examples/<label>_<k>shot.jsonl`.
     """
-    from foundry.eval.report import write_report
-
     skipped: list[str] = []
     tasks = load_tasks(cfg, skipped=skipped)
     results = []
@@ -322,8 +320,6 @@ def run_icl_eval(
         flat.update(flat_metrics(res))
     gauntlet = _gauntlet(cfg, results)
     if gauntlet is not None:
-        from foundry.eval.gauntlet import gauntlet_metrics
-
         flat.update(gauntlet_metrics(gauntlet))
     out = output_dir or cfg.output_dir
     if out is not None:

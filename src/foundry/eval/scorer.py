@@ -13,7 +13,6 @@ benchmark; both give the same numbers up to float rounding. Generation is a gree
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch
 from torch import nn
 
 from foundry.eval.prompts import Request
+from foundry.precision import autocast
 
 __all__ = ["RowScore", "generate_greedy", "score_requests"]
 
@@ -35,14 +35,6 @@ class RowScore:
     token_logprobs: tuple[float, ...] = ()
     min_top_prob: float = 1.0
     """The smallest, over continuation positions, of the highest next-token probability (LM calibration)."""
-
-
-def _amp(precision: str, device: torch.device) -> AbstractContextManager:
-    if precision == "fp32":
-        return nullcontext()
-    from foundry.train.precision import autocast
-
-    return autocast(precision, device=device)
 
 
 def _positions(mask: torch.Tensor) -> torch.Tensor:
@@ -165,7 +157,7 @@ def _score_full(
             lens = torch.tensor([len(r) for r in rows], device=device)
             kwargs["attention_mask"] = (torch.arange(length, device=device)[None] < lens[:, None]).long()
         starts = [len(requests[i].context) - 1 for i in batch]
-        with _amp(precision, device):
+        with autocast(precision, device=device):
             scores = _forward_scores(
                 model, head, ids, [requests[i].continuation for i in batch], starts, **kwargs
             )
@@ -242,7 +234,7 @@ def _score_cached(
             torch.arange(p_len, device=device)[None] >= p_len - torch.tensor(shared, device=device)[:, None]
         )
         p_mask = p_mask.long()
-        with _amp(precision, device):
+        with autocast(precision, device=device):
             cache = base(
                 input_ids=p_ids, attention_mask=p_mask, position_ids=_positions(p_mask), use_cache=True
             ).past_key_values
@@ -257,7 +249,7 @@ def _score_cached(
         pos = torch.tensor(cut, device=device)[:, None] + torch.arange(s_len, device=device)[None]
         starts = [len(requests[i].context) - 1 - n for i, n in zip(flat, cut)]
         conts = [requests[i].continuation for i in flat]
-        with _amp(precision, device):
+        with autocast(precision, device=device):
             scores = _forward_scores(
                 model,
                 head,
@@ -375,7 +367,7 @@ def generate_greedy(
                     "past_key_values": cache,
                     "use_cache": True,
                 }
-                with _amp(precision, device):
+                with autocast(precision, device=device):
                     if head is None:
                         res = model(input_ids=step_ids, **kwargs)
                         last = res.logits[:, -1]

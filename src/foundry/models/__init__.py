@@ -9,10 +9,10 @@ from foundry.models.build import (
     build_mpt,
     load_pretrained,
     materialize_,
-    register_auto_classes,
     register_model_configs,
 )
 from foundry.models.hf_causal_lm import HFCausalLMConfig
+from foundry.models.mpt.auto import register_auto_classes
 from foundry.models.mpt.config import AttnConfig, FFNConfig, InitConfig, ModelConfig, MPTModelConfig
 
 __all__ = [

@@ -1,9 +1,10 @@
 """Building models from their Hydra schemas, and registering schemas / Auto classes explicitly.
 
 Design note: no registry is filled by importing a module. `register_model_configs(cs)` stores the typed
-schema nodes (`model/_mpt`, `model/_hf_causal_lm`) and `register_auto_classes()` tells transformers about
-model_type `foundry_mpt`; both are idempotent and called by whoever needs them (config composition, the
-load helpers here, `build_hf_causal_lm`). Meta-device models are materialised with `materialize_`.
+schema nodes (`model/_mpt`, `model/_hf_causal_lm`) and `foundry.models.mpt.auto.register_auto_classes()`
+tells transformers about model_type `foundry_mpt`; both are idempotent and called by whoever needs them
+(config composition, `load_pretrained` here, `build_hf_causal_lm`). Meta-device models are materialised
+with `materialize_`.
 """
 
 from __future__ import annotations
@@ -13,9 +14,15 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AutoModelForCausalLM
 
 from foundry.models.hf_causal_lm import HFCausalLMConfig, build_hf_causal_lm
+from foundry.models.mpt.auto import register_auto_classes
 from foundry.models.mpt.config import ModelConfig, MPTModelConfig
+from foundry.models.mpt.configuration import MPTConfig
+from foundry.models.mpt.init import init_model_
+from foundry.models.mpt.model import MPTForCausalLM
+from foundry.tokenizers import padded_vocab_size
 
 __all__ = [
     "build_model",
@@ -23,7 +30,6 @@ __all__ = [
     "build_mpt",
     "materialize_",
     "register_model_configs",
-    "register_auto_classes",
     "load_pretrained",
 ]
 
@@ -34,23 +40,6 @@ def register_model_configs(cs: Any) -> None:  # noqa: ANN401 - hydra's ConfigSto
     cs.store(group="model", name="_hf_causal_lm", node=HFCausalLMConfig)
 
 
-def register_auto_classes() -> None:
-    """Registers `foundry_mpt` with AutoConfig / AutoModel / AutoModelForCausalLM (idempotent, offline)."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    from foundry.models.mpt import MODEL_TYPE, MPTConfig, MPTForCausalLM, MPTModel
-
-    try:
-        AutoConfig.register(MODEL_TYPE, MPTConfig)
-    except ValueError:  # already registered (by us)
-        pass
-    for auto, cls in ((AutoModel, MPTModel), (AutoModelForCausalLM, MPTForCausalLM)):
-        try:
-            auto.register(MPTConfig, cls)
-        except ValueError:
-            pass
-
-
 def build_mpt(cfg: MPTModelConfig, *, vocab_size: int | None = None, device: str | None = None) -> nn.Module:
     """Builds an `MPTForCausalLM` from its schema.
 
@@ -58,8 +47,6 @@ def build_mpt(cfg: MPTModelConfig, *, vocab_size: int | None = None, device: str
         cfg: the schema. vocab_size: overrides `cfg.vocab_size` (e.g. the tokenizer's, padded).
         device: overrides `cfg.init_device` (`cpu`, `cuda`, `meta`).
     """
-    from foundry.models.mpt import MPTConfig, MPTForCausalLM
-
     overrides: dict[str, Any] = {} if vocab_size is None else {"vocab_size": vocab_size}
     config = MPTConfig.from_schema(cfg, **overrides)
     with torch.device(device or cfg.init_device):
@@ -103,8 +90,6 @@ def build_model_for(
     Raises:
         ValueError: The tokenizer has more tokens than `model.vocab_size`, naming the padded size to set.
     """
-    from foundry.tokenizers import padded_vocab_size
-
     if isinstance(cfg, MPTModelConfig):
         vocab = 0 if tokenizer is None else len(tokenizer)
         if vocab > cfg.vocab_size:
@@ -126,8 +111,6 @@ def materialize_(model: nn.Module, *, device: str | torch.device) -> nn.Module:
 
     Call after sharding wrappers are applied if you want per-shard allocation; the model module is returned.
     """
-    from foundry.models.mpt.init import init_model_
-
     model.to_empty(device=device)
     cfg: Any = model.config  # an MPTConfig (nn.Module.__getattr__ is typed Tensor | Module)
     init_model_(model, cfg=cfg.init, d_model=cfg.d_model, n_layers=cfg.n_layers)
@@ -136,7 +119,5 @@ def materialize_(model: nn.Module, *, device: str | torch.device) -> nn.Module:
 
 def load_pretrained(path: str | Path, **kwargs: Any) -> nn.Module:  # noqa: ANN401
     """`AutoModelForCausalLM.from_pretrained(path)` after registering `foundry_mpt` (offline-safe)."""
-    from transformers import AutoModelForCausalLM
-
     register_auto_classes()
     return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)

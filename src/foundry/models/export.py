@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from foundry.models.build import load_pretrained
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
 from foundry.serialization import load_file
 
@@ -24,6 +25,7 @@ __all__ = [
     "from_hf_mpt",
     "hf_mpt_incompatibilities",
     "is_trainer_checkpoint",
+    "load_state_dict_file",
     "to_hf_mpt_config",
 ]
 
@@ -190,7 +192,7 @@ def from_hf_mpt(hf_model: nn.Module) -> MPTForCausalLM:
     return model
 
 
-def _load_state_dict(path: Path) -> dict[str, torch.Tensor]:
+def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:
     """Weights from a .pt/.bin (raw, {'model': ...} or {'state': {'model': ...}}) or .safetensors file."""
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file as load_safetensors
@@ -232,8 +234,6 @@ def export_checkpoint(
     Returns:
         The format written.
     """
-    from foundry.models.build import load_pretrained
-
     src = Path(src)
     if is_trainer_checkpoint(src):
         raise ValueError(
@@ -248,7 +248,7 @@ def export_checkpoint(
         cfg = MPTConfig.from_json_file(str(config))
         with torch.device("meta"):
             model = MPTForCausalLM(cfg)
-        model.load_state_dict(_load_state_dict(src), strict=True, assign=True)
+        model.load_state_dict(load_state_dict_file(src), strict=True, assign=True)
         model.transformer.pos.to_empty(device="cpu")
         model.transformer.pos.reset_buffers()
     if not isinstance(model, MPTForCausalLM):

@@ -13,7 +13,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
 
+from foundry.models.mpt.auto import register_auto_classes
 from foundry.models.mpt.config import ModelConfig
 
 __all__ = ["HFCausalLMConfig", "build_hf_causal_lm"]
@@ -59,10 +61,6 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
     Raises:
         ValueError: when the model cannot be found locally (offline), naming `model.pretrained_model_name_or_path`.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from foundry.models.build import register_auto_classes
-
     register_auto_classes()
     name = cfg.pretrained_model_name_or_path
     kwargs: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}

@@ -22,11 +22,12 @@ from foundry.callbacks.base import Callback
 from foundry.loggers.base import Logger
 from foundry.parallel.dist import all_reduce_sum, world_size
 from foundry.parallel.grad import clip_grad_norm_, gradient_sync, microbatch_weight
+from foundry.precision import autocast, build_grad_scaler, check_precision
+from foundry.rng import rng_state, set_rng_state
 from foundry.train.auto_microbatch import is_oom, next_microbatch_size
 from foundry.train.batching import BatchPlan, loss_tokens, split_batch
 from foundry.train.config import TrainerConfig
-from foundry.train.precision import autocast, build_grad_scaler, check_precision
-from foundry.train.state import TrainState, rng_state, set_rng_state
+from foundry.train.state import TrainState
 
 __all__ = ["Trainer"]
 

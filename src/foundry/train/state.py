@@ -1,7 +1,8 @@
-"""Training counters, seeding and RNG capture: the run state the next issue's checkpoints will save.
+"""Training counters and seeding: the run state a checkpoint saves, and how a run starts reproducibly.
 
 Design note: every counter the loop advances lives in one `TrainState` dataclass, and every random
-generator is captured by `rng_state()`; together with the model/optimizer/scheduler/dataloader
+generator is captured by `foundry.rng.rng_state()` (a module of its own because the checkpoint package
+restores it too and must not import the trainer); together with the model/optimizer/scheduler/dataloader
 `state_dict()`s (collected by `Trainer.state_dict`) that is the whole resumable state, with no hidden
 counters inside callbacks or loggers.
 """
@@ -11,12 +12,11 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["TrainState", "rng_state", "seed_all", "set_deterministic", "set_rng_state"]
+__all__ = ["TrainState", "seed_all", "set_deterministic"]
 
 
 @dataclass
@@ -58,31 +58,3 @@ def set_deterministic() -> None:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
-
-
-def _numpy_state() -> tuple[str, list[int], int, int, float]:
-    """numpy's legacy global state with plain ints (so `torch.load(weights_only=True)` accepts it)."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
-    return str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)
-
-
-def rng_state() -> dict[str, Any]:
-    """The state of every random generator the run uses."""
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": _numpy_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restores what `rng_state` captured."""
-    random.setstate(state["python"])
-    name, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

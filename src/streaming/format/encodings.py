@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from streaming.format.encoding_base import Encoding, EncodingError, UnknownEncodingError, type_name
+from streaming.format.images import IMAGE_ENCODING_NAMES, get_image_encoding
+
 __all__ = [
     "MDS_ENCODING_NAMES",
     "TEXT_ENCODING_NAMES",
@@ -40,7 +43,6 @@ __all__ = [
 
 _SCALAR_NAMES = ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
 _FLOAT_NAMES = ("float16", "float32", "float64")
-_IMAGE_NAMES = ("pil", "jpeg", "png", "list[pil]", "list[jpeg]", "list[png]", "jpeg_array", "jpegarray")
 
 MDS_ENCODING_NAMES: tuple[str, ...] = (
     "bytes",
@@ -51,7 +53,7 @@ MDS_ENCODING_NAMES: tuple[str, ...] = (
     "str_int",
     "str_float",
     "str_decimal",
-) + ("json", "pkl", "ndarray", *_IMAGE_NAMES)
+) + ("json", "pkl", "ndarray", *IMAGE_ENCODING_NAMES)
 """Base names of every MDS encoding (``ndarray`` also takes ``:dtype[:d0,d1,...]``)."""
 
 TEXT_ENCODING_NAMES: tuple[str, ...] = ("str", "int", "float")
@@ -89,50 +91,6 @@ _SHAPE_CHARS = "BHIQ"  # shape-header k -> struct code of uint8/16/32/64 dims
 _MAX_NDIM = 63
 
 
-class EncodingError(ValueError):
-    """A value does not fit its column encoding (or stored bytes are not a valid encoding)."""
-
-
-class UnknownEncodingError(ValueError):
-    """An encoding string is not a valid MDS (or text-format) encoding."""
-
-
-def _type_name(obj: object) -> str:
-    cls = type(obj)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-
-
-class Encoding:
-    """Encodes one column value to bytes and decodes it back.
-
-    Attributes:
-        name: The full encoding string as given, e.g. ``"ndarray:int32:2,3"``.
-        size: Fixed byte size of every encoded value, or ``None`` if variable.
-        safe: ``False`` only for ``pkl`` (decoding runs arbitrary code).
-    """
-
-    size: int | None = None
-    safe: bool = True
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def encode(self, obj: Any) -> bytes:
-        """Encode one value. Raises :class:`EncodingError` if it does not fit this encoding."""
-        raise NotImplementedError
-
-    def decode(self, data: bytes | memoryview) -> Any:
-        """Decode one value from its bytes (typically a memoryview slice of a shard)."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
-
-    def _need(self, obj: object, kind: type | tuple[type, ...], what: str) -> None:
-        if not isinstance(obj, kind):
-            raise EncodingError(f"encoding {self.name!r} needs {what}, got {_type_name(obj)}")
-
-
 class _Bytes(Encoding):
     def encode(self, obj: Any) -> bytes:
         self._need(obj, (bytes, bytearray, memoryview), "bytes")
@@ -160,7 +118,7 @@ class _Int(Encoding):
     def encode(self, obj: Any) -> bytes:
         if not isinstance(obj, int):
             hint = "; convert with int(x) or use an 'int64' column" if isinstance(obj, np.integer) else ""
-            raise EncodingError(f"encoding 'int' needs a Python int, got {_type_name(obj)}{hint}")
+            raise EncodingError(f"encoding 'int' needs a Python int, got {type_name(obj)}{hint}")
         try:
             return obj.to_bytes(8, "little", signed=True)
         except OverflowError:
@@ -211,7 +169,7 @@ class _Scalar(Encoding):
 class _StrInt(Encoding):
     def encode(self, obj: Any) -> bytes:
         if not isinstance(obj, int) or isinstance(obj, bool):
-            raise EncodingError(f"encoding 'str_int' needs a Python int, got {_type_name(obj)}")
+            raise EncodingError(f"encoding 'str_int' needs a Python int, got {type_name(obj)}")
         return str(obj).encode("utf-8")
 
     def decode(self, data: bytes | memoryview) -> int:
@@ -248,7 +206,7 @@ class _Pickle(Encoding):
         try:
             return pickle.dumps(obj)
         except (pickle.PicklingError, TypeError, AttributeError) as err:
-            raise EncodingError(f"encoding 'pkl': cannot pickle {_type_name(obj)} ({err})") from None
+            raise EncodingError(f"encoding 'pkl': cannot pickle {type_name(obj)} ({err})") from None
 
     def decode(self, data: bytes | memoryview) -> Any:
         return pickle.loads(data)
@@ -400,10 +358,8 @@ def _cached_encoding(spec: str) -> Encoding:
     name, sep, config = spec.partition(":")
     if name == "ndarray":
         return _parse_ndarray(spec, config if sep else None)
-    if name in _IMAGE_NAMES and not sep:
-        from streaming.format import images  # lazy: images imports this module
-
-        return images.get_image_encoding(spec)
+    if name in IMAGE_ENCODING_NAMES and not sep:
+        return get_image_encoding(spec)
     if name in MDS_ENCODING_NAMES:
         raise UnknownEncodingError(f"invalid encoding {spec!r}: only ndarray takes a ':' configuration")
     raise UnknownEncodingError(f"unknown column encoding {spec!r}; valid encodings: {_valid_forms()}")
@@ -422,7 +378,7 @@ def get_encoding(spec: str) -> Encoding:
         UnknownEncodingError: The string is not a valid MDS encoding; the message lists the valid ones.
     """
     if not isinstance(spec, str):
-        raise UnknownEncodingError(f"column encoding must be a str, got {_type_name(spec)}: {spec!r}")
+        raise UnknownEncodingError(f"column encoding must be a str, got {type_name(spec)}: {spec!r}")
     return _cached_encoding(spec)
 
 

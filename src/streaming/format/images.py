@@ -23,7 +23,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from streaming.format.encodings import Encoding, EncodingError, UnknownEncodingError, _type_name
+from streaming.format.encoding_base import Encoding, EncodingError, UnknownEncodingError, type_name
 
 __all__ = ["IMAGE_ENCODING_NAMES", "get_image_encoding", "require_pillow"]
 
@@ -59,7 +59,7 @@ def require_pillow() -> ModuleType:
 
 def _check_image(obj: Any, name: str) -> None:
     if not isinstance(obj, require_pillow().Image):
-        raise EncodingError(f"encoding {name!r} needs a PIL.Image.Image, got {_type_name(obj)}")
+        raise EncodingError(f"encoding {name!r} needs a PIL.Image.Image, got {type_name(obj)}")
 
 
 def _save(obj: Any, name: str, fmt: str) -> bytes:
@@ -159,7 +159,7 @@ class _List(Encoding):
 
     def encode(self, obj: Any) -> bytes:
         if not isinstance(obj, (list, tuple)):
-            raise EncodingError(f"encoding {self.name!r} needs a list of images, got {_type_name(obj)}")
+            raise EncodingError(f"encoding {self.name!r} needs a list of images, got {type_name(obj)}")
         parts = []
         for i, item in enumerate(obj):
             try:
@@ -186,7 +186,7 @@ class _JPEGArray(Encoding):
 
     def encode(self, obj: Any) -> bytes:
         if isinstance(obj, (str, bytes, bytearray)) or not isinstance(obj, (list, tuple)):
-            raise EncodingError(f"encoding {self.name!r} needs a list of JPEG bytes, got {_type_name(obj)}")
+            raise EncodingError(f"encoding {self.name!r} needs a list of JPEG bytes, got {type_name(obj)}")
         if not obj:
             raise EncodingError(
                 f"encoding {self.name!r}: empty list; a jpeg_array needs at least one image "

@@ -24,7 +24,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from streaming.plan.shuffle import BlockShuffle
+from streaming.plan.shuffle_base import BlockShuffle
 from streaming.plan.spans import span_rng
 
 __all__ = ["ExpandingShuffle"]
