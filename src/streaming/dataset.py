@@ -8,8 +8,9 @@ slice of the epoch, lazily. So two jobs or users can read one directory at once,
 behind, and no clean-up function exists. The price: the epoch counter lives in the rank process, so with
 DataLoader workers use ``StreamingDataLoader`` (or ``set_epoch``), which advances it.
 
-Shards are prepared through ``Stream.prepare_shard`` just before the samples of a chunk are read (today: a
-local check / atomic decompression; later: downloads, ``predownload`` ahead).
+Shards are prepared (``prepare_shard``) just before the samples of a chunk are read: a remote stream's are
+downloaded once per node through ``streaming.cache.ShardCache``, the next chunk's fetched ahead in a thread pool
+(``predownload``); a local stream's are checked and decompressed atomically by ``Stream.prepare_shard``.
 """
 
 from __future__ import annotations
