@@ -160,6 +160,7 @@ def to_hf(  # noqa: ANN401 - tokenizer
     Returns:
         The HF format written (`hf_mpt` or `foundry`).
     """
+    # local: `import foundry.checkpoint` stays free of transformers (which `foundry.models` loads)
     from foundry.models import build_model
     from foundry.models.export import export_hf
     from foundry.models.schema import model_schema_from_dict
