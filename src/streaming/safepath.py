@@ -10,14 +10,28 @@ The rule: a non-empty string; ``/`` separators only (no backslash); no NUL or ot
 absolute, no drive letter (``C:``) and no URL scheme; no ``..`` component anywhere (even one that would cancel
 out). ``.`` and empty components are dropped, so the result is the normalised POSIX form. ``safe_join`` also
 checks that the joined path stays under its root after ``os.path.abspath`` normalisation.
+
+The same family: a *folder* we cache into is trusted only if it is ours. ``private_dir`` creates a cache folder
+with mode 0700 and refuses an existing one that is not a plain directory, belongs to another user, or that group
+or others may write (files planted there would be served as if we had downloaded them).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 
-__all__ = ["UnsafePathError", "is_safe_relpath", "is_within", "safe_join", "safe_relpath"]
+__all__ = [
+    "UnsafeFolderError",
+    "UnsafePathError",
+    "folder_problem",
+    "is_safe_relpath",
+    "is_within",
+    "private_dir",
+    "safe_join",
+    "safe_relpath",
+]
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -96,3 +110,57 @@ def safe_join(root: str | os.PathLike[str], name: object, *, source: str, field:
             f"{source}: {field}={name!r} resolves outside its folder {os.path.abspath(os.fspath(root))}"
         )
     return os.path.join(os.fspath(root), rel)
+
+
+class UnsafeFolderError(PermissionError):
+    """A cache folder another user could have put files in; the message names it and the way out."""
+
+
+def folder_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why an existing folder is not private to the current user (None if it is, or does not exist).
+
+    Not private: a symlink or non-directory, owned by another uid, or writable by group or others. The ownership
+    checks are skipped on platforms without POSIX uids.
+    """
+    getuid = getattr(os, "getuid", None)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return "is not a plain directory"
+    if getuid is None:
+        return None
+    if st.st_uid != getuid():
+        return f"is owned by uid {st.st_uid}, not by you (uid {getuid()})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def private_dir(path: str | os.PathLike[str], *, what: str, fix: str, create: bool = True) -> str:
+    """``path`` checked (and, with ``create``, made with its missing parents, mode 0700) as a private folder.
+
+    Args:
+        path: The folder.
+        what: How the error names it (e.g. ``default cache folder``).
+        fix: What the user can do instead (e.g. ``pass local=``).
+        create: Create it when absent (else only check an existing one).
+
+    Raises:
+        UnsafeFolderError: ``{what} {path} {problem}; ... {fix}``, before anything is read from it.
+        OSError: If it cannot be created (the message names it and ``fix``).
+    """
+    folder = os.fspath(path)
+    if create and not os.path.lexists(folder):
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            os.chmod(folder, 0o700)  # the umask may have dropped bits; never widen beyond 0700
+        except OSError as err:
+            raise OSError(f"cannot create {what} {folder} ({err.strerror}); {fix}") from err
+    problem = folder_problem(folder)
+    if problem:
+        raise UnsafeFolderError(
+            f"{what} {folder} {problem}; files planted there would be trusted as our own. {fix[:1].upper()}{fix[1:]}"
+        )
+    return folder

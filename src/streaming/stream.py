@@ -13,19 +13,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 
 from streaming.cache import fetch_index
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index
 from streaming.format.reader import decompress_shard
+from streaming.safepath import UnsafeFolderError, private_dir
 from streaming.storage import RetryPolicy
 from streaming.storage.url import is_remote, join_url, redact
 
 __all__ = ["Stream", "UnsafeCacheDirError", "default_cache_base", "default_local"]
 
 
-class UnsafeCacheDirError(PermissionError):
-    """The default cache folder exists but another user could have put files in it."""
+UnsafeCacheDirError = UnsafeFolderError
+"""The default cache folder exists but another user could have put files in it."""
 
 
 def _is_url(path: str) -> bool:
@@ -47,30 +47,6 @@ def default_cache_base() -> str:
     )
 
 
-def _check_private(path: str, remote: str) -> None:
-    """Refuse an existing folder that belongs to another user or that others may write to."""
-    getuid = getattr(os, "getuid", None)
-    if getuid is None:  # no POSIX ownership on this platform
-        return
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    problem = None
-    if not stat.S_ISDIR(st.st_mode):
-        problem = "is not a directory"
-    elif st.st_uid != getuid():
-        problem = f"is owned by uid {st.st_uid}, not by you (uid {getuid()})"
-    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        problem = f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
-    if problem:
-        raise UnsafeCacheDirError(
-            f"default cache folder {path} for remote {redact(remote)} {problem}; files planted there would be "
-            "served without contacting the remote. Pass local= (a folder only you can write), set "
-            "STREAMING_CACHE, or remove the folder"
-        )
-
-
 def default_local(remote: str, split: str | None = None) -> str:
     """The default cache folder of a remote stream: ``<default_cache_base()>/<hash of remote and split>``.
 
@@ -82,19 +58,11 @@ def default_local(remote: str, split: str | None = None) -> str:
     """
     base = default_cache_base()
     digest = hashlib.blake2s(json.dumps([remote, split]).encode(), digest_size=16).hexdigest()
-    try:
-        os.makedirs(base, mode=0o700)
-        os.chmod(base, 0o700)  # the umask may have dropped bits; never widen beyond 0700
-    except FileExistsError:
-        pass
-    except OSError as err:
-        raise OSError(
-            f"cannot create the default cache folder {base} for remote {redact(remote)} ({err.strerror}); "
-            "pass local= or set STREAMING_CACHE to a folder you can write"
-        ) from err
+    fix = "pass local= (a folder only you can write), set STREAMING_CACHE, or remove the folder"
+    what = f"the default cache folder for remote {redact(remote)}:"
+    private_dir(base, what=what, fix=fix)
     local = os.path.join(base, digest)
-    _check_private(base, remote)
-    _check_private(local, remote)
+    private_dir(local, what=what, fix=fix, create=False)
     return local
 
 

@@ -72,3 +72,24 @@ def test_whatever_is_accepted_stays_under_root(parts):
         return
     assert os.path.commonpath([root, os.path.abspath(path)]) == root
     assert os.path.abspath(path) != root
+
+
+def test_private_dir_creates_0700_and_refuses_what_others_could_plant_into(tmp_path):
+    import stat
+
+    from streaming.safepath import UnsafeFolderError, private_dir
+
+    made = private_dir(tmp_path / "a" / "b", what="cache folder", fix="pass local=")
+    assert stat.S_IMODE(os.stat(made).st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(
+        UnsafeFolderError, match=r"cache folder .*shared is writable by group or other users.*Pass"
+    ):
+        private_dir(shared, what="cache folder", fix="pass local=")
+    link = tmp_path / "link"
+    link.symlink_to(made)
+    with pytest.raises(UnsafeFolderError, match="not a plain directory"):
+        private_dir(link, what="cache folder", fix="pass local=")
+    assert private_dir(tmp_path / "absent", what="x", fix="y", create=False) == str(tmp_path / "absent")

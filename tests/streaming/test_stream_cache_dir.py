@@ -62,7 +62,7 @@ def test_planted_world_writable_stream_folder_is_refused(xdg):
     with pytest.raises(UnsafeCacheDirError) as err:
         Stream(remote="s3://bucket/ds")
     msg = str(err.value)
-    assert planted in msg and "local=" in msg and "writable by other users" in msg
+    assert planted in msg and "local=" in msg and "writable by group or other users" in msg
 
 
 def test_group_writable_base_is_refused(tmp_path, monkeypatch):
@@ -70,7 +70,7 @@ def test_group_writable_base_is_refused(tmp_path, monkeypatch):
     base.mkdir()
     os.chmod(base, 0o775)
     monkeypatch.setenv("STREAMING_CACHE", str(base))
-    with pytest.raises(UnsafeCacheDirError, match="writable by other users"):
+    with pytest.raises(UnsafeCacheDirError, match="writable by group or other users"):
         Stream(remote="s3://bucket/ds")
 
 

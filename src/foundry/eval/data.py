@@ -13,12 +13,12 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 from pathlib import Path
 from typing import Any
 
 from foundry.eval.config import ICLTaskConfig
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
+from streaming.safepath import private_dir
 from streaming.storage import open_url
 
 __all__ = ["MissingTaskData", "cache_dir", "load_rows", "resolve_local"]
@@ -58,26 +58,6 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _private_dir(path: Path, *, source: str) -> Path:
-    """`path` created (mode 0700) if absent; raises unless it is a directory of the current user that no
-    group or other user can write (a planted folder could swap the cached files)."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.lstat()
-    problem = None
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        problem = "is not a plain directory"
-    elif hasattr(os, "getuid") and st.st_uid != os.getuid():
-        problem = f"is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
-    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        problem = f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
-    if problem:
-        raise PermissionError(
-            f"cache folder {path} ({source}) {problem}; refusing to use it. Remove it, `chmod 700` it if it "
-            "is yours, or point $FOUNDRY_CACHE at a private folder"
-        )
-    return path
-
-
 def cache_dir(sub: str = "") -> Path:
     """The per-user cache folder (`$FOUNDRY_CACHE`, else `$XDG_CACHE_HOME/foundry`, else
     `~/.cache/foundry`), or its subfolder `sub`: created with mode 0700 and checked to belong to the
@@ -88,8 +68,9 @@ def cache_dir(sub: str = "") -> Path:
         root, source = Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "foundry", "$XDG_CACHE_HOME/foundry"
     else:
         root, source = Path.home() / ".cache" / "foundry", "~/.cache/foundry"
-    root = _private_dir(root, source=source)
-    return _private_dir(root / sub, source=source) if sub else root
+    fix = "remove it, `chmod 700` it if it is yours, or point $FOUNDRY_CACHE at a private folder"
+    private_dir(root, what=f"cache folder ({source})", fix=fix)
+    return Path(private_dir(root / sub, what=f"cache folder ({source})", fix=fix)) if sub else root
 
 
 def _download(url: str) -> Path:
