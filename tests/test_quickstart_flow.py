@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from hydra import compose, initialize_config_dir
 from foundry.config import register_configs, to_train_config
 from foundry.loggers import read_metrics
 from foundry.tasks.pretrain import pretrain
+from tests.train_py import run_train_py
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -100,22 +99,7 @@ def test_export_hf_takes_trainer_checkpoints(quickstart_run, tmp_path, which):
 
 
 def _train_py(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "FOUNDRY_CACHE": str(cwd / "cache"),
-        "WANDB_MODE": "offline",
-        "HYDRA_FULL_ERROR": "1",
-    }
-    env.pop("RUN_NAME", None)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    proc = run_train_py(args, cwd)
     assert "Traceback" not in proc.stderr
     return proc
 

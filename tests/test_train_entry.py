@@ -11,28 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.train_py import run_train_py
+
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["data.corpus_mb=0.15", "data.vocab_size=300"]
 
 
 def _train(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "FOUNDRY_CACHE": str(cwd / "cache"),
-        "WANDB_MODE": "offline",
-        "HYDRA_FULL_ERROR": "1",
-    }
-    env.pop("RUN_NAME", None)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
+    return run_train_py(args, cwd, timeout=timeout)
+
+
+TINY = ["data.corpus_mb=0.15", "data.vocab_size=300"]
 
 
 def _metrics(run_dir: Path) -> list[dict]:

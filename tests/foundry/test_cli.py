@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from foundry.cli import run_cli, user_message
 from foundry.config import register_configs
 from foundry.errors import ConfigError
+from tests.train_py import run_train_py
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,18 +75,8 @@ def test_hydras_append_advice_becomes_a_suggestion(override, needles):
 
 
 def _train(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "FOUNDRY_CACHE": str(cwd / "cache"), "WANDB_MODE": "offline", **env}
-    full_env.pop("RUN_NAME", None)
-    if "HYDRA_FULL_ERROR" not in env:
-        full_env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    full_error = env.pop("HYDRA_FULL_ERROR", None) == "1"
+    return run_train_py(args, cwd, ok=None, timeout=300, full_error=full_error, env=env)
 
 
 def _assert_user_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from omegaconf import OmegaConf
 
 from foundry.hydra_callbacks import RedactingFilter, redacted_yaml
 from foundry.train.metadata import write_run_metadata
+from tests.train_py import run_train_py
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["data.corpus_mb=0.15", "data.vocab_size=300", "trainer.max_duration=2ba"]
@@ -37,18 +36,7 @@ WITH_SECRETS = [
 
 
 def _train(args: list[str], cwd: Path, *, ok: bool = True) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "FOUNDRY_CACHE": str(cwd / "cache"),
-        "WANDB_MODE": "offline",
-        "HYDRA_FULL_ERROR": "1",
-    }
-    env.pop("RUN_NAME", None)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True, timeout=600
-    )
-    assert (proc.returncode == 0) == ok, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return proc
+    return run_train_py(args, cwd, ok=ok, text=False)
 
 
 def _leaks(root: Path) -> dict[str, list[bytes]]:
