@@ -25,7 +25,7 @@ from _common import machine
 from streaming_remote import start_moto
 
 from foundry.checkpoint import CheckpointConfig, Checkpointer, load_into, resolve_start
-from foundry.models import MPTModelConfig, build_model
+from foundry.models import MPTModelConfig, build_model_on
 from foundry.optim import AdamWConfig, build_optimizer
 from foundry.train.batching import BatchPlan
 from foundry.train.config import TrainerConfig
@@ -34,7 +34,7 @@ from foundry.train.loop import Trainer
 
 def _trainer(model_cfg: MPTModelConfig, steps: int) -> Trainer:
     torch.manual_seed(0)
-    model = build_model(model_cfg)
+    model = build_model_on(model_cfg, device="cpu")
     g = torch.Generator().manual_seed(1)
     batches = [
         {

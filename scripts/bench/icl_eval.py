@@ -65,7 +65,7 @@ TASKS = {
 
 def _build_model(name: str, *, max_seq_len: int, device: str) -> torch.nn.Module:
     from foundry.eval.harness_load import model_schema
-    from foundry.models import MPTModelConfig, build_model, materialize_
+    from foundry.models import MPTModelConfig, build_model_on
 
     if name == "mpt-20m":
         cfg = MPTModelConfig(**MODEL_20M, max_seq_len=max_seq_len)
@@ -75,7 +75,7 @@ def _build_model(name: str, *, max_seq_len: int, device: str) -> torch.nn.Module
         if device == "cpu":
             cfg.attn_config.attn_impl = "torch"
     torch.manual_seed(0)
-    return materialize_(build_model(cfg, device="meta"), device=device).eval()
+    return build_model_on(cfg, device=device, init_device="meta").eval()
 
 
 def _ours(

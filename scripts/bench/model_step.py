@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import torch
 
+from foundry.models import AttnConfig, MPTModelConfig, build_model_on
 from foundry.models.export import to_hf_mpt_config
-from foundry.models.mpt import MPTConfig, MPTForCausalLM
 
 CPU_CASES = {
     # name: (config kwargs, batch, seq)
@@ -41,7 +41,7 @@ GPU_SIZES = {  # recipe dimensions (foundry.md §1.9) and a default micro-batch 
     "mpt-1b": (2048, 16, 24, 8),
 }
 PEAK_BF16 = {"h200": 989.5e12, "h100": 989.5e12, "a100": 312e12, "a10": 125e12}
-HF_COMPATIBLE = {"no_bias": True, "norm_type": "layernorm", "attn_config": {"alibi": True}}
+HF_COMPATIBLE = {"no_bias": True, "norm_type": "layernorm"}  # and ALiBi (attn_config below)
 
 
 def _time_steps(step: Callable[[], None], *, warmup: int, iters: int, sync: Callable[[], None]) -> float:
@@ -70,7 +70,8 @@ def bench_cpu(*, rounds: int, iters: int) -> list[dict]:
     rows = []
     for name, (kw, batch, seq) in CPU_CASES.items():
         torch.manual_seed(0)
-        ours = MPTForCausalLM(MPTConfig(**kw, **HF_COMPATIBLE)).train()
+        schema = MPTModelConfig(**kw, **HF_COMPATIBLE, attn_config=AttnConfig(alibi=True))
+        ours = build_model_on(schema, device="cpu").train()
         theirs = HFMptForCausalLM(to_hf_mpt_config(ours.config)).train()
         missing, unexpected = theirs.load_state_dict(ours.state_dict(), strict=False)
         assert set(missing) <= {"lm_head.weight"} and not unexpected, (missing, unexpected)
@@ -123,11 +124,10 @@ def bench_gpu(
     for size in sizes:
         d, h, layers, default_mb = GPU_SIZES[size]
         mb = micro_batch or default_mb
-        cfg = MPTConfig(
-            d_model=d, n_heads=h, n_layers=layers, max_seq_len=seq, attn_config={"attn_impl": "flash"}
+        cfg = MPTModelConfig(
+            d_model=d, n_heads=h, n_layers=layers, max_seq_len=seq, attn_config=AttnConfig(attn_impl="flash")
         )
-        with torch.device("cuda"):
-            model = MPTForCausalLM(cfg).train()
+        model = build_model_on(cfg, device="cuda", init_device="cuda").train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=True)
         fwd = torch.compile(model) if compile_model else model
         ids = torch.randint(0, cfg.vocab_size, (mb, seq), device="cuda")

@@ -16,7 +16,7 @@ import torch
 
 
 def _model(name: str, *, seq: int, device: torch.device) -> torch.nn.Module:
-    from foundry.models import MPTModelConfig, build_model, materialize_
+    from foundry.models import MPTModelConfig, build_model_on
 
     dims = {
         "cpu-small": {"d_model": 128, "n_heads": 4, "n_layers": 4, "vocab_size": 2048},
@@ -26,7 +26,7 @@ def _model(name: str, *, seq: int, device: torch.device) -> torch.nn.Module:
     cfg = MPTModelConfig(max_seq_len=seq, init_device="meta", **dims)
     cfg.attn_config.attn_impl = "flash" if device.type == "cuda" else "torch"
     torch.manual_seed(0)
-    return materialize_(build_model(cfg, device="meta"), device=device)
+    return build_model_on(cfg, device=device)
 
 
 def _batches(n: int, *, bs: int, seq: int, vocab: int) -> list[dict[str, torch.Tensor]]:

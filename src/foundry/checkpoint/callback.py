@@ -2,7 +2,7 @@
 
 Design note: the trainer knows nothing of checkpoints; `CheckpointCallback` saves from `on_step_end` and
 waits for the last upload in `on_fit_end`, and `start_run` does the loading, so the whole feature is one
-callback plus one call in `foundry.train.run`.
+callback plus one call in `foundry.tasks.pretrain`.
 """
 
 from __future__ import annotations

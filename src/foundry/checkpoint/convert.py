@@ -161,9 +161,8 @@ def to_hf(  # noqa: ANN401 - tokenizer
         The HF format written (`hf_mpt` or `foundry`).
     """
     # local: `import foundry.checkpoint` stays free of transformers (which `foundry.models` loads)
-    from foundry.models import build_model
+    from foundry.models import build_model_on, model_schema_from_dict
     from foundry.models.export import export_hf
-    from foundry.models.schema import model_schema_from_dict
 
     with tempfile.TemporaryDirectory(prefix="to-hf-") as tmp:
         info = open_checkpoint(src, scratch=tmp)
@@ -179,14 +178,8 @@ def to_hf(  # noqa: ANN401 - tokenizer
             scratch = os.path.join(tmp, "tensors")
             os.makedirs(scratch)
             weights = read_sharded(local, scratch=scratch, prefix="model", allow_pickle=allow_pickle)["model"]
-        model = build_model(schema, device="meta")
-        model.load_state_dict(weights, strict=True, assign=True)
-        for (
-            module
-        ) in model.modules():  # non-persistent buffers (e.g. ALiBi/positions) are rebuilt, not stored
-            reset = getattr(module, "reset_buffers", None)
-            if any(b.is_meta for b in module.buffers(recurse=False)) and reset is not None:
-                module.to_empty(device="cpu", recurse=False)
-                reset()
+        model = build_model_on(
+            schema, device="cpu", state_dict=weights
+        )  # the (memory-mapped) tensors, assigned
         # export_hf is annotated for our MPT; with fmt=foundry it also saves a transformers causal LM
         return export_hf(cast("MPTForCausalLM", model), out_dir, tokenizer=tokenizer, fmt=fmt, dtype=dtype)

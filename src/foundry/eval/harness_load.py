@@ -28,9 +28,8 @@ import torch
 from torch import nn
 
 from foundry.checkpoint import load_weights, open_checkpoint
-from foundry.models import MPTModelConfig, build_model, load_pretrained, materialize_
+from foundry.models import build_model_on, load_pretrained, model_schema_from_dict
 from foundry.models.export import load_state_dict_file
-from foundry.models.schema import model_schema_from_dict
 from foundry.tokenizers import TokenizerConfig, build_tokenizer, run_tokenizer_config
 
 __all__ = ["DTYPES", "load_model_and_tokenizer", "model_schema"]
@@ -101,10 +100,8 @@ def _build_from_config(config: str | None, checkpoint: str | None, dtype: torch.
         cfg = model_schema_from_dict(_manifest_model_config(checkpoint))
     else:
         cfg = model_schema(config)
-    if isinstance(cfg, MPTModelConfig):
-        model = materialize_(build_model(cfg, device="meta"), device="cpu")
-    else:
-        model = build_model(cfg)
+    # fp32 on the CPU (an MPT created on meta: weights are loaded next); cast once loaded at full precision
+    model = build_model_on(cfg, device="cpu", init_device="meta")
     if checkpoint:
         _load_weights(model, checkpoint)
     else:

@@ -1,14 +1,19 @@
-"""Building models from their Hydra schemas, and registering schemas / Auto classes explicitly.
+"""Building models from their Hydra schemas, ready on a device: `build_model_on`, the one way to get a model.
 
-Design note: no registry is filled by importing a module. `register_model_configs(cs)` stores the typed
-schema nodes (`model/_mpt`, `model/_hf_causal_lm`) and `foundry.models.mpt.auto.register_auto_classes()`
-tells transformers about model_type `foundry_mpt`; both are idempotent and called by whoever needs them
-(config composition, `load_pretrained` here, `build_hf_causal_lm`). Meta-device models are materialised
-with `materialize_`.
+Design note: a model is built in three steps that every caller used to write itself: create the module
+from its schema (`build_model`: MPT on an init device, or any transformers causal LM), materialise it (a
+meta-device MPT is allocated and initialised by `materialize_`, or given a checkpoint's tensors), and move
+it to the run's device. `build_model_on` does all three; training, `task=eval`, the lm-eval adapter,
+checkpoint conversion and the benchmarks call it. FSDP keeps the meta model (`defer_init`) and materialises
+per shard after wrapping (`foundry.parallel.meta_init`). Casting to a dtype stays with the caller that loads
+weights (the lm-eval adapter): weights load at full precision, then cast. Nothing is registered at import:
+the schema nodes are in `registry.py`, and `foundry.models.mpt.auto.register_auto_classes()` tells
+transformers about model_type `foundry_mpt` when `load_pretrained` (here) or `build_hf_causal_lm` needs it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +23,21 @@ from transformers import AutoModelForCausalLM
 
 from foundry.models.hf_causal_lm import HFCausalLMConfig, build_hf_causal_lm
 from foundry.models.mpt.auto import register_auto_classes
-from foundry.models.mpt.config import ModelConfig, MPTModelConfig
-from foundry.models.mpt.configuration import MPTConfig
+from foundry.models.mpt.hf_config import MPTConfig
 from foundry.models.mpt.init import init_model_
 from foundry.models.mpt.model import MPTForCausalLM
+from foundry.models.mpt.schema import MPTModelConfig
+from foundry.models.schema import ModelConfig
 from foundry.tokenizers import padded_vocab_size
 
 __all__ = [
     "build_model",
-    "build_model_for",
+    "build_model_on",
     "build_mpt",
+    "check_vocab_fits",
     "materialize_",
-    "register_model_configs",
     "load_pretrained",
 ]
-
-
-def register_model_configs(cs: Any) -> None:  # noqa: ANN401 - hydra's ConfigStore (not imported here)
-    """Stores the `model` group schema nodes `_mpt` and `_hf_causal_lm` in a Hydra `ConfigStore`."""
-    cs.store(group="model", name="_mpt", node=MPTModelConfig)
-    cs.store(group="model", name="_hf_causal_lm", node=HFCausalLMConfig)
 
 
 def build_mpt(cfg: MPTModelConfig, *, vocab_size: int | None = None, device: str | None = None) -> nn.Module:
@@ -54,12 +54,15 @@ def build_mpt(cfg: MPTModelConfig, *, vocab_size: int | None = None, device: str
 
 
 def build_model(cfg: ModelConfig, *, vocab_size: int | None = None, device: str | None = None) -> nn.Module:
-    """Builds the model a `model` group schema describes (MPT or any transformers causal LM).
+    """Creates the module a `model` group schema describes (MPT or any transformers causal LM), unplaced.
+
+    The first step of `build_model_on`, which also materialises a meta-created MPT and moves the model to a
+    device; call this directly only for the module exactly where its schema creates it (tests, param counts).
 
     Args:
         cfg: an `MPTModelConfig` or `HFCausalLMConfig` (from `OmegaConf.to_object`, never a DictConfig).
         vocab_size: the tokenizer's vocabulary size when it should override the config's.
-        device: overrides the schema's `init_device`.
+        device: overrides an MPT schema's `init_device` (a transformers causal LM uses its own).
 
     Returns:
         A transformers `PreTrainedModel` whose `forward(input_ids, labels=...)` returns `.loss` / `.logits`.
@@ -71,38 +74,77 @@ def build_model(cfg: ModelConfig, *, vocab_size: int | None = None, device: str 
     raise TypeError(f"build_model got {type(cfg).__name__}; expected MPTModelConfig or HFCausalLMConfig")
 
 
-def build_model_for(
+def build_model_on(
     cfg: ModelConfig,
-    tokenizer: Any | None,  # noqa: ANN401 - a transformers tokenizer (only len() is used)
     *,
     device: torch.device | str,
+    tokenizer: Any | None = None,  # noqa: ANN401 - a transformers tokenizer (only len() is used)
+    init_device: str | None = None,
     defer_init: bool = False,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
 ) -> nn.Module:
-    """Builds the model `cfg` describes for `tokenizer`, on `device` (what pretraining and `task=eval` use).
+    """The model `cfg` describes, ready on `device`: how training, eval, the lm-eval adapter, checkpoint
+    conversion and the benchmarks all get a model.
+
+    An MPT is created on `init_device` (default: the schema's `init_device`), then materialised: from
+    `state_dict` when given (its tensors are assigned, nothing is initialised), by `materialize_` on `device`
+    when created on meta, else moved with `.to(device)`. A transformers causal LM (`HFCausalLMConfig`) is
+    built as its schema says (its own `init_device`, pretrained weights) and moved to `device`. The same
+    schema, seed and arguments give the same weights: a meta-created MPT draws them in `materialize_`'s
+    order, a CPU/GPU-created one in the constructor's (they differ, so callers keep their `init_device`).
 
     Args:
-        cfg: The `model` group schema.
+        cfg: The `model` group schema (`MPTModelConfig` or `HFCausalLMConfig`).
+        device: Where the weights live.
         tokenizer: Its `len()` must fit in an MPT's `vocab_size`; None (`tokenizer.name=null`, rows of token
             ids) skips the check (the collator checks ids against `model.vocab_size`).
-        device: Where the weights live.
-        defer_init: Keep a meta-device MPT (`init_device: meta`) on meta, for FSDP to shard it first.
+        init_device: Overrides an MPT schema's `init_device` (e.g. `meta` when weights are loaded next).
+        defer_init: Keep a meta-created MPT on meta, for FSDP to shard it before `materialize_local_`.
+        state_dict: Weights to assign instead of initialising (an MPT is then created on meta); the module's
+            non-persistent buffers (position tables, ALiBi slopes) are rebuilt on `device`.
 
     Raises:
-        ValueError: The tokenizer has more tokens than `model.vocab_size`, naming the padded size to set.
+        ValueError: The tokenizer has more tokens than `model.vocab_size`, naming the padded size to set;
+            `defer_init` with `state_dict`.
     """
-    if isinstance(cfg, MPTModelConfig):
-        vocab = 0 if tokenizer is None else len(tokenizer)
-        if vocab > cfg.vocab_size:
-            raise ValueError(
-                f"the tokenizer has {vocab} tokens but model.vocab_size={cfg.vocab_size}; set model.vocab_size "
-                f"to at least {vocab} (a multiple of 64, e.g. {padded_vocab_size(tokenizer)})"
-            )
-        if cfg.init_device == "meta":
-            if defer_init:
-                return build_model(cfg, device="meta")
-            return materialize_(build_model(cfg, device="meta"), device=device)
-        return build_model(cfg, device=cfg.init_device).to(device)
-    return build_model(cfg).to(device)
+    if defer_init and state_dict is not None:
+        raise ValueError(
+            "build_model_on: defer_init=True leaves weights on meta; it cannot take a state_dict"
+        )
+    if not isinstance(cfg, MPTModelConfig):
+        model = build_model(cfg)
+        return (model if state_dict is None else _assign_weights(model, state_dict, device=device)).to(device)
+    check_vocab_fits(cfg, tokenizer)
+    where = "meta" if state_dict is not None else init_device or cfg.init_device
+    model = build_model(cfg, device=where)
+    if state_dict is not None:
+        return _assign_weights(model, state_dict, device=device).to(device)
+    if where != "meta":
+        return model.to(device)
+    return model if defer_init else materialize_(model, device=device)
+
+
+def check_vocab_fits(cfg: MPTModelConfig, tokenizer: Any | None) -> None:  # noqa: ANN401 - a tokenizer
+    """Raises ValueError when `tokenizer` has more tokens than `cfg.vocab_size`, naming the size to set."""
+    vocab = 0 if tokenizer is None else len(tokenizer)
+    if vocab > cfg.vocab_size:
+        raise ValueError(
+            f"the tokenizer has {vocab} tokens but model.vocab_size={cfg.vocab_size}; set model.vocab_size "
+            f"to at least {vocab} (a multiple of 64, e.g. {padded_vocab_size(tokenizer)})"
+        )
+
+
+def _assign_weights(
+    model: nn.Module, state_dict: Mapping[str, torch.Tensor], *, device: torch.device | str
+) -> nn.Module:
+    """Assigns `state_dict`'s tensors as the parameters (strict); rebuilds meta buffers on `device`."""
+    model.load_state_dict(state_dict, strict=True, assign=True)
+    for module in model.modules():  # non-persistent buffers (ALiBi, position tables) are rebuilt, not stored
+        reset = getattr(module, "reset_buffers", None)
+        if reset is not None and any(b.is_meta for b in module.buffers(recurse=False)):
+            module.to_empty(device=device, recurse=False)
+            reset()
+    return model
 
 
 @torch.no_grad()

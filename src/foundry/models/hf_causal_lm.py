@@ -16,7 +16,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from foundry.models.mpt.auto import register_auto_classes
-from foundry.models.mpt.config import ModelConfig
+from foundry.models.schema import ModelConfig
 
 __all__ = ["HFCausalLMConfig", "build_hf_causal_lm"]
 

@@ -1,23 +1,19 @@
-"""A typed model config from a plain mapping (a checkpoint manifest's `model_config`, a yaml body)."""
+"""`ModelConfig`: the base class of every `model` config group schema.
+
+Design note: `TrainConfig.model` is typed with this base so Hydra accepts any registered model schema in its
+place (`MPTModelConfig` in `mpt/schema.py`, `HFCausalLMConfig` in `hf_causal_lm.py`). It sits at the top of
+the models package, beside the registry (`registry.py`: which schema each `model/_<name>` node is, Hydra
+registration, a schema from a plain mapping), and below every schema: the registry imports the schemas and
+the schemas extend this class, so base and registry are two modules or the imports would form a cycle.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-__all__ = ["model_schema_from_dict"]
+__all__ = ["ModelConfig"]
 
 
-def model_schema_from_dict(body: dict[str, Any], *, hf: bool | None = None) -> Any:  # noqa: ANN401
-    """`MPTModelConfig`, or `HFCausalLMConfig` when `hf` (default: when the mapping names a pretrained path).
-
-    Validation runs as at compose time (unknown keys and bad values raise, naming the field).
-    """
-    from omegaconf import OmegaConf
-
-    from foundry.models.hf_causal_lm import HFCausalLMConfig
-    from foundry.models.mpt.config import MPTModelConfig
-
-    if hf is None:
-        hf = "pretrained_model_name_or_path" in body
-    schema = HFCausalLMConfig if hf else MPTModelConfig
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), body))
+@dataclass(kw_only=True)
+class ModelConfig:
+    """Base of every `model` group schema (`TrainConfig.model` is typed with it; subclasses swap in)."""

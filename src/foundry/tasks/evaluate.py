@@ -13,7 +13,7 @@ from foundry.config import TrainConfig
 from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
 from foundry.errors import ConfigError
 from foundry.eval import load_task_configs, run_icl_eval
-from foundry.models.build import build_model_for
+from foundry.models.build import build_model_on
 from foundry.parallel.dist import resolve_device
 from foundry.tasks.plan import resolve_max_seq_len
 from foundry.tasks.run_files import write_text_atomic
@@ -46,7 +46,7 @@ def eval_task(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         prepare_quickstart(cfg.data, max_seq_len=resolve_max_seq_len(cfg))
     device = resolve_device(cfg.trainer.device)
     tokenizer = build_tokenizer(cfg.tokenizer)
-    model = build_model_for(cfg.model, tokenizer, device=device)
+    model = build_model_on(cfg.model, device=device, tokenizer=tokenizer)
     if cfg.checkpoint.load_path:
         info = load_weights(
             model,

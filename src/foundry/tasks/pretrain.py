@@ -25,7 +25,7 @@ from foundry.data.text import build_text_dataloader, dataset_missing_message
 from foundry.eval.callback import icl_callbacks
 from foundry.eval.config import load_task_configs
 from foundry.loggers import Logger, build_loggers
-from foundry.models.build import build_model_for
+from foundry.models.build import build_model_on
 from foundry.optim import build_optimizer, build_scheduler
 from foundry.parallel.dist import (
     DistContext,
@@ -181,7 +181,9 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
 def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: DistContext) -> ModelStack:  # noqa: ANN401
     """The model on this rank's device (wrapped for DDP/FSDP before the optimizer sees it), optimizer, scheduler."""
     pc = cfg.parallelism
-    model = build_model_for(cfg.model, tokenizer, device=ctx.device, defer_init=pc.strategy == "fsdp")
+    model = build_model_on(
+        cfg.model, device=ctx.device, tokenizer=tokenizer, defer_init=pc.strategy == "fsdp"
+    )
     if pc.distributed or pc.activation_checkpointing:
         model = wrap_model(model, cfg=pc, ctx=ctx, precision=plan.precision)
     optimizer = build_optimizer(cfg.optimizer, model=model)

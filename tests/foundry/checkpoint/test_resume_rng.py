@@ -14,7 +14,7 @@ import torch
 from foundry.checkpoint import CheckpointConfig, Checkpointer, load_into, resolve_start
 from foundry.checkpoint.callback import CheckpointCallback
 from foundry.models import MPTModelConfig, build_model
-from foundry.models.mpt.config import AttnConfig
+from foundry.models.mpt.schema import AttnConfig
 from foundry.optim import AdamWConfig, build_optimizer
 from foundry.train.batching import BatchPlan
 from foundry.train.config import TrainerConfig

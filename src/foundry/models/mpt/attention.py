@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from foundry.models.mpt.config import AttnConfig
 from foundry.models.mpt.layers import build_norm, mark_fused, mark_residual
+from foundry.models.mpt.schema import AttnConfig
 
 if TYPE_CHECKING:
     from transformers.cache_utils import Cache

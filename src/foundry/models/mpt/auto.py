@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-from foundry.models.mpt.configuration import MODEL_TYPE, MPTConfig
+from foundry.models.mpt.hf_config import MODEL_TYPE, MPTConfig
 from foundry.models.mpt.model import MPTForCausalLM, MPTModel
 
 __all__ = ["register_auto_classes"]

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from foundry.models.mpt.attention import GroupedQueryAttention
-from foundry.models.mpt.configuration import MPTConfig
+from foundry.models.mpt.hf_config import MPTConfig
 from foundry.models.mpt.layers import build_ffn, build_norm
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 
 from foundry.models.mpt.attention import PositionTables, build_attn_mask
 from foundry.models.mpt.blocks import MPTBlock
-from foundry.models.mpt.configuration import MPTConfig
+from foundry.models.mpt.hf_config import MPTConfig
 from foundry.models.mpt.init import init_module_
 from foundry.models.mpt.layers import build_norm
 

@@ -15,7 +15,7 @@ from foundry.models.mpt.attention import (
     build_attn_mask,
     rope_inv_freq,
 )
-from foundry.models.mpt.config import AttnConfig
+from foundry.models.mpt.schema import AttnConfig
 
 D, H, S, B = 32, 4, 12, 2
 

@@ -1,10 +1,14 @@
-"""Typed schemas for the MPT family: what a `conf/model/mpt-*.yaml` file may contain.
+"""The MPT family's Hydra schema: what a `conf/model/mpt-*.yaml` file may contain (`MPTModelConfig`).
 
-Design note: these are plain `@dataclass(kw_only=True)` classes so Hydra can type-check YAML and overrides
-at compose time (a typo fails naming the key) while the library itself never imports omegaconf. The same
-dataclasses validate the nested `attn_config` / `ffn_config` / `init_config` dicts of the transformers
-`MPTConfig` (see `configuration.py`), so defaults and validation live in exactly one place. OmegaConf 2.3
-rejects `Literal` and `Union`, hence `str` fields checked in `__post_init__` and `Any` for `logit_scale`.
+Design note: named `schema` because that is its job: these are the typed dataclasses Hydra composes and
+validates the `model` group against. The transformers `PretrainedConfig` of the same model is in
+`hf_config.py`: a different object with a different life (saved in `config.json`, reloaded by the Auto
+classes). These are plain `@dataclass(kw_only=True)` classes, so Hydra type-checks YAML and overrides at
+compose time (a typo fails naming the key) and the classes themselves need no omegaconf. The same
+dataclasses validate the nested `attn_config` / `ffn_config` / `init_config` dicts of `MPTConfig`, so
+defaults and validation live in exactly one place. `MPTModelConfig` extends the generic `ModelConfig`
+(`foundry.models.schema`). OmegaConf 2.3 rejects `Literal` and `Union`, hence `str` fields checked in
+`__post_init__` and `Any` for `logit_scale`.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AttnConfig", "FFNConfig", "InitConfig", "ModelConfig", "MPTModelConfig"]
+from foundry.models.schema import ModelConfig
+
+__all__ = ["AttnConfig", "FFNConfig", "InitConfig", "MPTModelConfig"]
 
 ATTN_IMPLS = ("torch", "flash")
 ATTN_TYPES = ("multihead_attention", "multiquery_attention", "grouped_query_attention")
@@ -158,13 +164,8 @@ class InitConfig:
 
 
 @dataclass(kw_only=True)
-class ModelConfig:
-    """Base of every `model` group schema (`TrainConfig.model` is typed with it; subclasses swap in)."""
-
-
-@dataclass(kw_only=True)
 class MPTModelConfig(ModelConfig):
-    """An MPT model as in llm-foundry; `build_model` turns it into an `MPTForCausalLM`."""
+    """An MPT model as in llm-foundry; `build_model_on` turns it into an `MPTForCausalLM` on a device."""
 
     d_model: int
     n_heads: int
@@ -185,7 +186,7 @@ class MPTModelConfig(ModelConfig):
     final_logit_softcapping: float | None = None
     tie_word_embeddings: bool = True
     init_device: str = "cpu"
-    """`cpu`, `cuda` or `meta` (materialise later with `foundry.models.materialize_`)."""
+    """`cpu`, `cuda` or `meta` (`build_model_on` materialises on the run's device; FSDP after sharding)."""
     use_cache: bool = False
     attn_config: AttnConfig = field(default_factory=AttnConfig)
     ffn_config: FFNConfig = field(default_factory=FFNConfig)

@@ -1,6 +1,10 @@
 """`MPTConfig`: the transformers `PretrainedConfig` of our MPT, model_type `foundry_mpt`.
 
-Design note: transformers already owns model_type `mpt` (its ALiBi-only `MptForCausalLM`), so ours is
+Design note: named `hf_config` because it is the transformers side of the model's configuration: the object
+`MPTForCausalLM` is built from, written to an exported folder's `config.json` and read back by
+`AutoConfig` (the Hydra schema a yaml file is checked against is `schema.py`). Saved folders record only
+`"model_type": "foundry_mpt"` and the class names, never this module's path, so the file name is free to say
+what it holds. transformers already owns model_type `mpt` (its ALiBi-only `MptForCausalLM`), so ours is
 `foundry_mpt` and is registered with the Auto classes by an explicit function (`register_auto_classes`),
 never at import. Nested option dicts stay plain dicts in the config (JSON round trip, llm-foundry
 compatible); the typed views `attn`, `ffn`, `init` re-validate them through the Hydra schema dataclasses,
@@ -16,7 +20,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from foundry.models.mpt.config import (
+from foundry.models.mpt.schema import (
     AttnConfig,
     FFNConfig,
     InitConfig,
