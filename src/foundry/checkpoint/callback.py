@@ -50,8 +50,12 @@ def attach_checkpointing(
     model_config: Any,  # noqa: ANN401 - the model's config dataclass
     global_batch_size: int,
     wandb_run_id: str | None = None,
+    local_rank: int = 0,
 ) -> None:
-    """Loads `start` into `trainer` (if any) and, when `save_folder` is set, adds the saving callback."""
+    """Loads `start` into `trainer` (if any) and, when `save_folder` is set, adds the saving callback.
+
+    `local_rank` (this process's rank on its node, from the `DistContext`) picks who downloads a remote start.
+    """
     model_dict = asdict(model_config)
     if start is not None:
         load_into(
@@ -61,6 +65,7 @@ def attach_checkpointing(
             cache_root=os.path.join(run_dir, ".checkpoint-cache"),
             model_config=model_dict,
             global_batch_size=global_batch_size,
+            local_rank=local_rank,
         )
     if not cfg.save_folder:
         return

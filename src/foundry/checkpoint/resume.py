@@ -105,7 +105,7 @@ def _verify(directory: str, info: CheckpointInfo, names: list[str]) -> None:
             )
 
 
-def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False) -> str:
+def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False, local_rank: int = 0) -> str:
     """A local directory holding the checkpoint's files (downloaded and digest-checked when remote).
 
     Every manifest file name is joined with `streaming.safepath.safe_join` (it never leaves the folder), and
@@ -118,7 +118,7 @@ def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False) 
         return local
     source = redact(info.url)
     target = safe_join(cache_root, info.name, source=source, field="checkpoint name")
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+    if local_rank == 0:
         for rel in _needed(info, weights_only):
             meta = info.manifest.files[rel]
             path = safe_join(target, rel, source=f"{source}/{MANIFEST}", field="files")
@@ -138,6 +138,7 @@ def load_into(
     cache_root: str,
     model_config: dict[str, Any] | None = None,
     global_batch_size: int | None = None,
+    local_rank: int = 0,
 ) -> None:
     """Loads `start` into the trainer (everything, or the weights only) and reports what it loaded."""
     info, m = start.info, start.info.manifest
@@ -159,7 +160,7 @@ def load_into(
             saved_gbs,
         )
     t0 = time.perf_counter()
-    directory = fetch(info, cache_root=cache_root, weights_only=start.weights_only)
+    directory = fetch(info, cache_root=cache_root, weights_only=start.weights_only, local_rank=local_rank)
     optimizer = None if start.weights_only else trainer.optimizer
     strict, allow_pickle, this_rank = cfg.load_strict, cfg.allow_pickle, rank()
     if m.format == "full":
@@ -202,14 +203,17 @@ def load_weights(
     strict: bool = True,
     allow_pickle: bool = False,
     cache_root: str = ".checkpoint-cache",
+    local_rank: int = 0,
 ) -> CheckpointInfo:
     """Loads only the model weights of the checkpoint at `path` (directory or save folder, local or URL).
+
+    `local_rank` (from the task's `DistContext`) picks the one process per node that downloads a remote one.
 
     Returns:
         The checkpoint loaded (its manifest has the step and the model config).
     """
     info = open_checkpoint(path, scratch=cache_root)
-    directory = fetch(info, cache_root=cache_root, weights_only=True)
+    directory = fetch(info, cache_root=cache_root, weights_only=True, local_rank=local_rank)
     if info.manifest.format == "full":
         load_full(directory, model, None, strict=strict, allow_pickle=allow_pickle, rank=rank())
     else:

@@ -120,6 +120,7 @@ def _pretrain(cfg: TrainConfig, *, run_dir: Path, ctx: DistContext) -> dict[str,
         model_config=cfg.model,
         global_batch_size=plan.batches.global_batch_size,
         wandb_run_id=next((wb.id for lg in loggers if (wb := getattr(lg, "run", None)) is not None), None),
+        local_rank=ctx.local_rank,
     )
     return run_training(trainer, cfg, plan, start=start, loggers=loggers, run_dir=run_dir, ctx=ctx)
 

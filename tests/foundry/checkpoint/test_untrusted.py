@@ -193,3 +193,27 @@ def test_genuine_sharded_checkpoint_loads_with_and_without_allow_pickle(tmp_path
         load_weights(model, ckpt, cache_root=str(tmp_path / "cache"), allow_pickle=allow)
         for k, v in tr.model.state_dict().items():
             assert torch.equal(model.state_dict()[k], v), k
+
+
+def test_only_local_rank_zero_downloads_a_remote_checkpoint(tmp_path, s3_bucket, s3_env):
+    """The node's downloader is the `local_rank` the task passes down (from its DistContext), not the
+    environment: rank 1 of a node downloads nothing and waits for rank 0 (no process group here: no wait)."""
+    from foundry.checkpoint.resume import fetch
+    from foundry.checkpoint.layout import open_checkpoint
+
+    _one_checkpoint(tmp_path)
+    local = tmp_path / "ckpts" / "ep0-ba1"
+    s3 = boto3.client("s3", endpoint_url=s3_env)
+    for f in local.iterdir():
+        s3.put_object(
+            Bucket=s3_bucket.removeprefix("s3://"), Key=f"ckpts/ep0-ba1/{f.name}", Body=f.read_bytes()
+        )
+    info = open_checkpoint(f"{s3_bucket}/ckpts/ep0-ba1", scratch=str(tmp_path / "scratch"))
+    os.environ["LOCAL_RANK"] = "0"  # ignored: the argument decides
+    try:
+        other = fetch(info, cache_root=str(tmp_path / "rank1"), local_rank=1)
+    finally:
+        del os.environ["LOCAL_RANK"]
+    assert not os.path.exists(other) or not os.listdir(other)
+    first = fetch(info, cache_root=str(tmp_path / "rank0"), local_rank=0)
+    assert sorted(os.listdir(first)) == sorted(p.name for p in local.iterdir() if p.name != "manifest.json")
