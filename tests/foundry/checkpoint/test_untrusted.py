@@ -18,6 +18,8 @@ from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
 from foundry.checkpoint import CheckpointConfig, CheckpointStore, find_latest, load_weights, resolve_start
 from foundry.checkpoint.convert import convert_checkpoint, to_hf
+from foundry.checkpoint.layout import open_checkpoint
+from foundry.checkpoint.resume import fetch
 from foundry.checkpoint.safe_dcp import RestrictedReader, UnsafeCheckpointError
 from foundry.models import build_model
 from streaming.safepath import UnsafePathError
@@ -198,9 +200,6 @@ def test_genuine_sharded_checkpoint_loads_with_and_without_allow_pickle(tmp_path
 def test_only_local_rank_zero_downloads_a_remote_checkpoint(tmp_path, s3_bucket, s3_env):
     """The node's downloader is the `local_rank` the task passes down (from its DistContext), not the
     environment: rank 1 of a node downloads nothing and waits for rank 0 (no process group here: no wait)."""
-    from foundry.checkpoint.resume import fetch
-    from foundry.checkpoint.layout import open_checkpoint
-
     _one_checkpoint(tmp_path)
     local = tmp_path / "ckpts" / "ep0-ba1"
     s3 = boto3.client("s3", endpoint_url=s3_env)
