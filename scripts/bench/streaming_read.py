@@ -1,225 +1,272 @@
-"""Read-path benchmark for MDS datasets: sequential, DataLoader and random access, against physical limits.
+"""Read-path benchmark: ours and mosaicml-streaming side by side, through the API users run.
 
-Cases (issue 2): (a) 200k samples of 8 KiB token arrays, (b) 2M samples of ~64-byte str, (c) (a) with zstd.
-Each prints one JSON line: write and read samples/s and MB/s, 2-worker DataLoader samples/s, random access
-µs/sample (warm page cache), the raw read bandwidth of the same shard files and memcpy bandwidth measured in
-the same run, and ratios against the reference reader's figures on this machine type
-(shared/docs/perf_anchors.md). ``--scale 0.05`` runs a quick, smaller version.
+Design note: both libraries are importable as ``streaming``, so they cannot share a process. The driver
+(this script, run with the project's python) writes every dataset once with our ``MDSWriter`` (MDS is
+byte-compatible, so both libraries read the same files), then runs each measurement in a fresh child
+process of this same script: ``--child CASE`` with the project's python measures ours, with
+``--ref-python`` (the venv built by ``shared/bench/setup_reference.sh``) the reference. For each case the
+two alternate within every round (the order flips each round) and the line reports the median over rounds,
+so both see the same machine load. Timers run inside the children (interpreter start-up is excluded).
+No fixed historical figures: without a reference python the lines hold ours alone and say so.
+
+Cases (one JSON line each; ``speedup`` > 1 means ours is faster):
+  * ``loader_tok8k_w{0,2,4}``: ``StreamingDataset`` (py1e shuffle) + ``StreamingDataLoader``, batch 32,
+    default collate, ``ndarray:int32:2048`` token samples (8 KiB), 0/2/4 workers: steady samples/s after
+    the first batch, and the time to the first batch.
+  * ``loader_small64_w2``: the same with ~64-byte ``str`` samples and 2 workers.
+  * ``random_tok8k``: ``get_item`` at uniform random indices (warm page cache): p50 and mean us.
+  * ``zstd_tok8k``: a zstd-compressed copy, raw shards removed before every run: time from constructing
+    ``StreamingDataset`` to its first shuffled sample (in process), then the steady samples/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from _common import machine
 
-from streaming import LocalDataset, MDSWriter
-from streaming.format.reader import decompress_shard
+import streaming  # ours in the driver and our children; mosaicml-streaming in the reference's children
+from streaming import MDSWriter, StreamingDataLoader, StreamingDataset
 
-# mosaicml-streaming 0.13 on this machine type (perf_anchors.md).
-REFERENCE = {
-    "tok8k": {
-        "seq_samples_per_s": 12068,
-        "dataloader_samples_per_s": 4350,
-        "random_us_mean": 43,
-        "random_us_p50": 23,
-    },
-    "small2m": {"seq_samples_per_s": 13077},
-    "tok8k_zstd": {"seq_first_pass_samples_per_s": 7986, "dataloader_samples_per_s": 4350},
+TOKENS = 2048  # int32 tokens per sample: 8 KiB
+BATCH = 32
+SHARD_BYTES = 1 << 24  # 16 MiB shards: ~2k token samples each
+SIZES = {"full": {"tok8k": 60_000, "small64": 600_000}, "quick": {"tok8k": 6_000, "small64": 60_000}}
+LOADER_CASES = {
+    "loader_tok8k_w0": ("tok8k", 0),
+    "loader_tok8k_w2": ("tok8k", 2),
+    "loader_tok8k_w4": ("tok8k", 4),
+    "loader_small64_w2": ("small64", 2),
 }
+CASES = (*LOADER_CASES, "random_tok8k", "zstd_tok8k")
+RATE_KEYS = {"samples_per_s"}
+TIME_KEYS = {"first_batch_s", "first_sample_s", "p50_us", "mean_us"}
 
 
-def write_dataset(path: str, case: str, n: int) -> float:
+# ----- data (driver, ours) -----
+
+
+def write_tokens(path: str, n: int, compression: str | None) -> None:
+    """``n`` samples of 2048 int32 token ids below 50k (compressible like real token data)."""
     rng = np.random.default_rng(0)
-    start = time.perf_counter()
-    if case.startswith("tok8k"):
-        compression = "zstd" if case.endswith("zstd") else None
-        # Token ids below 50k as int32: compressible like real token data.
-        pool = rng.integers(0, 50_000, size=(256, 2048), dtype=np.int32)
-        with MDSWriter(
-            out=path, columns={"tokens": "bytes", "id": "int"}, compression=compression, exist_ok=True
-        ) as w:
-            for i in range(n):
-                w.write({"tokens": pool[i % 256].tobytes(), "id": i})
-    else:
-        words = [f"{w:08x}" for w in rng.integers(0, 2**32, size=4096)]
-        with MDSWriter(out=path, columns={"text": "str"}, exist_ok=True) as w:
-            for i in range(n):
-                j = i % 4089
-                w.write({"text": " ".join(words[j : j + 7])})
-    return time.perf_counter() - start
+    columns = {"tokens": f"ndarray:int32:{TOKENS}", "id": "int"}
+    with MDSWriter(out=path, columns=columns, compression=compression, size_limit=SHARD_BYTES) as w:
+        for start in range(0, n, 1024):
+            block = rng.integers(0, 50_000, size=(min(1024, n - start), TOKENS), dtype=np.int32)
+            for j, row in enumerate(block):
+                w.write({"tokens": row, "id": start + j})
 
 
-def raw_read_gbps(path: str) -> float:
-    files = [os.path.join(path, f) for f in os.listdir(path) if f.startswith("shard.")]
-    for f in files:  # warm the page cache
-        with open(f, "rb") as fh:
-            while fh.readinto(bytearray(1 << 24)):
-                pass
-    buf = bytearray(1 << 24)
-    total, start = 0, time.perf_counter()
-    for f in files:
-        with open(f, "rb", buffering=0) as fh:
-            while (k := fh.readinto(buf)) > 0:
-                total += k
-    return total / (time.perf_counter() - start) / 1e9
+def write_small(path: str, n: int) -> None:
+    """``n`` samples of ~64-byte text (seven 8-hex-digit words and a counter)."""
+    words = [f"{w:08x}" for w in np.random.default_rng(0).integers(0, 2**32, size=4096).tolist()]
+    with MDSWriter(out=path, columns={"text": "str"}, size_limit=SHARD_BYTES) as w:
+        for i in range(n):
+            j = i % 4089
+            w.write({"text": " ".join(words[j : j + 7]) + f" {i:07d}"})
 
 
-def memcpy_gbps() -> float:
-    src = np.ones(1 << 28, dtype=np.uint8)
-    dst = np.empty_like(src)
-    best = 0.0
-    for _ in range(3):
-        start = time.perf_counter()
-        np.copyto(dst, src)
-        best = max(best, src.nbytes / (time.perf_counter() - start) / 1e9)
-    return best
+def remove_raw_shards(path: str) -> None:
+    """Leave only the compressed shards, so the next run decompresses from scratch."""
+    for f in glob.glob(os.path.join(path, "shard.*.mds")):
+        os.remove(f)
 
 
-def sequential(ds: LocalDataset, column: str) -> tuple[float, float]:
-    start, nbytes = time.perf_counter(), 0
-    for sample in ds:
-        nbytes += len(sample[column])
-    elapsed = time.perf_counter() - start
-    return len(ds) / elapsed, nbytes / elapsed / 1e6
+# ----- measurements (children; the same code runs against either library) -----
 
 
-class _TokenBatches:
-    """Map-style view for a DataLoader: ``__getitems__`` fetches a whole batch and stacks it in one copy."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.ds: LocalDataset | None = None
-        self.n = len(LocalDataset(path))
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> Any:
-        return self.__getitems__([i])[0]
-
-    def __getitems__(self, indices: list[int]) -> Any:
-        if self.ds is None:
-            self.ds = LocalDataset(self.path)
-        get = self.ds.get_item
-        rows = [get(i)["tokens"] for i in indices]
-        return np.frombuffer(b"".join(rows), dtype=np.int32).reshape(len(rows), -1)
+def _dataset(path: str, shuffle: bool) -> Any:
+    return StreamingDataset(
+        local=path, batch_size=BATCH, shuffle=shuffle, shuffle_algo="py1e", shuffle_seed=7
+    )
 
 
-def _identity(batch: Any) -> Any:
-    return batch
-
-
-def dataloader(path: str, limit: int) -> tuple[float, float]:
-    """Steady-state samples/s after the first batch, and the time to the first batch (worker start-up)."""
-    import torch
-    from torch.utils.data import DataLoader, Subset
-
-    data = _TokenBatches(path)
-    subset = Subset(data, range(min(limit, len(data))))
-    # Batches cross the process boundary as numpy arrays (one pickled buffer through the worker pipe) and
-    # become tensors in the consumer with a zero-copy torch.from_numpy: measured here ~2x faster than sending
-    # tensors, whose per-batch shared-memory segment setup dominates at 256 KiB batches.
-    loader = DataLoader(subset, batch_size=32, num_workers=2, prefetch_factor=8, collate_fn=_identity)
+def measure_loader(path: str, workers: int, seconds: float) -> dict[str, float]:
+    loader = StreamingDataLoader(_dataset(path, shuffle=True), batch_size=BATCH, num_workers=workers)
     start = time.perf_counter()
     it = iter(loader)
-    torch.from_numpy(next(it))
-    first, count = time.perf_counter(), 0
+    next(it)
+    first = time.perf_counter()
+    count = 0
     for batch in it:
-        count += len(torch.from_numpy(batch))
-    return count / (time.perf_counter() - first), first - start
+        count += len(batch["id"] if "id" in batch else batch["text"])
+        if time.perf_counter() - first >= seconds:
+            break
+    rate = count / (time.perf_counter() - first)
+    del it
+    return {"samples_per_s": rate, "first_batch_s": first - start}
 
 
-def random_access(ds: LocalDataset, draws: int) -> dict[str, float]:
-    idx = np.random.default_rng(1).integers(0, len(ds), size=draws).tolist()
-    for i in idx[:2000]:  # warm: map shards, parse offset tables
-        ds.get_item(i)
-    times = np.empty(draws, dtype=np.int64)
-    clock = time.perf_counter_ns
+def measure_random(path: str, seconds: float) -> dict[str, float]:
+    ds = _dataset(path, shuffle=False)
     get = ds.get_item
-    for k, i in enumerate(idx):
+    idx = np.random.default_rng(1).integers(0, len(ds), size=200_000).tolist()
+    for i in idx[:2000]:  # warm: map shards, parse offset tables
+        get(i)
+    clock, times = time.perf_counter_ns, []
+    stop = clock() + int(seconds * 1e9)
+    for i in idx:
         t0 = clock()
         get(i)
-        times[k] = clock() - t0
-    start = time.perf_counter()
-    for i in idx:
-        get(i)
-    mean = (time.perf_counter() - start) / draws * 1e6
+        times.append(clock() - t0)
+        if t0 > stop:
+            break
     return {
-        "random_us_mean": round(mean, 2),
-        "random_us_p50": round(float(np.median(times)) / 1e3, 2),
-        "random_us_p90": round(float(np.percentile(times, 90)) / 1e3, 2),
+        "p50_us": float(np.median(times)) / 1e3,
+        "mean_us": float(np.mean(times)) / 1e3,
+        "draws": len(times),
     }
 
 
-def run_case(case: str, n: int, root: str, *, loader: bool) -> dict[str, Any]:
-    path = os.path.join(root, case)
-    write_s = write_dataset(path, case, n)
-    ds = LocalDataset(path)
-    column = "text" if case == "small2m" else "tokens"
-    raw_bytes = sum(s.raw_data.bytes for s in ds.index.shards)
-    cold_sps, _ = sequential(ds, column)  # first pass: maps shards (and decompresses zstd ones in memory)
-    seq_sps, seq_mbps = sequential(ds, column)
-    result: dict[str, Any] = {
-        "bench": "streaming_read",
-        "case": case,
-        "samples": n,
-        "raw_mb": round(raw_bytes / 1e6, 1),
-        "write_samples_per_s": round(n / write_s),
-        "write_mb_per_s": round(raw_bytes / write_s / 1e6, 1),
-        "seq_samples_per_s": round(seq_sps),
-        "seq_mb_per_s": round(seq_mbps, 1),
-        "seq_us_per_sample": round(1e6 / seq_sps, 2),
-        "seq_first_pass_samples_per_s": round(cold_sps),
-    }
-    result.update(random_access(ds, draws=min(200_000, n)))
-    if loader:
-        if any(s.zip_data is not None for s in ds.index.shards):
-            # What the node cache does: decompress each shard once to its raw name, then every worker maps it.
-            start = time.perf_counter()
-            for shard in ds.index.shards:
-                decompress_shard(path, shard)
-            result["decompress_to_cache_s"] = round(time.perf_counter() - start, 2)
-        sps, first = dataloader(path, limit=n)
-        result["dataloader_samples_per_s"] = round(sps)
-        result["dataloader_first_batch_s"] = round(first, 3)
-    result["raw_read_gb_per_s"] = round(raw_read_gbps(path), 2)
-    result["memcpy_gb_per_s"] = round(memcpy_gbps(), 2)
-    result["fraction_of_raw_read"] = round(seq_mbps / 1e3 / result["raw_read_gb_per_s"], 4)
-    ref = REFERENCE.get(case, {})
-    result["vs_reference"] = {
-        key: round(result[key] / value, 2) if not key.startswith("random") else round(value / result[key], 2)
-        for key, value in ref.items()
-        if key in result
-    }
-    result["machine"] = machine()
-    return result
+def measure_zstd(path: str, seconds: float) -> dict[str, float]:
+    start = time.perf_counter()
+    it = iter(_dataset(path, shuffle=True))
+    next(it)
+    first = time.perf_counter()
+    count = 0
+    for _ in it:
+        count += 1
+        if count % 256 == 0 and time.perf_counter() - first >= seconds:
+            break
+    return {"first_sample_s": first - start, "samples_per_s": count / (time.perf_counter() - first)}
 
 
-def main() -> None:
+def run_child(case: str, root: str, seconds: float) -> dict[str, Any]:
+    if case in LOADER_CASES:
+        data, workers = LOADER_CASES[case]
+        result = measure_loader(os.path.join(root, data), workers, seconds)
+    elif case == "random_tok8k":
+        result = measure_random(os.path.join(root, "tok8k"), seconds)
+    else:
+        result = measure_zstd(os.path.join(root, "tok8k_zstd"), seconds)
+    return {
+        "library": os.path.dirname(streaming.__file__),
+        "version": getattr(streaming, "__version__", "this repository"),
+        **result,
+    }
+
+
+# ----- driver -----
+
+
+def child(python: str, case: str, root: str, seconds: float) -> dict[str, Any]:
+    cmd = [python, os.path.abspath(__file__), "--child", case, "--root", root, "--seconds", str(seconds)]
+    env = dict(os.environ)
+    if python != sys.executable:  # the reference must not see a PYTHONPATH meant for ours
+        env.pop("PYTHONPATH", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{case} with {python} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def side_by_side(
+    case: str, root: str, seconds: float, rounds: int, ref_python: str | None, before: Callable[[], None]
+) -> dict[str, Any]:
+    """Run ``case`` for ours and the reference, alternating (order flipped each round); medians per metric."""
+    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "reference": []}
+    pythons = {"ours": sys.executable, "reference": ref_python}
+    for r in range(rounds):
+        order = ["ours", "reference"] if r % 2 == 0 else ["reference", "ours"]
+        for who in order:
+            python = pythons[who]
+            if python is not None:
+                before()
+                runs[who].append(child(python, case, root, seconds))
+    out: dict[str, Any] = {}
+    for who, results in runs.items():
+        if results:
+            keys = [k for k, v in results[0].items() if isinstance(v, int | float)]
+            out[who] = {k: round(statistics.median(r[k] for r in results), 4) for k in keys}
+            out[who]["version"] = results[0]["version"]
+    return out
+
+
+def speedup(ours: dict[str, float], ref: dict[str, float]) -> dict[str, float]:
+    """ours/ref for rates, ref/ours for times: > 1 means ours is faster."""
+    out = {}
+    for key, value in ours.items():
+        if key in ref and key in RATE_KEYS | TIME_KEYS and value > 0 and ref[key] > 0:
+            out[key] = round(ref[key] / value if key in TIME_KEYS else value / ref[key], 2)
+    return out
+
+
+def prepare_data(root: str, size: str) -> None:
+    n = SIZES[size]
+    for name, write in (
+        ("tok8k", lambda p: write_tokens(p, n["tok8k"], None)),
+        ("tok8k_zstd", lambda p: write_tokens(p, n["tok8k"], "zstd")),
+        ("small64", lambda p: write_small(p, n["small64"])),
+    ):
+        path = os.path.join(root, name)
+        if not os.path.exists(os.path.join(path, "index.json")):
+            write(path)
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the full sample counts")
-    parser.add_argument("--root", default=None, help="scratch directory (default: a temp dir, removed)")
-    parser.add_argument("--cases", default="tok8k,small2m,tok8k_zstd")
+    parser.add_argument(
+        "--ref-python",
+        default=os.environ.get("STREAMING_REF_PYTHON"),
+        help="python of a venv with mosaicml-streaming (or $STREAMING_REF_PYTHON)",
+    )
+    parser.add_argument("--quick", action="store_true", help="CI size: small data, 1 round, 1 s per run")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="rounds per case (default 3; 1 with --quick)"
+    )
+    parser.add_argument("--seconds", type=float, default=None, help="measured seconds per run (default 3)")
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--root", default=None, help="data directory (default: a temp dir, removed)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sizes = {"tok8k": 200_000, "small2m": 2_000_000, "tok8k_zstd": 200_000}
+    seconds = args.seconds if args.seconds is not None else (1.0 if args.quick else 3.0)
+    if args.child:
+        print(json.dumps(run_child(args.child, args.root, seconds)))
+        return 0
+    rounds = args.rounds or (1 if args.quick else 3)
+    if args.ref_python is None:
+        print("streaming_read: no --ref-python given: ours alone, no reference figures", file=sys.stderr)
     root = args.root or tempfile.mkdtemp(prefix="streaming_bench_")
     try:
+        prepare_data(root, "quick" if args.quick else "full")
+        info = machine()
         for case in args.cases.split(","):
-            n = max(1000, int(sizes[case] * args.scale))
-            print(json.dumps(run_case(case, n, root, loader=case.startswith("tok8k"))), flush=True)
-            shutil.rmtree(os.path.join(root, case), ignore_errors=True)
+            before = (
+                (lambda: remove_raw_shards(os.path.join(root, "tok8k_zstd")))
+                if case.startswith("zstd")
+                else (lambda: None)
+            )
+            res = side_by_side(case, root, seconds, rounds, args.ref_python, before)
+            line: dict[str, Any] = {
+                "bench": "streaming_read",
+                "case": case,
+                "rounds": rounds,
+                "seconds": seconds,
+            }
+            line["ours"] = res["ours"]
+            line["reference"] = res.get("reference")
+            if line["reference"] is None:
+                line["note"] = "reference not run (pass --ref-python); ours alone"
+            else:
+                line["speedup"] = speedup(res["ours"], res["reference"])
+            line["machine"] = info
+            print(json.dumps(line), flush=True)
     finally:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
