@@ -8,9 +8,12 @@ slice of the epoch, lazily. So two jobs or users can read one directory at once,
 behind, and no clean-up function exists. The price: the epoch counter lives in the rank process, so with
 DataLoader workers use ``StreamingDataLoader`` (or ``set_epoch``), which advances it.
 
-Shards are prepared (``prepare_shard``) just before the samples of a chunk are read: a remote stream's are
-downloaded once per node through ``streaming.cache.ShardCache``, the next chunk's fetched ahead in a thread pool
-(``predownload``); a local stream's are checked and decompressed atomically by ``Stream.prepare_shard``.
+Shards are prepared (``prepare_shard``) ahead of use: a remote stream's are downloaded once per node through
+``streaming.cache.ShardCache``; a local stream's are checked and decompressed atomically by
+``Stream.prepare_shard``. When there is work to overlap (remote or compressed shards), only the shard of a
+chunk's first sample is prepared inline; the chunk's other shards (in order of first use) and the next chunk's
+are prepared in a thread pool, so ahead-of-use work is bounded by ``predownload`` and the first sample never
+waits for shards it does not need.
 """
 
 from __future__ import annotations
@@ -476,36 +479,70 @@ class StreamingDataset(IterableDataset):
         self._orders.clear()
 
     def _iter_plan(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
-        remote = any(s.is_remote for s in self.streams)
-        pool = ThreadPoolExecutor(max_workers=self.download_concurrency) if remote else None
-        ahead: list[Future[None]] = []
+        pool = self._prepare_pool()
+        pending: dict[int, Future[None]] = {}
         try:
             chunks = plan.batches(chunk=max(self.predownload, 1))
             current = next(chunks, None)
             while current is not None:
                 upcoming = next(chunks, None)
-                shards = np.unique(np.searchsorted(self._shard_ends, current, side="right")).tolist()
-                nxt = (
-                    []
-                    if upcoming is None
-                    else np.unique(np.searchsorted(self._shard_ends, upcoming, side="right")).tolist()
-                )
-                self._active_shards, self._upcoming_shards = set(shards), set(nxt)
+                per_sample = np.searchsorted(self._shard_ends, current, side="right")
+                shards = list(dict.fromkeys(per_sample.tolist()))  # in order of first use
+                nxt: set[int] = set()
+                if upcoming is not None:
+                    nxt = set(np.searchsorted(self._shard_ends, upcoming, side="right").tolist())
+                self._active_shards, self._upcoming_shards = set(shards), nxt
                 if self.cache_limit is not None:
                     self._release_shards(self._active_shards)
-                for fut in ahead:  # surface prefetch errors; the shards are prepared again below if needed
-                    fut.exception()
-                for shard in shards:  # the download slot (blocks only on shards not prefetched yet)
-                    if shard not in self._prepared:
-                        self._prepare(shard, reader=True)
-                if pool is not None:  # predownload: fetch the next chunk's shards
-                    ahead = [pool.submit(self._prefetch, k) for k in nxt if k not in self._prepared]
-                for i in current.tolist():
-                    yield self[i]
+                if pool is None:  # local raw shards: a cheap check each
+                    for shard in shards:
+                        if shard not in self._prepared:
+                            self._prepare(shard, reader=True)
+                    for i in current.tolist():
+                        yield self[i]
+                else:
+                    self._prepare_ahead(pool, pending, shards, sorted(nxt))
+                    for i, shard in zip(current.tolist(), per_sample.tolist()):
+                        if shard not in self._prepared:
+                            self._await_prepared(shard, pending)
+                        yield self[i]
                 current = upcoming
         finally:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+    def _prepare_pool(self) -> ThreadPoolExecutor | None:
+        """A thread pool preparing shards ahead of use: for remote streams (downloads) and compressed shards
+        (decompression); None when every shard is a local raw file (nothing to overlap)."""
+        if not any(s.is_remote for s in self.streams) and all(sh.zip_data is None for sh in self.shards):
+            return None
+        if any(s.is_remote or s.validate_hash for s in self.streams):
+            self._shard_cache()  # built here, once, not raced by the pool's threads
+        return ThreadPoolExecutor(max_workers=self.download_concurrency)
+
+    def _prepare_ahead(
+        self, pool: ThreadPoolExecutor, pending: dict[int, Future[None]], now: list[int], soon: list[int]
+    ) -> None:
+        """Prepare the shard of the chunk's first sample inline, then the rest of this chunk (in order of first
+        use) and the next chunk's shards in the background: the first sample waits only for its own shard."""
+        for shard, fut in list(pending.items()):  # surface prefetch errors; prepared again below if needed
+            if fut.done():
+                fut.exception()
+                del pending[shard]
+        if now and now[0] not in self._prepared and now[0] not in pending:
+            self._prepare(now[0], reader=True)
+        for shard in [*now[1:], *soon]:
+            if shard not in self._prepared and shard not in pending:
+                pending[shard] = pool.submit(self._prefetch, shard)
+
+    def _await_prepared(self, shard: int, pending: dict[int, Future[None]]) -> None:
+        """Wait for ``shard``'s background preparation; a prefetch that gave up or failed is redone inline (by
+        the reader, which raises the error with its context)."""
+        fut = pending.pop(shard, None)
+        if fut is not None:
+            fut.exception()
+        if shard not in self._prepared:
+            self._prepare(shard, reader=True)
 
     def _prefetch(self, shard_id: int) -> None:
         self._prepare(shard_id, prefetch=True)
