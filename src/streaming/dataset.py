@@ -509,7 +509,11 @@ class StreamingDataset(IterableDataset):
                 current = upcoming
         finally:
             if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+                for (
+                    fut
+                ) in pending.values():  # not shutdown(cancel_futures=True): it fails at interpreter exit
+                    fut.cancel()
+                pool.shutdown(wait=True)
 
     def _prepare_pool(self) -> ThreadPoolExecutor | None:
         """A thread pool preparing shards ahead of use: for remote streams (downloads) and compressed shards
