@@ -509,9 +509,8 @@ class StreamingDataset(IterableDataset):
                 current = upcoming
         finally:
             if pool is not None:
-                for (
-                    fut
-                ) in pending.values():  # not shutdown(cancel_futures=True): it fails at interpreter exit
+                # cancel first, then wait: shutdown(cancel_futures=True) fails at interpreter exit
+                for fut in pending.values():
                     fut.cancel()
                 pool.shutdown(wait=True)
 
