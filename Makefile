@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu lint format bench clean train train-ddp bench-trainer eval-harness eval
+.PHONY: help install install-emulators test test-all test-dist test-gpu gpu-check lint format bench clean train train-ddp bench-trainer eval-harness eval
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,8 +34,21 @@ test-all: ## every test that can run on this machine (slow and multi-process inc
 test-dist: ## multi-process gloo tests only
 	$(PY) -m pytest -m dist -q
 
-test-gpu: ## GPU tests (device machine only)
-	$(PY) -m pytest -m gpu -q
+test-gpu: ## GPU tests (device machine only; none selected is not a failure)
+	$(PY) -m pytest -m gpu -q || [ $$? -eq 5 ]
+
+GPU_RUN ?= gpu-check-fsdp
+gpu-check: ## on a GPU machine: test-gpu, then JSON lines from model_step (MFU), trainer (--gpu), icl_eval (cuda) and a 2-step FSDP2 bf16 run
+	$(MAKE) test-gpu
+	$(PY) scripts/bench/model_step.py --device cuda --sizes mpt-125m mpt-350m mpt-1b
+	$(PY) scripts/bench/trainer_overhead.py --gpu
+	$(PY) scripts/bench/icl_eval.py --device cuda --model mpt-1b
+	rm -rf outputs/$(GPU_RUN)
+	$(PY) -m torch.distributed.run --standalone --nproc_per_node=$$($(PY) -c "import torch; print(torch.cuda.device_count())") \
+	  train.py model=mpt-125m parallelism=fsdp trainer=gpu trainer.max_duration=2ba trainer.eval_interval=2ba \
+	  trainer.global_train_batch_size=8 trainer.device_train_microbatch_size=4 trainer.eval_subset_num_batches=2 \
+	  checkpoint=none run_name=$(GPU_RUN)
+	$(PY) -c "import json; m = json.load(open('outputs/$(GPU_RUN)/final_metrics.json')); print(json.dumps({'check': 'fsdp2_bf16_2_steps', **m}))"
 
 lint: ## ruff check, format check and mypy type check of src/ (config: [tool.mypy] in pyproject.toml)
 	$(PY) -m ruff check src tests scripts
