@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streaming.safepath import safe_relpath
+from streaming.safepath import UnsafePathError, safe_relpath
 
 __all__ = [
     "INDEX_FILENAME",
@@ -94,9 +94,9 @@ class IndexError_(ValueError):  # noqa: N801 - avoid shadowing the builtin Index
 class FileInfo:
     """One file of a shard: its basename (relative to the index directory), size and hex digests.
 
-    ``basename`` is always a safe relative name (``streaming.safepath``): ``from_json`` checks names read from an
-    index with the file and field in the error, and construction re-checks as a backstop, so no ``FileInfo``
-    can point outside the folder it is joined onto.
+    ``basename`` is always a safe relative name (``streaming.safepath``), normalised: construction checks it once,
+    so no ``FileInfo`` can point outside the folder it is joined onto; ``from_json`` names the index file and field
+    when the check fails (one check per name: index parsing is on the cold-start path of large datasets).
     """
 
     basename: str
@@ -104,7 +104,7 @@ class FileInfo:
     hashes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        safe_relpath(self.basename, source="FileInfo", field="basename")
+        object.__setattr__(self, "basename", safe_relpath(self.basename, source="FileInfo", field="basename"))
 
     def to_json(self) -> dict[str, Any]:
         return {"basename": self.basename, "bytes": self.bytes, "hashes": dict(self.hashes)}
@@ -134,8 +134,11 @@ class FileInfo:
             raise IndexError_(f"{where}: bad file entry {obj!r}")
         if not isinstance(obj["hashes"], dict):
             raise IndexError_(f"{where}: 'hashes' must be an object of algorithm -> hex digest")
-        basename = safe_relpath(obj["basename"], source=source or where, field=field)
-        return cls(basename=basename, bytes=obj["bytes"], hashes=dict(obj["hashes"]))
+        try:
+            return cls(basename=obj["basename"], bytes=obj["bytes"], hashes=dict(obj["hashes"]))
+        except UnsafePathError:  # the same check again, only to name the index file and field
+            safe_relpath(obj["basename"], source=source or where, field=field)
+            raise
 
 
 @dataclass(frozen=True)
