@@ -37,6 +37,7 @@ __all__ = [
     "pid_alive",
     "read_reservations",
     "release_reservation",
+    "group_by_folder",
     "scan_usage",
     "SpaceEntry",
     "SpaceKeeper",
@@ -81,19 +82,25 @@ class DiskUsage:
         return sum(self.files.get(p, 0) + self.temps.get(p, 0) for p in paths)
 
 
-def scan_usage(paths: Iterable[str], *, remove_dead_temps: bool = True) -> DiskUsage:
-    """Sizes of the files in ``paths`` that exist, and of the temp files next to them.
-
-    Each folder holding one of ``paths`` is listed once (one ``scandir`` per folder, one ``stat`` per file found).
-
-    Args:
-        paths: Every shard file path the cache may hold.
-        remove_dead_temps: Delete temp files whose writer pid is no longer alive (they would never be renamed).
-    """
+def group_by_folder(paths: Iterable[str]) -> dict[str, frozenset[str]]:
+    """``paths`` as folder -> file names (what ``scan_usage`` lists); computed once per cache, not per scan."""
     by_dir: dict[str, set[str]] = defaultdict(set)
     for path in paths:
         folder, name = os.path.split(path)
         by_dir[folder].add(name)
+    return {folder: frozenset(names) for folder, names in by_dir.items()}
+
+
+def scan_usage(by_dir: Mapping[str, frozenset[str]], *, remove_dead_temps: bool = True) -> DiskUsage:
+    """Sizes of the files the cache may hold that exist, and of the temp files next to them.
+
+    Each folder is listed once (one ``scandir`` per folder, one ``stat`` per file found), so a scan costs what is
+    on disk, not the number of shards in the dataset.
+
+    Args:
+        by_dir: Every shard file path the cache may hold, grouped by ``group_by_folder``.
+        remove_dead_temps: Delete temp files whose writer pid is no longer alive (they would never be renamed).
+    """
     files: dict[str, int] = {}
     temps: dict[str, int] = defaultdict(int)
     for folder, names in by_dir.items():
@@ -215,11 +222,11 @@ class SpaceKeeper:
         self.limit = limit
         self.wait_timeout = wait_timeout
         self._lock_dir = os.path.join(root, LOCK_DIR)
-        self._paths = [p for e in self.entries.values() for p in e.paths]
+        self._by_dir = group_by_folder(p for e in self.entries.values() for p in e.paths)
 
     def usage(self) -> int:
         """Bytes of shard files and their temp files on disk now."""
-        return scan_usage(self._paths, remove_dead_temps=False).total
+        return scan_usage(self._by_dir, remove_dead_temps=False).total
 
     def _used(self, usage: DiskUsage) -> int:
         return usage.total + pending_bytes(read_reservations(self._lock_dir), usage)
@@ -230,7 +237,7 @@ class SpaceKeeper:
         if not self.entries:
             return
         with file_lock(self.root, "cache"):
-            usage = scan_usage(self._paths)
+            usage = scan_usage(self._by_dir)
             used = self._used(usage)
             if self.limit is not None and used > self.limit:
                 freed = self._evict_down(used - self.limit, usage, exclude=keep, next_use=None)
@@ -272,7 +279,7 @@ class SpaceKeeper:
         delay = 0.005
         while True:
             with file_lock(self.root, "cache"):
-                usage = scan_usage(self._paths)
+                usage = scan_usage(self._by_dir)
                 used = self._used(usage)
                 if used + need > limit:
                     used -= self._evict_down(used + need - limit, usage, exclude=k, next_use=next_use)
