@@ -1,8 +1,9 @@
 """Data for the trainer: tokenized-text batches from MDS, dataset preparation, the offline quick-start corpus."""
 
+from foundry.data.collate import TextCollator
 from foundry.data.prep import ConvertStats, concat_rows, convert_texts, smallest_uint_dtype
 from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
-from foundry.data.text import TextCollator, TextDataConfig, build_text_dataloader
+from foundry.data.text import TextDataConfig, build_text_dataloader
 
 __all__ = [
     "ConvertStats",

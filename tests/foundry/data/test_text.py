@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from foundry.data.text import TextCollator, TextDataConfig, build_text_dataloader
+from foundry.data.collate import TextCollator
+from foundry.data.text import TextDataConfig, build_text_dataloader
 from streaming import MDSWriter
 from streaming.world import World
 
