@@ -8,52 +8,41 @@ slice of the epoch, lazily. So two jobs or users can read one directory at once,
 behind, and no clean-up function exists. The price: the epoch counter lives in the rank process, so with
 DataLoader workers use ``StreamingDataLoader`` (or ``set_epoch``), which advances it.
 
-Shards are prepared (``prepare_shard``) ahead of use: a remote stream's are downloaded once per node through
-``streaming.cache.ShardCache``; a local stream's are checked and decompressed atomically by
-``Stream.prepare_shard``. When there is work to overlap (remote or compressed shards), only the shard of a
-chunk's first sample is prepared inline; the chunk's other shards (in order of first use) and the next chunk's
-are prepared in a thread pool, so ahead-of-use work is bounded by ``predownload`` and the first sample never
-waits for shards it does not need.
+Parts: ``dataset_args`` (argument checks), ``dataset_index`` (the streams' shards as arrays),
+``shard_access`` (per-process readers and shard preparation ahead of use, bounded by ``predownload``),
+``resume_state`` (the state dict and its checks, pure functions).
 """
 
 from __future__ import annotations
 
-import bisect
-import hashlib
-import json
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
-from streaming.cache import CachedShard, ShardCache
+from streaming.cache import ShardCache
+from streaming.dataset_args import check_cache_limit, check_choices_and_bounds, resolve_streams
+from streaming.dataset_index import load_dataset_shards
 from streaming.format.index import ShardInfo
-from streaming.format.reader import ShardReader, check_shard_safe, open_shard
-from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS, GlobalOrder, PlanSpec, WorkerPlan, epoch_order
+from streaming.plan import GlobalOrder, PlanSpec, WorkerPlan, epoch_order
 from streaming.plan.partition import DeviceSlice, check_partition
 from streaming.plan.sampling import stream_choose
+from streaming.resume_state import (
+    STATE_VERSION,
+    build_state,
+    check_state_version,
+    dataset_config,
+    resume_mismatches,
+    streams_fingerprint,
+)
+from streaming.shard_access import ShardAccess
 from streaming.sizes import parse_bytes, parse_count
 from streaming.stream import Stream
 from streaming.world import World
 
 __all__ = ["STATE_VERSION", "StreamingDataset"]
-
-STATE_VERSION = 1
-_CHECKED_KEYS = (
-    "shuffle",
-    "shuffle_algo",
-    "shuffle_seed",
-    "shuffle_block_size",
-    "partition_algo",
-    "batching_method",
-    "sampling_method",
-    "sampling_granularity",
-    "epoch_size",
-    "streams_fingerprint",
-)
 
 
 class StreamingDataset(IterableDataset):
@@ -118,37 +107,27 @@ class StreamingDataset(IterableDataset):
         replication: int | None = None,
         world: World | None = None,
     ) -> None:
-        if streams is not None and (remote is not None or local is not None):
-            raise ValueError("pass either streams or remote/local, not both")
-        if streams is None:
-            if remote is None and local is None:
-                raise ValueError("StreamingDataset needs streams, or remote and/or local")
-            streams = [Stream(remote=remote, local=local)]
-        if not streams:
-            raise ValueError("streams must not be empty")
-        choices = {
-            "sampling_method": (sampling_method, ("balanced", "fixed")),
-            "partition_algo": (partition_algo, ("orig", "relaxed")),
-            "shuffle_algo": (shuffle_algo, SHUFFLE_ALGOS),
-            "batching_method": (batching_method, BATCHING_METHODS),
-        }
-        for name, (value, allowed) in choices.items():
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-        for name, number, low in (
-            ("shuffle_seed", shuffle_seed, 0),
-            ("sampling_granularity", sampling_granularity, 1),
-            ("batch_size", batch_size, 1),
-            ("num_canonical_nodes", num_canonical_nodes, 1),
-            ("shuffle_block_size", shuffle_block_size, 1),
-            ("replication", replication, 1),
-            ("predownload", predownload, 0),
-        ):
-            if number is not None and number < low:
-                raise ValueError(f"{name} must be >= {low}, got {number}")
+        self.streams = resolve_streams(streams, remote, local)
+        check_choices_and_bounds(
+            choices={
+                "sampling_method": sampling_method,
+                "partition_algo": partition_algo,
+                "shuffle_algo": shuffle_algo,
+                "batching_method": batching_method,
+            },
+            bounds={
+                "shuffle_seed": (shuffle_seed, 0),
+                "sampling_granularity": (sampling_granularity, 1),
+                "batch_size": (batch_size, 1),
+                "num_canonical_nodes": (num_canonical_nodes, 1),
+                "shuffle_block_size": (shuffle_block_size, 1),
+                "replication": (replication, 1),
+                "predownload": (predownload, 0),
+                "download_concurrency": (download_concurrency, 1),
+            },
+        )
         if world is not None and (world.workers_per_rank, world.worker) != (1, 0):
             raise ValueError("pass the rank's world (one worker); DataLoader workers are derived from it")
-        self.streams = list(streams)
         for s in self.streams:
             s.apply_defaults(
                 split=split,
@@ -169,8 +148,6 @@ class StreamingDataset(IterableDataset):
         self.allow_unsafe_types = allow_unsafe_types
         self.replication = replication
         self.predownload = predownload if predownload is not None else (8 * batch_size if batch_size else 64)
-        if download_concurrency < 1:
-            raise ValueError(f"download_concurrency must be >= 1, got {download_concurrency}")
         self.download_concurrency = download_concurrency
         self._load_indexes()
         self.epoch_size_arg = None if epoch_size is None else parse_count(epoch_size, name="epoch_size")
@@ -184,13 +161,7 @@ class StreamingDataset(IterableDataset):
         )
         self.epoch_size = int(self.choose_per_stream.sum())
         self.cache_limit = None if cache_limit is None else parse_bytes(cache_limit, name="cache_limit")
-        if self.cache_limit is not None:
-            largest = max((sum(f.bytes for f in sh.files()) for sh in self.shards), default=0)
-            if self.cache_limit < 4 * largest:
-                raise ValueError(
-                    f"cache_limit={self.cache_limit} bytes is below 4x the largest shard ({largest} bytes); raise "
-                    "it or write smaller shards"
-                )
+        check_cache_limit(self.cache_limit, self._bytes_per_shard)
         self._ncn_arg = num_canonical_nodes
         self._ncn_state: int | None = None
         self._initial_nodes: int | None = None
@@ -206,45 +177,30 @@ class StreamingDataset(IterableDataset):
     # ----- indexes and random access -----
 
     def _load_indexes(self) -> None:
-        self.shards: list[ShardInfo] = []
-        stream_per_shard, per_stream = [], []
-        for i, s in enumerate(self.streams):
-            shards = s.index().shards
-            self.shards.extend(shards)
-            stream_per_shard.extend([i] * len(shards))
-            per_stream.append(len(shards))
-        self.num_shards = len(self.shards)
-        self.samples_per_shard = np.array([sh.samples for sh in self.shards], dtype=np.int64)
-        self.stream_per_shard = np.array(stream_per_shard, dtype=np.int64)
-        self.shards_per_stream = np.array(per_stream, dtype=np.int64)
-        self.shard_offset_per_stream = np.concatenate([[0], np.cumsum(self.shards_per_stream)[:-1]]).astype(
-            np.int64
-        )
-        self.samples_per_stream = np.array(
-            [int(self.samples_per_shard[self.stream_per_shard == i].sum()) for i in range(len(self.streams))],
-            dtype=np.int64,
-        )
+        index = load_dataset_shards(self.streams, allow_unsafe_types=self.allow_unsafe_types)
+        self.shards: Sequence[ShardInfo] = index.shards
+        self.num_shards = index.num_shards
+        self.samples_per_shard = index.samples_per_shard
+        self.stream_per_shard = index.stream_per_shard
+        self.shards_per_stream = index.shards_per_stream
+        self.shard_offset_per_stream = index.shard_offset_per_stream
+        self.samples_per_stream = index.samples_per_stream
         self.sample_offset_per_stream = np.concatenate([[0], np.cumsum(self.samples_per_stream)[:-1]]).astype(
             np.int64
         )
-        self._shard_ends = np.cumsum(self.samples_per_shard).tolist()
+        self._shard_ends = index.shard_ends
+        self._bytes_per_shard = np.array(
+            [sum(f.bytes for f in sh.files()) for sh in self.shards], dtype=np.int64
+        )
         self.size = int(self.samples_per_shard.sum())
-        if not self.allow_unsafe_types:
-            for sh, si in zip(self.shards, stream_per_shard):
-                where = f"{self.streams[si].dirname}: shard {sh.raw_data.basename}"
-                check_shard_safe(sh, path=where, allow_unsafe_types=False)
 
     def _reset_process_caches(self) -> None:
-        self._readers: dict[int, ShardReader] = {}
-        self._prepared: set[int] = set()
-        self._cache: ShardCache | None = None
-        self._active_shards: set[int] = set()
-        self._upcoming_shards: set[int] = set()
+        self._access: ShardAccess | None = None
         self._orders: dict[tuple[int, int | None], GlobalOrder] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_readers", "_prepared", "_orders", "_cache", "_active_shards", "_upcoming_shards"):
+        for name in ("_access", "_orders"):
             state.pop(name, None)
         return state
 
@@ -252,82 +208,28 @@ class StreamingDataset(IterableDataset):
         self.__dict__.update(state)
         self._reset_process_caches()
 
+    def _shards_access(self) -> ShardAccess:
+        """This process's readers, shard preparation and prefetch pool (built lazily, never pickled)."""
+        if self._access is None:
+            self._access = ShardAccess(
+                streams=self.streams,
+                shards=self.shards,
+                stream_per_shard=self.stream_per_shard,
+                shard_ends=self._shard_ends,
+                any_compressed=lambda: any(sh.zip_data is not None for sh in self.shards),
+                cache_limit=self.cache_limit,
+                allow_unsafe_types=self.allow_unsafe_types,
+                download_concurrency=self.download_concurrency,
+            )
+        return self._access
+
     def _shard_cache(self) -> ShardCache:
         """The node-level cache over every shard (built lazily, per process)."""
-        if self._cache is None:
-            shards = []
-            for info, si in zip(self.shards, self.stream_per_shard.tolist()):
-                stream = self.streams[si]
-                shards.append(
-                    CachedShard(
-                        local=stream.dirname,
-                        remote=stream.remote_dirname,
-                        info=info,
-                        policy=stream.retry_policy(),
-                        validate_hash=stream.validate_hash,
-                    )
-                )
-            self._cache = ShardCache(shards=shards, cache_limit=self.cache_limit)
-        return self._cache
+        return self._shards_access().shard_cache()
 
     def prepare_shard(self, shard_id: int) -> None:
         """Make shard ``shard_id`` readable locally: download (remote streams, once per node), verify, decompress."""
-        self._prepare(shard_id)
-
-    def _prepare(self, shard_id: int, *, reader: bool = False, prefetch: bool = False) -> None:
-        """``prepare_shard``. When the cache is full of shards in use, the iterating thread (``reader``) first
-        drops its own idle readers, and a ``prefetch`` gives up at once (the shard is prepared when needed)."""
-        stream = self.streams[int(self.stream_per_shard[shard_id])]
-        if stream.is_remote:
-            active, upcoming = self._active_shards, self._upcoming_shards
-            # Eviction order for this worker's view of the plan: shards of the chunk being read are needed
-            # now, those of the next chunk soon; the rest go first (least recently used first).
-            if not self._shard_cache().prepare(
-                shard_id,
-                next_use=lambda k: 0.0 if k in active else 1.0 if k in upcoming else float("inf"),
-                on_full=(lambda: self._release_shards(set())) if reader else None,
-                wait=not prefetch,
-            ):
-                return
-        else:
-            stream.prepare_shard(self.shards[shard_id])
-            if stream.validate_hash:
-                self._shard_cache().verify(shard_id)
-        self._prepared.add(shard_id)
-
-    def _release_shards(self, keep: set[int]) -> None:
-        """Forget readers (and cache pins) of shards outside ``keep`` so their files can be evicted."""
-        for shard_id in [k for k in self._readers if k not in keep]:
-            del self._readers[shard_id]
-            self._prepared.discard(shard_id)
-            if self._cache is not None:
-                self._cache.unpin(shard_id)
-
-    def _reader(self, shard_id: int) -> ShardReader:
-        reader = self._readers.get(shard_id)
-        if reader is None:
-            stream = self.streams[int(self.stream_per_shard[shard_id])]
-            pin = stream.is_remote and self.cache_limit is not None  # in use: not evictable until released
-            for attempt in range(3):
-                if shard_id not in self._prepared:
-                    self._prepare(shard_id, reader=True)
-                try:
-                    if pin and not self._shard_cache().pin(shard_id):
-                        raise FileNotFoundError(
-                            f"shard {self.shards[shard_id].raw_data.basename} was evicted"
-                        )
-                    reader = open_shard(
-                        stream.dirname, self.shards[shard_id], allow_unsafe_types=self.allow_unsafe_types
-                    )
-                    break
-                except FileNotFoundError:  # evicted by another process between prepare and open
-                    self._prepared.discard(shard_id)
-                    if pin:
-                        self._shard_cache().unpin(shard_id)
-                    if attempt == 2 or not stream.is_remote:
-                        raise
-            self._readers[shard_id] = reader  # type: ignore[assignment]
-        return reader  # type: ignore[return-value]
+        self._shards_access().prepare(shard_id)
 
     def get_item(self, sample_id: int) -> dict[str, Any]:
         """Sample ``sample_id`` of the unresampled concatenation of all streams (negative counts from the end)."""
@@ -335,8 +237,7 @@ class StreamingDataset(IterableDataset):
             sample_id += self.size
         if not 0 <= sample_id < self.size:
             raise IndexError(f"sample index {sample_id} out of range for a dataset of {self.size} samples")
-        shard = bisect.bisect_right(self._shard_ends, sample_id)
-        return self._reader(shard)[sample_id - (self._shard_ends[shard - 1] if shard else 0)]
+        return self._shards_access().sample(sample_id)
 
     def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Any:
         if isinstance(index, int | np.integer):
@@ -446,8 +347,14 @@ class StreamingDataset(IterableDataset):
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         epoch, drop = self._begin_epoch()
-        plan = WorkerPlan(
-            order=self._order(epoch),
+        plan = self._worker_plan(world, self._order(epoch), drop, workers, worker)
+        return self._shards_access().iter_chunks(plan.batches(chunk=max(self.predownload, 1)))
+
+    def _worker_plan(
+        self, world: World, order: GlobalOrder, drop: int, workers: int, worker: int
+    ) -> WorkerPlan:
+        return WorkerPlan(
+            order=order,
             drop_first=drop,
             num_devices=world.num_devices,
             device=world.device,
@@ -455,7 +362,6 @@ class StreamingDataset(IterableDataset):
             num_workers=workers,
             worker=worker,
         )
-        return self._iter_plan(plan)
 
     def _warm_plan(self, num_workers: int) -> None:
         """Compute (in the rank process) the shuffle blocks behind each worker's first batch, so forked workers
@@ -464,110 +370,37 @@ class StreamingDataset(IterableDataset):
         epoch, drop = self._next()
         order = self._order(epoch)
         for worker in range(num_workers):
-            plan = WorkerPlan(
-                order=order,
-                drop_first=drop,
-                num_devices=world.num_devices,
-                device=world.device,
-                batch_size=self.batch_size,  # type: ignore[arg-type]
-                num_workers=num_workers,
-                worker=worker,
-            )
-            next(plan.batches(), None)
+            next(self._worker_plan(world, order, drop, num_workers, worker).batches(), None)
 
     def _drop_plan_caches(self) -> None:
         self._orders.clear()
 
-    def _iter_plan(self, plan: WorkerPlan) -> Iterator[dict[str, Any]]:
-        pool = self._prepare_pool()
-        pending: dict[int, Future[None]] = {}
-        try:
-            chunks = plan.batches(chunk=max(self.predownload, 1))
-            current = next(chunks, None)
-            while current is not None:
-                upcoming = next(chunks, None)
-                per_sample = np.searchsorted(self._shard_ends, current, side="right")
-                shards = list(dict.fromkeys(per_sample.tolist()))  # in order of first use
-                nxt: set[int] = set()
-                if upcoming is not None:
-                    nxt = set(np.searchsorted(self._shard_ends, upcoming, side="right").tolist())
-                self._active_shards, self._upcoming_shards = set(shards), nxt
-                if self.cache_limit is not None:
-                    self._release_shards(self._active_shards)
-                if pool is None:  # local raw shards: a cheap check each
-                    for shard in shards:
-                        if shard not in self._prepared:
-                            self._prepare(shard, reader=True)
-                    for i in current.tolist():
-                        yield self[i]
-                else:
-                    self._prepare_ahead(pool, pending, shards, sorted(nxt))
-                    for i, shard in zip(current.tolist(), per_sample.tolist()):
-                        if shard not in self._prepared:
-                            self._await_prepared(shard, pending)
-                        yield self[i]
-                current = upcoming
-        finally:
-            if pool is not None:
-                # cancel first, then wait: shutdown(cancel_futures=True) fails at interpreter exit
-                for fut in pending.values():
-                    fut.cancel()
-                pool.shutdown(wait=True)
-
-    def _prepare_pool(self) -> ThreadPoolExecutor | None:
-        """A thread pool preparing shards ahead of use: for remote streams (downloads) and compressed shards
-        (decompression); None when every shard is a local raw file (nothing to overlap)."""
-        if not any(s.is_remote for s in self.streams) and all(sh.zip_data is None for sh in self.shards):
-            return None
-        if any(s.is_remote or s.validate_hash for s in self.streams):
-            self._shard_cache()  # built here, once, not raced by the pool's threads
-        return ThreadPoolExecutor(max_workers=self.download_concurrency)
-
-    def _prepare_ahead(
-        self, pool: ThreadPoolExecutor, pending: dict[int, Future[None]], now: list[int], soon: list[int]
-    ) -> None:
-        """Prepare the shard of the chunk's first sample inline, then the rest of this chunk (in order of first
-        use) and the next chunk's shards in the background: the first sample waits only for its own shard."""
-        for shard, fut in list(pending.items()):  # surface prefetch errors; prepared again below if needed
-            if fut.done():
-                fut.exception()
-                del pending[shard]
-        if now and now[0] not in self._prepared and now[0] not in pending:
-            self._prepare(now[0], reader=True)
-        for shard in [*now[1:], *soon]:
-            if shard not in self._prepared and shard not in pending:
-                pending[shard] = pool.submit(self._prefetch, shard)
-
-    def _await_prepared(self, shard: int, pending: dict[int, Future[None]]) -> None:
-        """Wait for ``shard``'s background preparation; a prefetch that gave up or failed is redone inline (by
-        the reader, which raises the error with its context)."""
-        fut = pending.pop(shard, None)
-        if fut is not None:
-            fut.exception()
-        if shard not in self._prepared:
-            self._prepare(shard, reader=True)
-
-    def _prefetch(self, shard_id: int) -> None:
-        self._prepare(shard_id, prefetch=True)
-
     # ----- resumption -----
 
     def _config(self) -> dict[str, Any]:
-        blob = json.dumps(
-            [s.fingerprint() for s in self.streams] + [self.choose_per_stream.tolist()], sort_keys=True
+        fingerprint = streams_fingerprint(
+            [s.fingerprint() for s in self.streams], self.choose_per_stream.tolist()
         )
-        return {
-            "shuffle": self.shuffle,
-            "shuffle_algo": self.shuffle_algo,
-            "shuffle_seed": self.shuffle_seed,
-            "shuffle_block_size": self._spec().block_size,
-            "partition_algo": self.partition_algo,
-            "batching_method": self.batching_method,
-            "sampling_method": self.sampling_method,
-            "sampling_granularity": self.sampling_granularity,
-            "epoch_size": self.epoch_size,
-            "streams_fingerprint": hashlib.sha256(blob.encode()).hexdigest()[:16],
-        }
+        return dataset_config(
+            shuffle=self.shuffle,
+            shuffle_algo=self.shuffle_algo,
+            shuffle_seed=self.shuffle_seed,
+            shuffle_block_size=self._spec().block_size,
+            partition_algo=self.partition_algo,
+            batching_method=self.batching_method,
+            sampling_method=self.sampling_method,
+            sampling_granularity=self.sampling_granularity,
+            epoch_size=self.epoch_size,
+            fingerprint=fingerprint,
+        )
+
+    def _config_for(self, num_canonical_nodes: int) -> dict[str, Any]:
+        """``_config`` as it would be with ``num_canonical_nodes`` (the default shuffle block size depends on it)."""
+        previous, self._ncn_state = self._ncn_state, num_canonical_nodes
+        try:
+            return self._config()
+        finally:
+            self._ncn_state = previous
 
     def state_dict(self, num_samples: int, from_beginning: bool = False) -> dict[str, Any]:
         """A versioned, self-describing resume state.
@@ -584,15 +417,14 @@ class StreamingDataset(IterableDataset):
         else:
             epoch, base = self._iter_epoch, self._iter_drop
         world = self._rank_world()
-        return {
-            "version": STATE_VERSION,
-            "epoch": epoch,
-            "sample_in_epoch": int(num_samples) if from_beginning else base + int(num_samples),
-            "global_batch_size": self.batch_size * world.num_devices if self.batch_size else None,
-            "num_canonical_nodes": self.num_canonical_nodes,
-            "initial_physical_nodes": self._initial_nodes or world.num_nodes,
-            **self._config(),
-        }
+        return build_state(
+            epoch=epoch,
+            sample_in_epoch=int(num_samples) if from_beginning else base + int(num_samples),
+            global_batch_size=self.batch_size * world.num_devices if self.batch_size else None,
+            num_canonical_nodes=self.num_canonical_nodes,
+            initial_physical_nodes=self._initial_nodes or world.num_nodes,
+            config=self._config(),
+        )
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         """Resume from ``state_dict()`` output: the next iteration continues exactly where it stopped.
@@ -600,27 +432,11 @@ class StreamingDataset(IterableDataset):
         Raises:
             ValueError: the state is not from this library/version, or does not match this dataset.
         """
-        if not isinstance(obj, dict) or obj.get("version") != STATE_VERSION:
-            got = obj.get("version") if isinstance(obj, dict) else type(obj).__name__
-            raise ValueError(f"not a StreamingDataset state of version {STATE_VERSION} (got version {got!r})")
-        ncn = obj.get("num_canonical_nodes")
-        diffs = []
-        if self._ncn_arg is not None and ncn != self._ncn_arg:
-            diffs.append(f"num_canonical_nodes: state has {ncn!r}, dataset has {self._ncn_arg!r}")
-        if not isinstance(ncn, int) or ncn < 1:
-            diffs.append(f"num_canonical_nodes: state has {ncn!r}, expected an int >= 1")
-        previous = self._ncn_state
-        if not diffs:
-            self._ncn_state = ncn  # the default block size depends on it
-            mine = self._config()
-            diffs = [
-                f"{k}: state has {obj.get(k)!r}, dataset has {mine[k]!r}"
-                for k in _CHECKED_KEYS
-                if obj.get(k) != mine[k]
-            ]
+        check_state_version(obj)
+        diffs = resume_mismatches(obj, ncn_arg=self._ncn_arg, config_for=self._config_for)
         if diffs:
-            self._ncn_state = previous
             raise ValueError("the resume state does not match this dataset: " + "; ".join(diffs))
+        self._ncn_state = obj["num_canonical_nodes"]
         self._initial_nodes = obj.get("initial_physical_nodes")
         self._expected_gbs = obj.get("global_batch_size")
         self._epoch, self._drop = int(obj["epoch"]), int(obj["sample_in_epoch"])

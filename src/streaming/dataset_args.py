@@ -1,0 +1,66 @@
+"""Checks of ``StreamingDataset``'s arguments, each error naming the argument, what it got and what is allowed.
+
+Design note: pure functions of the arguments (and, for the cache limit, the shard sizes), so the dataset's
+constructor reads as what it stores, and every rule is stated once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS
+from streaming.stream import Stream
+
+__all__ = ["check_cache_limit", "check_choices_and_bounds", "resolve_streams"]
+
+
+def resolve_streams(streams: Sequence[Stream] | None, remote: str | None, local: str | None) -> list[Stream]:
+    """The dataset's streams: ``streams``, or one stream of ``remote``/``local``."""
+    if streams is not None and (remote is not None or local is not None):
+        raise ValueError("pass either streams or remote/local, not both")
+    if streams is None:
+        if remote is None and local is None:
+            raise ValueError("StreamingDataset needs streams, or remote and/or local")
+        streams = [Stream(remote=remote, local=local)]
+    if not streams:
+        raise ValueError("streams must not be empty")
+    return list(streams)
+
+
+def check_choices_and_bounds(
+    *,
+    choices: dict[str, str],
+    bounds: dict[str, tuple[int | None, int]],
+) -> None:
+    """Raise ValueError for a choice outside its allowed values, or a number below its lower bound.
+
+    Args:
+        choices: ``sampling_method``, ``partition_algo``, ``shuffle_algo``, ``batching_method`` -> value.
+        bounds: argument name -> (value or None when unset, lowest allowed value).
+    """
+    allowed = {
+        "sampling_method": ("balanced", "fixed"),
+        "partition_algo": ("orig", "relaxed"),
+        "shuffle_algo": SHUFFLE_ALGOS,
+        "batching_method": BATCHING_METHODS,
+    }
+    for name, value in choices.items():
+        if value not in allowed[name]:
+            raise ValueError(f"{name} must be one of {', '.join(allowed[name])}; got {value!r}")
+    for name, (number, low) in bounds.items():
+        if number is not None and number < low:
+            raise ValueError(f"{name} must be >= {low}, got {number}")
+
+
+def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray) -> None:
+    """Raise ValueError when ``cache_limit`` is below 4x the largest shard (all of its files)."""
+    if cache_limit is None:
+        return
+    largest = int(bytes_per_shard.max()) if len(bytes_per_shard) else 0
+    if cache_limit < 4 * largest:
+        raise ValueError(
+            f"cache_limit={cache_limit} bytes is below 4x the largest shard ({largest} bytes); raise "
+            "it or write smaller shards"
+        )

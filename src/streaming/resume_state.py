@@ -1,0 +1,129 @@
+"""The resume state of ``StreamingDataset``: what it records and how a loaded state is checked.
+
+Design note: pure functions over plain dicts. ``dataset_config`` is the part of a state that must match for the
+sample order to continue unchanged (shuffle, partition, batching, sampling, epoch size, and a fingerprint of
+the streams' indexes and weights); ``build_state`` adds where the run stands; ``resume_mismatches`` compares a
+loaded state with the dataset and lists every difference (empty list: resumable), so the dataset only applies
+the counters. Keeping the check pure makes it testable without a dataset and is the one place to extend
+(e.g. a policy for a changed stream mixture).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = [
+    "CHECKED_KEYS",
+    "STATE_VERSION",
+    "build_state",
+    "check_state_version",
+    "dataset_config",
+    "resume_mismatches",
+    "streams_fingerprint",
+]
+
+STATE_VERSION = 1
+CHECKED_KEYS = (
+    "shuffle",
+    "shuffle_algo",
+    "shuffle_seed",
+    "shuffle_block_size",
+    "partition_algo",
+    "batching_method",
+    "sampling_method",
+    "sampling_granularity",
+    "epoch_size",
+    "streams_fingerprint",
+)
+
+
+def streams_fingerprint(stream_fingerprints: Sequence[str], choose_per_stream: Sequence[int]) -> str:
+    """A short hash of every stream's fingerprint and the samples each stream contributes per epoch."""
+    blob = json.dumps([*stream_fingerprints, list(choose_per_stream)], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def dataset_config(
+    *,
+    shuffle: bool,
+    shuffle_algo: str,
+    shuffle_seed: int,
+    shuffle_block_size: int,
+    partition_algo: str,
+    batching_method: str,
+    sampling_method: str,
+    sampling_granularity: int,
+    epoch_size: int,
+    fingerprint: str,
+) -> dict[str, Any]:
+    """The checked part of a state (keys ``CHECKED_KEYS``); ``shuffle_block_size`` is the effective one."""
+    return {
+        "shuffle": shuffle,
+        "shuffle_algo": shuffle_algo,
+        "shuffle_seed": shuffle_seed,
+        "shuffle_block_size": shuffle_block_size,
+        "partition_algo": partition_algo,
+        "batching_method": batching_method,
+        "sampling_method": sampling_method,
+        "sampling_granularity": sampling_granularity,
+        "epoch_size": epoch_size,
+        "streams_fingerprint": fingerprint,
+    }
+
+
+def build_state(
+    *,
+    epoch: int,
+    sample_in_epoch: int,
+    global_batch_size: int | None,
+    num_canonical_nodes: int,
+    initial_physical_nodes: int,
+    config: dict[str, Any],
+) -> dict[str, Any]:
+    """A versioned, JSON-serializable resume state."""
+    return {
+        "version": STATE_VERSION,
+        "epoch": epoch,
+        "sample_in_epoch": sample_in_epoch,
+        "global_batch_size": global_batch_size,
+        "num_canonical_nodes": num_canonical_nodes,
+        "initial_physical_nodes": initial_physical_nodes,
+        **config,
+    }
+
+
+def check_state_version(obj: Any) -> None:
+    """Raises ValueError unless ``obj`` is a state dict of ``STATE_VERSION``."""
+    if not isinstance(obj, dict) or obj.get("version") != STATE_VERSION:
+        got = obj.get("version") if isinstance(obj, dict) else type(obj).__name__
+        raise ValueError(f"not a StreamingDataset state of version {STATE_VERSION} (got version {got!r})")
+
+
+def resume_mismatches(
+    obj: dict[str, Any], *, ncn_arg: int | None, config_for: Callable[[int], dict[str, Any]]
+) -> list[str]:
+    """Every way the state ``obj`` does not match the dataset (empty: it can be resumed).
+
+    Args:
+        obj: A state of ``STATE_VERSION`` (see ``check_state_version``).
+        ncn_arg: The dataset's ``num_canonical_nodes`` argument (None: taken from the state).
+        config_for: The dataset's ``dataset_config`` for a given number of canonical nodes (the default shuffle
+            block size depends on it).
+    """
+    ncn = obj.get("num_canonical_nodes")
+    diffs = []
+    if ncn_arg is not None and ncn != ncn_arg:
+        diffs.append(f"num_canonical_nodes: state has {ncn!r}, dataset has {ncn_arg!r}")
+    if not isinstance(ncn, int) or ncn < 1:
+        diffs.append(f"num_canonical_nodes: state has {ncn!r}, expected an int >= 1")
+    if diffs:
+        return diffs
+    mine = config_for(ncn)  # type: ignore[arg-type]
+    return [
+        f"{k}: state has {obj.get(k)!r}, dataset has {mine[k]!r}"
+        for k in CHECKED_KEYS
+        if obj.get(k) != mine[k]
+    ]

@@ -1,0 +1,222 @@
+"""Per-process shard access of a ``StreamingDataset``: preparing shards (ahead of use) and reading samples.
+
+Design note: shards are prepared (``prepare``) ahead of use: a remote stream's are downloaded once per node
+through ``streaming.cache.ShardCache``; a local stream's are checked and decompressed atomically by
+``Stream.prepare_shard``. When there is work to overlap (remote or compressed shards), only the shard of a
+chunk's first sample is prepared inline; the chunk's other shards (in order of first use) and the next chunk's
+are prepared in a thread pool, so ahead-of-use work is bounded by the chunk size (``predownload``) and the first
+sample never waits for shards it does not need. One ``ShardAccess`` lives in each process (rank or DataLoader
+worker) and is never pickled: its readers, pins and pool are process state.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from streaming.cache import CachedShard, ShardCache
+from streaming.format.index import ShardInfo
+from streaming.format.reader import ShardReader, open_shard
+from streaming.stream import Stream
+
+__all__ = ["ShardAccess"]
+
+
+class ShardAccess:
+    """Readers, preparation and the prefetch pool over a dataset's shards, for one process.
+
+    Args:
+        streams: The dataset's streams.
+        shards: Every shard, in global shard order (may be lazy; an item is read only for shards used).
+        stream_per_shard: The stream of each shard.
+        shard_ends: Cumulative samples at the end of each shard.
+        any_compressed: Whether some shard is stored compressed.
+        cache_limit: The node's cache budget in bytes (None: unlimited).
+        allow_unsafe_types: Allow ``pkl`` columns.
+        download_concurrency: Threads preparing shards ahead of use.
+    """
+
+    def __init__(
+        self,
+        *,
+        streams: Sequence[Stream],
+        shards: Sequence[ShardInfo],
+        stream_per_shard: np.ndarray,
+        shard_ends: np.ndarray,
+        any_compressed: Callable[[], bool],
+        cache_limit: int | None,
+        allow_unsafe_types: bool,
+        download_concurrency: int,
+    ) -> None:
+        self.streams = streams
+        self.shards = shards
+        self.stream_per_shard = stream_per_shard
+        self.shard_ends = shard_ends
+        self.any_compressed = any_compressed
+        self.cache_limit = cache_limit
+        self.allow_unsafe_types = allow_unsafe_types
+        self.download_concurrency = download_concurrency
+        self.readers: dict[int, ShardReader] = {}
+        self.prepared: set[int] = set()
+        self.cache: ShardCache | None = None
+        self.active_shards: set[int] = set()
+        self.upcoming_shards: set[int] = set()
+        self._ends: list[int] | None = None
+
+    def shard_cache(self) -> ShardCache:
+        """The node-level cache over every shard (built lazily)."""
+        if self.cache is None:
+            shards = []
+            for info, si in zip(self.shards, self.stream_per_shard.tolist()):
+                stream = self.streams[si]
+                shards.append(
+                    CachedShard(
+                        local=stream.dirname,
+                        remote=stream.remote_dirname,
+                        info=info,
+                        policy=stream.retry_policy(),
+                        validate_hash=stream.validate_hash,
+                    )
+                )
+            self.cache = ShardCache(shards=shards, cache_limit=self.cache_limit)
+        return self.cache
+
+    def prepare(self, shard_id: int, *, reader: bool = False, prefetch: bool = False) -> None:
+        """Make shard ``shard_id`` readable locally. When the cache is full of shards in use, the iterating
+        thread (``reader``) first drops its own idle readers, and a ``prefetch`` gives up at once (the shard is
+        prepared when needed)."""
+        stream = self.streams[int(self.stream_per_shard[shard_id])]
+        if stream.is_remote:
+            active, upcoming = self.active_shards, self.upcoming_shards
+            # Eviction order for this worker's view of the plan: shards of the chunk being read are needed
+            # now, those of the next chunk soon; the rest go first (least recently used first).
+            if not self.shard_cache().prepare(
+                shard_id,
+                next_use=lambda k: 0.0 if k in active else 1.0 if k in upcoming else float("inf"),
+                on_full=(lambda: self.release(set())) if reader else None,
+                wait=not prefetch,
+            ):
+                return
+        else:
+            stream.prepare_shard(self.shards[shard_id])
+            if stream.validate_hash:
+                self.shard_cache().verify(shard_id)
+        self.prepared.add(shard_id)
+
+    def release(self, keep: set[int]) -> None:
+        """Forget readers (and cache pins) of shards outside ``keep`` so their files can be evicted."""
+        for shard_id in [k for k in self.readers if k not in keep]:
+            del self.readers[shard_id]
+            self.prepared.discard(shard_id)
+            if self.cache is not None:
+                self.cache.unpin(shard_id)
+
+    def reader(self, shard_id: int) -> ShardReader:
+        """The open reader of a shard (prepared first if needed; re-prepared if evicted in between)."""
+        reader = self.readers.get(shard_id)
+        if reader is None:
+            stream = self.streams[int(self.stream_per_shard[shard_id])]
+            pin = stream.is_remote and self.cache_limit is not None  # in use: not evictable until released
+            for attempt in range(3):
+                if shard_id not in self.prepared:
+                    self.prepare(shard_id, reader=True)
+                try:
+                    if pin and not self.shard_cache().pin(shard_id):
+                        raise FileNotFoundError(
+                            f"shard {self.shards[shard_id].raw_data.basename} was evicted"
+                        )
+                    reader = open_shard(
+                        stream.dirname, self.shards[shard_id], allow_unsafe_types=self.allow_unsafe_types
+                    )
+                    break
+                except FileNotFoundError:  # evicted by another process between prepare and open
+                    self.prepared.discard(shard_id)
+                    if pin:
+                        self.shard_cache().unpin(shard_id)
+                    if attempt == 2 or not stream.is_remote:
+                        raise
+            self.readers[shard_id] = reader  # type: ignore[assignment]
+        return reader  # type: ignore[return-value]
+
+    def sample(self, sample_id: int) -> dict[str, Any]:
+        """Sample ``sample_id`` (in range) of the concatenation of all shards."""
+        if self._ends is None:  # a list: bisect on it is several times faster than searchsorted on one id
+            self._ends = self.shard_ends.tolist()
+        shard = bisect.bisect_right(self._ends, sample_id)
+        return self.reader(shard)[sample_id - (self._ends[shard - 1] if shard else 0)]
+
+    def iter_chunks(self, chunks: Iterator[np.ndarray]) -> Iterator[dict[str, Any]]:
+        """The samples of each chunk of sample ids, preparing shards ahead of use (see the module note)."""
+        pool = self._pool()
+        pending: dict[int, Future[None]] = {}
+        try:
+            current = next(chunks, None)
+            while current is not None:
+                upcoming = next(chunks, None)
+                per_sample = np.searchsorted(self.shard_ends, current, side="right")
+                shards = list(dict.fromkeys(per_sample.tolist()))  # in order of first use
+                nxt: set[int] = set()
+                if upcoming is not None:
+                    nxt = set(np.searchsorted(self.shard_ends, upcoming, side="right").tolist())
+                self.active_shards, self.upcoming_shards = set(shards), nxt
+                if self.cache_limit is not None:
+                    self.release(self.active_shards)
+                if pool is None:  # local raw shards: a cheap check each
+                    for shard in shards:
+                        if shard not in self.prepared:
+                            self.prepare(shard, reader=True)
+                    for i in current.tolist():
+                        yield self.sample(i)
+                else:
+                    self._prepare_ahead(pool, pending, shards, sorted(nxt))
+                    for i, shard in zip(current.tolist(), per_sample.tolist()):
+                        if shard not in self.prepared:
+                            self._await_prepared(shard, pending)
+                        yield self.sample(i)
+                current = upcoming
+        finally:
+            if pool is not None:
+                # cancel first, then wait: shutdown(cancel_futures=True) fails at interpreter exit
+                for fut in pending.values():
+                    fut.cancel()
+                pool.shutdown(wait=True)
+
+    def _pool(self) -> ThreadPoolExecutor | None:
+        """A thread pool preparing shards ahead of use: for remote streams (downloads) and compressed shards
+        (decompression); None when every shard is a local raw file (nothing to overlap)."""
+        if not any(s.is_remote for s in self.streams) and not self.any_compressed():
+            return None
+        if any(s.is_remote or s.validate_hash for s in self.streams):
+            self.shard_cache()  # built here, once, not raced by the pool's threads
+        return ThreadPoolExecutor(max_workers=self.download_concurrency)
+
+    def _prepare_ahead(
+        self, pool: ThreadPoolExecutor, pending: dict[int, Future[None]], now: list[int], soon: list[int]
+    ) -> None:
+        """Prepare the shard of the chunk's first sample inline, then the rest of this chunk (in order of first
+        use) and the next chunk's shards in the background: the first sample waits only for its own shard."""
+        for shard, fut in list(pending.items()):  # surface prefetch errors; prepared again below if needed
+            if fut.done():
+                fut.exception()
+                del pending[shard]
+        if now and now[0] not in self.prepared and now[0] not in pending:
+            self.prepare(now[0], reader=True)
+        for shard in [*now[1:], *soon]:
+            if shard not in self.prepared and shard not in pending:
+                pending[shard] = pool.submit(self._prefetch, shard)
+
+    def _await_prepared(self, shard: int, pending: dict[int, Future[None]]) -> None:
+        """Wait for ``shard``'s background preparation; a prefetch that gave up or failed is redone inline (by
+        the reader, which raises the error with its context)."""
+        fut = pending.pop(shard, None)
+        if fut is not None:
+            fut.exception()
+        if shard not in self.prepared:
+            self.prepare(shard, reader=True)
+
+    def _prefetch(self, shard_id: int) -> None:
+        self.prepare(shard_id, prefetch=True)
