@@ -9,11 +9,15 @@ per shard after wrapping (`foundry.parallel.meta_init`). Casting to a dtype stay
 weights (the lm-eval adapter): weights load at full precision, then cast. Nothing is registered at import:
 the schema nodes are in `registry.py`, and `foundry.models.mpt.auto.register_auto_classes()` tells
 transformers about model_type `foundry_mpt` when `load_pretrained` (here) or `build_hf_causal_lm` needs it.
+LoRA (`model.peft_config`) is part of creating the module: `build_model` injects the adapters (base frozen)
+into the model it built, so a schema with adapters always means a module with adapters, whether its weights
+are then initialised, materialised after sharding, or assigned from a checkpoint that holds them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +52,9 @@ def build_mpt(cfg: MPTModelConfig, *, vocab_size: int | None = None, device: str
         device: overrides `cfg.init_device` (`cpu`, `cuda`, `meta`).
     """
     overrides: dict[str, Any] = {} if vocab_size is None else {"vocab_size": vocab_size}
-    config = MPTConfig.from_schema(cfg, **overrides)
+    # the adapters are not part of the transformers config (`build_model` applies them to the module)
+    body = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "peft_config"}
+    config = MPTConfig(**{**body, **overrides})
     with torch.device(device or cfg.init_device):
         return MPTForCausalLM(config)
 
@@ -65,13 +71,21 @@ def build_model(cfg: ModelConfig, *, vocab_size: int | None = None, device: str 
         device: overrides an MPT schema's `init_device` (a transformers causal LM uses its own).
 
     Returns:
-        A transformers `PreTrainedModel` whose `forward(input_ids, labels=...)` returns `.loss` / `.logits`.
+        A transformers `PreTrainedModel` whose `forward(input_ids, labels=...)` returns `.loss` / `.logits`;
+        with `cfg.peft_config`, LoRA adapters injected and only they trainable.
     """
     if isinstance(cfg, MPTModelConfig):
-        return build_mpt(cfg, vocab_size=vocab_size, device=device)
-    if isinstance(cfg, HFCausalLMConfig):
-        return build_hf_causal_lm(cfg, vocab_size=vocab_size)
-    raise TypeError(f"build_model got {type(cfg).__name__}; expected MPTModelConfig or HFCausalLMConfig")
+        model = build_mpt(cfg, vocab_size=vocab_size, device=device)
+    elif isinstance(cfg, HFCausalLMConfig):
+        model = build_hf_causal_lm(cfg, vocab_size=vocab_size)
+    else:
+        raise TypeError(f"build_model got {type(cfg).__name__}; expected MPTModelConfig or HFCausalLMConfig")
+    if cfg.peft_config is None:
+        return model
+    # local: `peft` is an optional dependency (2 s to import), needed only when adapters are configured
+    from foundry.models.peft.inject import apply_peft
+
+    return apply_peft(model, cfg.peft_config)
 
 
 def build_model_on(
@@ -155,6 +169,11 @@ def materialize_(model: nn.Module, *, device: str | torch.device) -> nn.Module:
     """
     model.to_empty(device=device)
     cfg: Any = model.config  # an MPTConfig (nn.Module.__getattr__ is typed Tensor | Module)
+    init = model.__dict__.get("_init_weights")  # set by LoRA injection: adapters get their own init
+    if callable(init):
+        for module in model.modules():  # the order `foundry.parallel.meta_init` uses: same weights sharded
+            init(module)
+        return model
     init_model_(model, cfg=cfg.init, d_model=cfg.d_model, n_layers=cfg.n_layers)
     return model
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from foundry.models.peft.schema import PeftConfig
+
 __all__ = ["ModelConfig"]
 
 
 @dataclass(kw_only=True)
 class ModelConfig:
     """Base of every `model` group schema (`TrainConfig.model` is typed with it; subclasses swap in)."""
+
+    peft_config: PeftConfig | None = None
+    """LoRA adapters (`foundry.models.peft`): null trains every weight; set to train adapters only."""
