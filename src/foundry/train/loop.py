@@ -6,13 +6,15 @@ collects everything a checkpoint needs in one place. Microbatch losses are weigh
 device batch's loss-generating tokens, so any microbatch split gives the gradient of one big batch
 (4 x 2 == 1 x 8). With `auto`, an out-of-memory error zeroes the gradients, halves the microbatch and
 retries the *same* batch; counters move only after a step succeeds, so nothing is lost or counted twice.
+A mixture's batches may carry `stream_id` (see `foundry.train.stream_metrics`): it never reaches the model,
+eval adds a loss/perplexity per stream, and training counts samples and loss tokens per stream.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +30,17 @@ from foundry.train.auto_microbatch import is_oom, next_microbatch_size
 from foundry.train.batching import BatchPlan, loss_tokens, split_batch
 from foundry.train.config import TrainerConfig
 from foundry.train.state import TrainState
+from foundry.train.stream_metrics import (
+    STREAM_ID,
+    StreamCounter,
+    check_rows,
+    check_stream_names,
+    model_inputs,
+    require_names,
+    row_losses,
+    stream_eval_metrics,
+    stream_matrix,
+)
 
 __all__ = ["Trainer"]
 
@@ -49,6 +62,8 @@ class Trainer:
         device: Where to train.
         loggers: Receive the metrics.
         callbacks: Observe the run and add metrics.
+        stream_names: Stream index -> name, for batches that carry `stream_id` (a data mixture): adds
+            `eval/<name>/loss|perplexity` and `train/<name>/samples|tokens`. None: data without streams.
     """
 
     def __init__(
@@ -67,6 +82,7 @@ class Trainer:
         device: torch.device,
         loggers: list[Logger] | None = None,
         callbacks: list[Callback] | None = None,
+        stream_names: Sequence[str] | None = None,
     ) -> None:
         check_precision(cfg.precision, device=device)
         self.model = model
@@ -88,16 +104,23 @@ class Trainer:
         self.last_eval: dict[str, float] = {}
         self.last_train: dict[str, float] = {}
         self._iter: Iterator[dict[str, torch.Tensor]] | None = None
+        self.stream_names = check_stream_names(stream_names)
+        self.streams = None if self.stream_names is None else StreamCounter(self.stream_names, device=device)
 
     # ------------------------------------------------------------------ state
     def run_state(self) -> dict[str, Any]:
-        """The non-tensor-heavy resume state: scheduler, scaler, counters (incl. the `auto` microbatch), data."""
-        return {
+        """The non-tensor-heavy resume state: scheduler, scaler, counters (incl. the `auto` microbatch), data,
+        and with `stream_names` the per-stream counts (summed over ranks here: every rank calls this)."""
+        run = {
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "scaler": None if self.scaler is None else self.scaler.state_dict(),
             "state": self.state.state_dict(),
             "dataloader": getattr(self.train_loader, "state_dict", lambda: None)(),
         }
+        if self.streams is not None:
+            self.streams.flush()
+            run["streams"] = self.streams.state_dict()
+        return run
 
     def load_run_state(self, run: dict[str, Any]) -> None:
         """Restores what `run_state` returned (the next step continues where that one stopped)."""
@@ -114,6 +137,8 @@ class Trainer:
         )
         if run.get("dataloader") is not None:
             self.train_loader.load_state_dict(run["dataloader"])
+        if self.streams is not None and run.get("streams"):  # checkpoints from before streams have none
+            self.streams.load_state_dict(run["streams"])
         self._iter = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -156,7 +181,7 @@ class Trainer:
         Each microbatch loss is weighted by its loss tokens / the GLOBAL batch's (all ranks) x world size, as
         DDP/FSDP average gradients over ranks; gradients are reduced across ranks on the last microbatch only.
         """
-        micro = split_batch(batch, self.state.microbatch_size)
+        micro = split_batch(model_inputs(batch), self.state.microbatch_size)
         by_tokens = self.cfg.accumulate_train_batch_on_tokens
         count = loss_tokens(batch) if by_tokens else batch["input_ids"].shape[0]
         total = float(all_reduce_sum(torch.tensor(float(count), dtype=torch.float64, device=self.device)))
@@ -178,6 +203,9 @@ class Trainer:
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One optimizer step on one device batch (with OOM retries under `auto`); returns its metrics."""
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        stream_id = batch.pop(STREAM_ID, None)
+        if stream_id is not None:
+            require_names(self.stream_names)
         self.model.train()
         while True:
             try:
@@ -217,6 +245,8 @@ class Trainer:
         s.step_in_epoch += 1
         s.samples += self.plan.global_batch_size
         s.tokens += self.plan.global_batch_size * batch["input_ids"].shape[1]
+        if stream_id is not None and self.streams is not None:
+            self.streams.add(stream_id, batch["labels"])
         metrics["train/loss"] = float(loss)
         metrics["trainer/device_train_microbatch_size"] = float(s.microbatch_size)
         return metrics
@@ -225,28 +255,47 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Token-weighted loss and perplexity over the eval split (or its first `eval_subset_num_batches` per
-        rank), summed over all ranks."""
+        rank), summed over all ranks; with `stream_id` in the batches also per stream (`eval/<name>/loss`)."""
         if self.eval_loader is None:
             return {}
         self.model.eval()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        count = 0
+        k = 0 if self.stream_names is None else len(self.stream_names)
+        # [loss x tokens, tokens] + with streams [loss sums (k), tokens (k), rows matched, rows]
+        totals = torch.zeros(2 + (2 * k + 2 if k else 0), dtype=torch.float64, device=self.device)
         for i, batch in enumerate(self.eval_loader):
             if 0 <= self.cfg.eval_subset_num_batches <= i:
                 break
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            n = loss_tokens(batch)
-            with autocast(self.cfg.precision, device=self.device):
-                loss = self.forward_model(**batch).loss
-            loss_sum += loss.double() * n
-            count += n
+            self._eval_batch({key: v.to(self.device) for key, v in batch.items()}, totals)
         self.model.train()
-        totals = torch.stack([loss_sum, torch.tensor(float(count), dtype=torch.float64, device=self.device)])
-        loss_sum, count = all_reduce_sum(totals).tolist()  # over every rank's share of the eval split
+        values = all_reduce_sum(totals).tolist()  # over every rank's share of the eval split
+        loss_sum, count = values[:2]
         if count == 0:
             return {}
         mean = loss_sum / count
-        return {"eval/loss": mean, "eval/perplexity": math.exp(min(mean, 700.0))}
+        metrics = {"eval/loss": mean, "eval/perplexity": math.exp(min(mean, 700.0))}
+        if self.stream_names is not None:
+            check_rows(values[-2], values[-1], self.stream_names)
+            sums, tokens = values[2 : 2 + k], values[2 + k : 2 + 2 * k]
+            metrics.update(stream_eval_metrics(self.stream_names, sums, tokens))
+        return metrics
+
+    def _eval_batch(self, batch: dict[str, torch.Tensor], totals: torch.Tensor) -> None:
+        """Adds one batch to `totals` (see `evaluate`); per-stream sums come from the returned logits."""
+        stream_id = batch.get(STREAM_ID)
+        n = loss_tokens(batch)
+        with autocast(self.cfg.precision, device=self.device):
+            out = self.forward_model(**model_inputs(batch))
+        totals[0] += out.loss.double() * n
+        totals[1] += n
+        if stream_id is None:
+            return
+        k = len(require_names(self.stream_names))
+        sums, tokens = row_losses(out.logits, batch["labels"])
+        member = stream_matrix(stream_id, k).double()
+        totals[2 : 2 + k] += member.T @ sums
+        totals[2 + k : 2 + 2 * k] += member.T @ tokens.double()
+        totals[-2] += member.sum()
+        totals[-1] += stream_id.shape[0]
 
     def _run_eval(self) -> None:
         start = time.perf_counter()
@@ -278,6 +327,7 @@ class Trainer:
             self.last_train = metrics
             step = self.state.step
             if step % self.cfg.log_interval == 0 or step == self.max_steps:
+                metrics.update(self._stream_counts())
                 self._log(metrics)
             every = self.eval_interval_steps
             if every > 0 and step % every == 0 and step < self.max_steps:
@@ -285,4 +335,11 @@ class Trainer:
         self._run_eval()
         for cb in self.callbacks:
             cb.on_fit_end(self)
-        return {**self.last_train, **self.last_eval}
+        return {**self.last_train, **self._stream_counts(), **self.last_eval}
+
+    def _stream_counts(self) -> dict[str, float]:
+        """The per-stream train counts so far, summed over ranks (a collective when batches were added)."""
+        if self.streams is None:
+            return {}
+        self.streams.flush()
+        return self.streams.metrics()
