@@ -16,7 +16,13 @@ Cases (one JSON line each; ``speedup`` > 1 means ours is faster):
   * ``loader_small64_w2``: the same with ~64-byte ``str`` samples and 2 workers.
   * ``random_tok8k``: ``get_item`` at uniform random indices (warm page cache): p50 and mean us.
   * ``zstd_tok8k``: a zstd-compressed copy, raw shards removed before every run: time from constructing
-    ``StreamingDataset`` to its first shuffled sample (in process), then the steady samples/s.
+    ``StreamingDataset`` to its first shuffled sample (in process), then the steady samples/s; ``import_s``
+    (importing the library, not in ``first_sample_s``) beside it, since each library defers different work.
+  * ``collate_tok8k_w2``: ``loader_tok8k_w2`` through foundry's ``TextCollator`` (ours: ``input_ids`` and
+    ``labels`` int64 tensors, built in the workers) vs the reference's default collate of the same samples.
+  * ``remote_tok8k_w2``: the token dataset served by a loopback S3 server (``_read_remote.py``; skipped with a
+    message when moto is not installed): first shuffled sample from a cold cache vs one shard's GET, then
+    2-worker samples/s once every shard is cached vs the local copy in the same child.
 """
 
 from __future__ import annotations
@@ -32,13 +38,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _common import machine
+from _read_remote import LoopbackS3, S3Unavailable, measure_remote
 
-import streaming  # ours in the driver and our children; mosaicml-streaming in the reference's children
-from streaming import StreamingDataLoader, StreamingDataset
+_IMPORT_START = time.perf_counter()
+import streaming  # noqa: E402 - ours in the driver and our children; mosaicml-streaming in the reference's
+from streaming import StreamingDataLoader, StreamingDataset  # noqa: E402
+
+IMPORT_S = time.perf_counter() - _IMPORT_START
+REPO = Path(__file__).resolve().parents[2]
 
 TOKENS = 2048  # int32 tokens per sample: 8 KiB
 BATCH = 32
@@ -50,9 +64,9 @@ LOADER_CASES = {
     "loader_tok8k_w4": ("tok8k", 4),
     "loader_small64_w2": ("small64", 2),
 }
-CASES = (*LOADER_CASES, "random_tok8k", "zstd_tok8k")
-RATE_KEYS = {"samples_per_s"}
-TIME_KEYS = {"first_batch_s", "first_sample_s", "p50_us", "mean_us"}
+CASES = (*LOADER_CASES, "random_tok8k", "zstd_tok8k", "collate_tok8k_w2", "remote_tok8k_w2")
+RATE_KEYS = {"samples_per_s", "local_samples_per_s"}
+TIME_KEYS = {"first_batch_s", "first_sample_s", "p50_us", "mean_us", "import_s", "shard_get_s"}
 
 
 # ----- data (driver, ours) -----
@@ -95,21 +109,23 @@ def remove_raw_shards(path: str) -> None:
 # ----- measurements (children; the same code runs against either library) -----
 
 
-def _dataset(path: str, shuffle: bool) -> Any:
-    return StreamingDataset(
-        local=path, batch_size=BATCH, shuffle=shuffle, shuffle_algo="py1e", shuffle_seed=7
-    )
+def _dataset(*, shuffle: bool, **where: Any) -> Any:
+    """The benchmark's ``StreamingDataset`` at ``local=`` (and ``remote=``): py1e, seed 7, batch 32."""
+    return StreamingDataset(**where, batch_size=BATCH, shuffle=shuffle, shuffle_algo="py1e", shuffle_seed=7)
 
 
-def measure_loader(path: str, workers: int, seconds: float) -> dict[str, float]:
-    loader = StreamingDataLoader(_dataset(path, shuffle=True), batch_size=BATCH, num_workers=workers)
+def measure_loader(
+    ds: Any, workers: int, seconds: float, collate_fn: Callable[..., Any] | None = None
+) -> dict[str, float]:
+    kwargs = {} if collate_fn is None else {"collate_fn": collate_fn}
+    loader = StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers, **kwargs)
     start = time.perf_counter()
     it = iter(loader)
     next(it)
     first = time.perf_counter()
     count = 0
     for batch in it:
-        count += len(batch["id"] if "id" in batch else batch["text"])
+        count += len(next(iter(batch.values())))
         if time.perf_counter() - first >= seconds:
             break
     rate = count / (time.perf_counter() - first)
@@ -117,8 +133,19 @@ def measure_loader(path: str, workers: int, seconds: float) -> dict[str, float]:
     return {"samples_per_s": rate, "first_batch_s": first - start}
 
 
+def measure_collate(path: str, seconds: float) -> dict[str, float]:
+    """2 workers through ``TextCollator`` (ours) or the default collate (the reference, which has no
+    equivalent: llm-foundry's collator is a separate package)."""
+    collate = None
+    if Path(streaming.__file__).resolve().is_relative_to(REPO):
+        from foundry.data.collate import TextCollator  # ours only; foundry is not in the reference's venv
+
+        collate = TextCollator(max_seq_len=TOKENS, pad_token_id=0)
+    return measure_loader(_dataset(local=path, shuffle=True), 2, seconds, collate)
+
+
 def measure_random(path: str, seconds: float) -> dict[str, float]:
-    ds = _dataset(path, shuffle=False)
+    ds = _dataset(local=path, shuffle=False)
     get = ds.get_item
     idx = np.random.default_rng(1).integers(0, len(ds), size=200_000).tolist()
     for i in idx[:2000]:  # warm: map shards, parse offset tables
@@ -140,7 +167,7 @@ def measure_random(path: str, seconds: float) -> dict[str, float]:
 
 def measure_zstd(path: str, seconds: float) -> dict[str, float]:
     start = time.perf_counter()
-    it = iter(_dataset(path, shuffle=True))
+    it = iter(_dataset(local=path, shuffle=True))
     next(it)
     first = time.perf_counter()
     count = 0
@@ -148,15 +175,22 @@ def measure_zstd(path: str, seconds: float) -> dict[str, float]:
         count += 1
         if count % 256 == 0 and time.perf_counter() - first >= seconds:
             break
-    return {"first_sample_s": first - start, "samples_per_s": count / (time.perf_counter() - first)}
+    rate = count / (time.perf_counter() - first)
+    return {"first_sample_s": first - start, "samples_per_s": rate, "import_s": IMPORT_S}
 
 
-def run_child(case: str, root: str, seconds: float) -> dict[str, Any]:
+def run_child(case: str, root: str, seconds: float, remote: str | None) -> dict[str, Any]:
+    tok8k = os.path.join(root, "tok8k")
     if case in LOADER_CASES:
         data, workers = LOADER_CASES[case]
-        result = measure_loader(os.path.join(root, data), workers, seconds)
+        result = measure_loader(_dataset(local=os.path.join(root, data), shuffle=True), workers, seconds)
     elif case == "random_tok8k":
-        result = measure_random(os.path.join(root, "tok8k"), seconds)
+        result = measure_random(tok8k, seconds)
+    elif case == "collate_tok8k_w2":
+        result = measure_collate(tok8k, seconds)
+    elif case == "remote_tok8k_w2":
+        assert remote is not None, "the driver passes --remote"
+        result = measure_remote(remote, tok8k, seconds, _dataset, measure_loader)
     else:
         result = measure_zstd(os.path.join(root, "tok8k_zstd"), seconds)
     return {
@@ -169,19 +203,29 @@ def run_child(case: str, root: str, seconds: float) -> dict[str, Any]:
 # ----- driver -----
 
 
-def child(python: str, case: str, root: str, seconds: float) -> dict[str, Any]:
+@dataclass
+class Setup:
+    """What a case needs from the driver: a step before every child run, and the children's extra arguments
+    and environment (the remote case's server)."""
+
+    before: Callable[[], None] = lambda: None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def child(python: str, case: str, root: str, seconds: float, setup: Setup) -> dict[str, Any]:
     cmd = [python, os.path.abspath(__file__), "--child", case, "--root", root, "--seconds", str(seconds)]
-    env = dict(os.environ)
+    env = {**os.environ, **setup.env}
     if python != sys.executable:  # the reference must not see a PYTHONPATH meant for ours
         env.pop("PYTHONPATH", None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run([*cmd, *setup.args], capture_output=True, text=True, timeout=600, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{case} with {python} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def side_by_side(
-    case: str, root: str, seconds: float, rounds: int, ref_python: str | None, before: Callable[[], None]
+    case: str, root: str, seconds: float, rounds: int, ref_python: str | None, setup: Setup
 ) -> dict[str, Any]:
     """Run ``case`` for ours and the reference, alternating (order flipped each round); medians per metric."""
     runs: dict[str, list[dict[str, Any]]] = {"ours": [], "reference": []}
@@ -191,8 +235,8 @@ def side_by_side(
         for who in order:
             python = pythons[who]
             if python is not None:
-                before()
-                runs[who].append(child(python, case, root, seconds))
+                setup.before()
+                runs[who].append(child(python, case, root, seconds, setup))
     out: dict[str, Any] = {}
     for who, results in runs.items():
         if results:
@@ -223,6 +267,36 @@ def prepare_data(root: str, size: str) -> None:
             write(path)
 
 
+def case_setup(case: str, root: str, stack: ExitStack) -> Setup:
+    """The driver-side preparation of ``case`` (raises ``S3Unavailable`` for the remote case without moto)."""
+    if case.startswith("zstd"):
+        return Setup(before=lambda: remove_raw_shards(os.path.join(root, "tok8k_zstd")))
+    if case.startswith("remote"):
+        s3 = stack.enter_context(LoopbackS3())
+        remote = s3.upload(os.path.join(root, "tok8k"), "tok8k")
+        return Setup(args=("--remote", remote), env=s3.env())
+    return Setup()
+
+
+def run_case(case: str, root: str, seconds: float, rounds: int, ref_python: str | None) -> dict[str, Any]:
+    """One JSON line: ours and the reference (or a note), the speedup, or why the case was skipped."""
+    line: dict[str, Any] = {"bench": "streaming_read", "case": case, "rounds": rounds, "seconds": seconds}
+    with ExitStack() as stack:
+        try:
+            setup = case_setup(case, root, stack)
+        except S3Unavailable as err:
+            print(f"streaming_read: {case} skipped: {err}", file=sys.stderr)
+            return {**line, "skipped": str(err)}
+        res = side_by_side(case, root, seconds, rounds, ref_python, setup)
+    line["ours"] = res["ours"]
+    line["reference"] = res.get("reference")
+    if line["reference"] is None:
+        line["note"] = "reference not run (pass --ref-python); ours alone"
+    else:
+        line["speedup"] = speedup(res["ours"], res["reference"])
+    return line
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -238,10 +312,11 @@ def main() -> int:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--root", default=None, help="data directory (default: a temp dir, removed)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--remote", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     seconds = args.seconds if args.seconds is not None else (1.0 if args.quick else 3.0)
     if args.child:
-        print(json.dumps(run_child(args.child, args.root, seconds)))
+        print(json.dumps(run_child(args.child, args.root, seconds, args.remote)))
         return 0
     rounds = args.rounds or (1 if args.quick else 3)
     if args.ref_python is None:
@@ -251,26 +326,8 @@ def main() -> int:
         prepare_data(root, "quick" if args.quick else "full")
         info = machine()
         for case in args.cases.split(","):
-            before = (
-                (lambda: remove_raw_shards(os.path.join(root, "tok8k_zstd")))
-                if case.startswith("zstd")
-                else (lambda: None)
-            )
-            res = side_by_side(case, root, seconds, rounds, args.ref_python, before)
-            line: dict[str, Any] = {
-                "bench": "streaming_read",
-                "case": case,
-                "rounds": rounds,
-                "seconds": seconds,
-            }
-            line["ours"] = res["ours"]
-            line["reference"] = res.get("reference")
-            if line["reference"] is None:
-                line["note"] = "reference not run (pass --ref-python); ours alone"
-            else:
-                line["speedup"] = speedup(res["ours"], res["reference"])
-            line["machine"] = info
-            print(json.dumps(line), flush=True)
+            line = run_case(case, root, seconds, rounds, args.ref_python)
+            print(json.dumps({**line, "machine": info}), flush=True)
     finally:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)
