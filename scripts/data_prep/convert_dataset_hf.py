@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument(
         "--no_wrap", action="store_true", help="drop each document's remainder instead of carrying it"
     )
+    p.add_argument(
+        "--record_documents",
+        action="store_true",
+        help="also store each row's document lengths (column document_lengths) for exact document masking",
+    )
     p.add_argument("--compression", default=None, help="e.g. zstd")
     p.add_argument("--num_workers", type=int, default=1, help="tokenizer processes")
     p.add_argument(
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
             compression=args.compression,
             num_workers=args.num_workers,
             progress=bar,
+            record_documents=args.record_documents,
         )
         if bar is not None:
             bar.close()

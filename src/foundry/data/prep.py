@@ -5,7 +5,9 @@ per append. Here packing is a pure generator over a numpy buffer with a read off
 copied a bounded number of times; tokenization (the real cost) runs in a process pool over batches of
 documents, and the packing stays in the parent so row order is deterministic whatever the worker count.
 Rows are stored as `ndarray:<smallest unsigned dtype that holds the vocabulary>` (`uint16` for a
-50k vocabulary halves the bytes of llm-foundry's int32).
+50k vocabulary halves the bytes of llm-foundry's int32). With `record_documents` each row also stores the
+lengths of the documents it holds (`document_lengths`, see `foundry.data.documents`): exact document
+boundaries for document masking, whatever tokens the documents contain.
 
 Input files (`.txt`, `.json`, `.jsonl`) may be local paths or object-store URLs: `input_files` finds a split's
 files (a folder is listed through the streaming backends) and `read_documents` reads each one whole with
@@ -26,11 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from foundry.data.documents import DOCUMENT_LENGTHS_COLUMN
 from streaming.storage import is_remote, list_files, open_url, redact
 
 __all__ = [
     "TEXT_SUFFIXES",
     "ConvertStats",
+    "concat_documents",
     "concat_rows",
     "convert_texts",
     "input_files",
@@ -70,18 +74,45 @@ def concat_rows(
     Yields:
         int64 arrays of exactly `max_seq_len` ids; a final partial row is dropped.
     """
+    for row, _ in concat_documents(docs, max_seq_len=max_seq_len, bos=bos, eos=eos, wrap=wrap):
+        yield row
+
+
+def concat_documents(
+    docs: Iterable[list[int] | np.ndarray],
+    *,
+    max_seq_len: int,
+    bos: list[int] | None = None,
+    eos: list[int] | None = None,
+    wrap: bool = True,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """`concat_rows` that also says where each row's documents are.
+
+    Yields:
+        `(row, lengths)`: the row as in :func:`concat_rows`, and the lengths of the pieces of `bos + doc + eos`
+        it holds, in order (int64, positive, summing to `max_seq_len`; a document cut by a row end counts in
+        both rows). This is the `document_lengths` column of `--record_documents`.
+    """
     if max_seq_len < 1:
         raise ValueError(f"max_seq_len={max_seq_len} must be >= 1")
     pre = np.asarray(bos or [], dtype=np.int64)
     post = np.asarray(eos or [], dtype=np.int64)
     buf = np.empty(0, dtype=np.int64)
+    ends = np.empty(0, dtype=np.int64)  # end offset (in buf) of every piece that still has tokens in buf
     for doc in docs:
         ids = np.concatenate([pre, np.asarray(doc, dtype=np.int64), post])
+        if not len(ids):
+            continue
         buf = np.concatenate([buf, ids]) if len(buf) else ids
+        ends = np.append(ends, len(buf))
         n_rows = len(buf) // max_seq_len
         for i in range(n_rows):
-            yield buf[i * max_seq_len : (i + 1) * max_seq_len]
-        buf = buf[n_rows * max_seq_len :] if wrap else buf[:0]
+            a, b = i * max_seq_len, (i + 1) * max_seq_len
+            cuts = ends[(ends > a) & (ends < b)]
+            yield buf[a:b], np.diff(np.concatenate([[a], cuts, [b]]))
+        consumed = n_rows * max_seq_len if wrap else len(buf)
+        buf = buf[consumed:]
+        ends = ends[ends > consumed] - consumed
 
 
 @dataclass
@@ -153,6 +184,7 @@ def convert_texts(
     num_workers: int = 1,
     batch_docs: int = 256,
     progress: Any = None,  # noqa: ANN401 - a tqdm bar (updated with documents) or None
+    record_documents: bool = False,
 ) -> ConvertStats:
     """Tokenize `texts`, pack them into rows and write an MDS dataset with one `tokens` column.
 
@@ -168,6 +200,8 @@ def convert_texts(
         num_workers: Tokenizer processes (1 = in this process).
         batch_docs: Documents per tokenizer call.
         progress: Optional tqdm-like bar, advanced by documents.
+        record_documents: Also write each row's document lengths (`document_lengths` column, see
+            :func:`concat_documents`), so document masking needs no separator token.
 
     Returns:
         Counts and timing.
@@ -196,11 +230,16 @@ def convert_texts(
             yield doc
 
     docs = counted(_encoded_docs(texts, tokenizer=tokenizer, num_workers=num_workers, batch_docs=batch_docs))
-    with MDSWriter(
-        out=out, columns={"tokens": f"ndarray:{dtype}"}, compression=compression, exist_ok=True
-    ) as w:
-        for row in concat_rows(docs, max_seq_len=max_seq_len, bos=bos, eos=eos, wrap=wrap):
-            w.write({"tokens": row.astype(dtype)})
+    columns = {"tokens": f"ndarray:{dtype}"}
+    len_dtype = smallest_uint_dtype(max_seq_len + 1)
+    if record_documents:
+        columns[DOCUMENT_LENGTHS_COLUMN] = f"ndarray:{len_dtype}"
+    with MDSWriter(out=out, columns=columns, compression=compression, exist_ok=True) as w:
+        for row, lengths in concat_documents(docs, max_seq_len=max_seq_len, bos=bos, eos=eos, wrap=wrap):
+            sample = {"tokens": row.astype(dtype)}
+            if record_documents:
+                sample[DOCUMENT_LENGTHS_COLUMN] = lengths.astype(len_dtype)
+            w.write(sample)
             stats.rows += 1
     stats.tokens = stats.rows * max_seq_len
     stats.seconds = time.perf_counter() - start

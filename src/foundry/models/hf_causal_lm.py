@@ -4,6 +4,13 @@ Design note: this is a thin adapter, not a wrapper class: the trainer gets the t
 (same `forward(input_ids, labels=...)` contract as our MPT), so nothing here needs updating when transformers
 adds architectures. Network access is never assumed: a missing local/cached model fails with a message
 naming the field to change.
+
+Packed rows (`attn_uses_sequence_id`, which llm-foundry does not offer for HF models): a forward pre-hook,
+registered on the model itself (so its class, parameter names and checkpoints stay transformers'), turns
+the batch's `sequence_id` (B, S) into `position_ids` restarting at 0 per document and a block-diagonal
+causal 4D mask (`foundry.models.documents`), which transformers' mask builder passes through untouched.
+Only the `eager` (additive float mask) and `sdpa` (boolean mask) backends take such a mask; flash/flex
+backends are refused at build time. Without the option the hook drops `sequence_id`, as MPT ignores it.
 """
 
 from __future__ import annotations
@@ -15,12 +22,15 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from foundry.models.documents import document_causal_mask, document_positions
 from foundry.models.mpt.auto import register_auto_classes
 from foundry.models.schema import ModelConfig
 
 __all__ = ["HFCausalLMConfig", "build_hf_causal_lm"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DOCUMENT_MASK_IMPLS = ("eager", "sdpa")
+"""transformers attention backends that accept a custom 4D mask (needed by `attn_uses_sequence_id`)."""
 
 
 @dataclass(kw_only=True)
@@ -42,6 +52,9 @@ class HFCausalLMConfig(ModelConfig):
     """`cpu`, `cuda` or `meta` (architecture only)."""
     config_overrides: dict[str, Any] = field(default_factory=dict)
     """Set on the transformers config before building (e.g. {num_hidden_layers: 2})."""
+    attn_uses_sequence_id: bool = False
+    """Packed rows: attention stays inside each document of a row and positions restart per document
+    (needs `sequence_id` in training batches and attn_implementation eager or sdpa)."""
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -49,6 +62,12 @@ class HFCausalLMConfig(ModelConfig):
         if self.init_device == "meta" and self.pretrained:
             raise ValueError(
                 "model.init_device=meta needs model.pretrained=false (weights cannot load on meta)"
+            )
+        impl = self.attn_implementation
+        if self.attn_uses_sequence_id and impl is not None and impl not in DOCUMENT_MASK_IMPLS:
+            raise ValueError(
+                f"model.attn_uses_sequence_id=true needs a custom 4D attention mask, which "
+                f"model.attn_implementation={impl!r} does not accept: use one of {list(DOCUMENT_MASK_IMPLS)}"
             )
 
 
@@ -93,4 +112,64 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
             raise TypeError(f"{type(model).__name__}: the input embeddings' weight is not a tensor")
         if weight.shape[0] < vocab_size:
             model.resize_token_embeddings(vocab_size)
+    impl = str(getattr(model.config, "_attn_implementation", None))
+    if cfg.attn_uses_sequence_id and impl not in DOCUMENT_MASK_IMPLS:
+        raise ValueError(
+            f"model.attn_uses_sequence_id=true: {type(model).__name__} uses attention implementation {impl!r}, "
+            f"which does not accept a custom 4D mask; set model.attn_implementation to one of "
+            f"{list(DOCUMENT_MASK_IMPLS)}"
+        )
+    model.register_forward_pre_hook(
+        DocumentMasking(enabled=cfg.attn_uses_sequence_id, eager=impl == "eager"), with_kwargs=True
+    )
     return model
+
+
+class DocumentMasking:
+    """Forward pre-hook: consumes `sequence_id` (B, S); when enabled, sets per-document `position_ids`
+    and a block-diagonal causal 4D `attention_mask` (the 2D padding mask is folded in: padding becomes a
+    document of its own, so it is never seen by real tokens and no query row is empty).
+
+    Args:
+        enabled: `model.attn_uses_sequence_id`; when false `sequence_id` is dropped.
+        eager: The model uses the eager backend (additive float mask) rather than sdpa (boolean mask).
+    """
+
+    def __init__(self, *, enabled: bool, eager: bool) -> None:
+        self.enabled = enabled
+        self.eager = eager
+
+    def __call__(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        sequence_id = kwargs.pop("sequence_id", None)
+        if not self.enabled:
+            return args, kwargs
+        if sequence_id is None:
+            if module.training:
+                raise ValueError("model.attn_uses_sequence_id=true needs `sequence_id` in training batches")
+            return args, kwargs
+        padding = kwargs.get("attention_mask")
+        if padding is not None:
+            if padding.dim() != 2:
+                raise ValueError("sequence_id cannot be combined with a custom 4D attention_mask")
+            sequence_id = sequence_id.masked_fill(padding == 0, -1)  # padding: its own document
+        if kwargs.get("position_ids") is None:
+            kwargs["position_ids"] = document_positions(sequence_id)
+        mask = document_causal_mask(sequence_id)  # (B, 1, S, S)
+        if self.eager:
+            dtype = _compute_dtype(module)
+            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+                ~mask, torch.finfo(dtype).min
+            )
+        kwargs["attention_mask"] = mask
+        return args, kwargs
+
+
+def _compute_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype attention scores are computed in: autocast's when enabled, else the parameters'."""
+    param = next(module.parameters())
+    device_type = param.device.type
+    if device_type in ("cuda", "cpu") and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return param.dtype

@@ -22,6 +22,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+from foundry.models.documents import document_positions
 from foundry.models.mpt.attention import PositionTables, build_attn_mask
 from foundry.models.mpt.blocks import MPTBlock
 from foundry.models.mpt.hf_config import MPTConfig
@@ -124,7 +125,9 @@ class MPTModel(MPTPreTrainedModel):
         Args:
             input_ids: (B, S) token ids (or `inputs_embeds` (B, S, d_model)).
             attention_mask: (B, S_past + S) 1 = token, 0 = (left) padding; omit when there is none.
-            sequence_id: (B, S) document ids of packed rows (used when attn_uses_sequence_id).
+            sequence_id: (B, S) document ids of packed rows (used when attn_uses_sequence_id, ignored
+                otherwise): attention stays inside each document and, unless `position_ids` are given,
+                positions restart at 0 at every document (llm-foundry keeps row positions).
             past_key_values: a transformers `Cache`; created when `use_cache` and absent.
             position_ids: (B, S) explicit positions (learned pos emb / RoPE); derived when omitted.
             use_cache: return a cache (default `config.use_cache`).
@@ -143,8 +146,13 @@ class MPTModel(MPTPreTrainedModel):
                 f"sequence length {past + seq} exceeds max_seq_len={self.config.max_seq_len}; "
                 "truncate the input or build the model with a larger max_seq_len"
             )
+        if sequence_id is not None and not self.uses_sequence_id:
+            sequence_id = None
         if position_ids is None and (self.wpe is not None or self.pos.attn.rope):
-            position_ids = self._positions(attention_mask, past=past, seq=seq, device=x.device)
+            if sequence_id is not None:  # packed row: each document starts at position 0
+                position_ids = document_positions(sequence_id)
+            else:
+                position_ids = self._positions(attention_mask, past=past, seq=seq, device=x.device)
         if self.wpe is not None:
             x = x + self.wpe(position_ids)
         frac = self.config.embedding_fraction
@@ -156,8 +164,6 @@ class MPTModel(MPTPreTrainedModel):
         key_padding = None
         if attention_mask is not None and not bool(attention_mask.all()):
             key_padding = attention_mask.bool()
-        if sequence_id is not None and not self.uses_sequence_id:
-            sequence_id = None
         attn_mask, is_causal = build_attn_mask(
             q_len=seq,
             k_len=past + seq,

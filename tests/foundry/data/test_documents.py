@@ -1,0 +1,88 @@
+"""Sequence ids of packed rows: from EOS/BOS tokens, from recorded lengths, and the converter that records them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from foundry.data.documents import DocumentRule, sequence_ids_from_lengths, sequence_ids_from_tokens
+from foundry.data.prep import concat_documents, concat_rows
+
+EOS, BOS = 1000, 1001
+docs_st = st.lists(st.lists(st.integers(0, 999), max_size=12), min_size=1, max_size=12)
+
+
+def _ids(row: list[int], **rule: int) -> list[int]:
+    return sequence_ids_from_tokens(np.array([row]), rule=DocumentRule(**rule))[0].tolist()
+
+
+def test_eos_ends_its_document_bos_starts_one():
+    assert _ids([5, 6, EOS, 7, EOS, 8], eos_id=EOS) == [0, 0, 0, 1, 1, 2]
+    assert _ids([EOS, EOS, 3], eos_id=EOS) == [0, 1, 2]  # an empty document is just its EOS
+    assert _ids([BOS, 5, BOS, 6, 7], bos_id=BOS) == [0, 0, 1, 1, 1]
+    # bos A eos bos B eos: the BOS right after an EOS does not open a second (empty) document
+    assert _ids([BOS, 5, EOS, BOS, 6, EOS], eos_id=EOS, bos_id=BOS) == [0, 0, 0, 1, 1, 1]
+    # one token that is both (GPT-2's <|endoftext|>) acts as EOS only
+    assert _ids([5, EOS, 6, EOS, 7], eos_id=EOS, bos_id=EOS) == [0, 0, 1, 1, 2]
+
+
+def test_padding_gets_its_own_id():
+    tokens = np.array([[5, EOS, 6, 0, 0], [EOS, 7, 8, 9, EOS], [0, 0, 0, 0, 0]])
+    got = sequence_ids_from_tokens(tokens, rule=DocumentRule(eos_id=EOS), lengths=np.array([3, 5, 0]))
+    assert got.tolist() == [[0, 0, 1, 2, 2], [0, 1, 1, 1, 1], [0, 0, 0, 0, 0]]
+    # pad == eos (a tokenizer without a pad token): padding still counts as one document
+    tokens[0, 3:] = EOS
+    got = sequence_ids_from_tokens(tokens[:1], rule=DocumentRule(eos_id=EOS), lengths=np.array([3]))
+    assert got.tolist() == [[0, 0, 1, 2, 2]]
+
+
+def test_recorded_lengths_are_exact_and_checked():
+    assert sequence_ids_from_lengths(np.array([2, 1, 3]), length=6).tolist() == [0, 0, 1, 2, 2, 2]
+    assert sequence_ids_from_lengths(np.array([2, 1, 3]), length=4).tolist() == [0, 0, 1, 2]  # truncated
+    with pytest.raises(ValueError, match="document_lengths.*--record_documents"):
+        sequence_ids_from_lengths(np.array([2, 1]), length=6)
+    with pytest.raises(ValueError, match="positive"):
+        sequence_ids_from_lengths(np.array([0, 6]), length=6)
+
+
+@settings(deadline=None, max_examples=80)
+@given(docs=docs_st, bos=st.booleans(), cut=st.integers(0, 200))
+def test_token_ids_match_document_structure_and_truncate_consistently(docs, bos, cut):
+    pieces = [([BOS] if bos else []) + d + [EOS] for d in docs]
+    row = np.array([t for p in pieces for t in p])
+    rule = DocumentRule(eos_id=EOS, bos_id=BOS if bos else None)
+    ids = sequence_ids_from_tokens(row[None], rule=rule)[0]
+    expected = np.repeat(np.arange(len(pieces)), [len(p) for p in pieces])
+    assert ids.tolist() == expected.tolist()
+    assert (
+        ids.tolist()
+        == sequence_ids_from_lengths(np.array([len(p) for p in pieces]), length=len(row)).tolist()
+    )
+    # a truncated row has a prefix of the ids
+    cut = min(cut, len(row))
+    assert sequence_ids_from_tokens(row[None, :cut], rule=rule)[0].tolist() == ids[:cut].tolist()
+    # ids start at 0 and step by 0 or 1
+    assert ids[0] == 0 and set(np.diff(ids).tolist()) <= {0, 1}
+
+
+@settings(deadline=None, max_examples=80)
+@given(docs=docs_st, seq=st.integers(1, 17), wrap=st.booleans(), bos=st.booleans())
+def test_converter_lengths_agree_with_rows_and_eos_ids(docs, seq, wrap, bos):
+    pre = [BOS] if bos else None
+    out = list(concat_documents(docs, max_seq_len=seq, bos=pre, eos=[EOS], wrap=wrap))
+    rows = list(concat_rows(docs, max_seq_len=seq, bos=pre, eos=[EOS], wrap=wrap))
+    assert [r.tolist() for r, _ in out] == [r.tolist() for r in rows]
+    rule = DocumentRule(eos_id=EOS, bos_id=BOS if bos else None)
+    for row, lengths in out:
+        assert lengths.sum() == seq and (lengths > 0).all()
+        from_lengths = sequence_ids_from_lengths(lengths, length=seq)
+        # documents hold no separators here, so both sources agree exactly
+        assert from_lengths.tolist() == sequence_ids_from_tokens(row[None], rule=rule)[0].tolist()
+
+
+def test_recorded_lengths_survive_separators_inside_documents():
+    docs = [[1, EOS, 2], [3]]  # a literal EOS inside the first document
+    [(row, lengths)] = list(concat_documents(docs, max_seq_len=6, eos=[EOS]))
+    assert row.tolist() == [1, EOS, 2, EOS, 3, EOS] and lengths.tolist() == [4, 2]
