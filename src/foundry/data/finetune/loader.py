@@ -1,0 +1,176 @@
+"""The finetuning loader: examples (in memory or streamed from MDS) -> padded or packed (B, S) batches.
+
+Design note: one wrapper, two example sources. In-memory rows (files, HF datasets) are validated and
+tokenized once at build time (bad rows fail there, naming the row; rows with no loss token left are dropped
+and counted), then each epoch takes a seeded permutation (`seed`, `epoch`), and each rank (or replication
+group) a strided share of it cut to equal length. MDS rows go through `streaming`'s partitioning and
+shuffling (`StreamingDataLoader`, resumable); workers tokenize them. A step reads
+`int(device_batch_size * packing_ratio)` examples (the device batch when not packing). The loader's state is
+the source's position plus the packer's leftover bins, so `load_state_dict` then `iter` gives the batches an
+uninterrupted run would have given. Like a DataLoader, each `iter()` is one epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from foundry.data.finetune.collate import Packer, pad_rows
+from foundry.data.finetune.masks import Example
+from foundry.data.finetune.tokenize import ExampleBuilder
+
+__all__ = ["FinetuneLoader", "MemoryExamples", "StreamedExamples"]
+
+log = logging.getLogger(__name__)
+
+
+class MemoryExamples:
+    """A rank's share of in-memory examples, in steps of `step` examples, one epoch per `iter()`.
+
+    Args:
+        examples: All examples (already filtered).
+        step: Examples per step.
+        min_step: A final step with fewer examples is dropped (the device batch size, or `step` with drop_last).
+        group: This rank's replication group; `num_groups` groups share the data.
+        seed: Permutation seed; shuffle: permute each epoch (else the stored order).
+    """
+
+    def __init__(
+        self,
+        examples: Sequence[Example],
+        *,
+        step: int,
+        min_step: int,
+        group: int,
+        num_groups: int,
+        seed: int,
+        shuffle: bool,
+    ) -> None:
+        self.examples = examples
+        self.step, self.min_step = step, min_step
+        self.group, self.num_groups = group, num_groups
+        self.seed, self.shuffle = seed, shuffle
+        self.epoch = 0
+        self.consumed = 0
+
+    def shard(self, epoch: int) -> np.ndarray:
+        n = len(self.examples)
+        order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
+        return order[self.group :: self.num_groups][: n // self.num_groups]
+
+    def __iter__(self) -> Iterator[list[Example]]:
+        shard = self.shard(self.epoch)
+        while self.consumed < len(shard):
+            chunk = shard[self.consumed : self.consumed + self.step]
+            if len(chunk) < self.min_step:
+                break
+            self.consumed += len(chunk)
+            yield [self.examples[i] for i in chunk]
+        self.epoch, self.consumed = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "consumed": self.consumed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
+
+
+class _BuildExamples:
+    """Collate function for MDS rows: raw or tokenized rows -> `{"examples": [Example | None, ...]}`."""
+
+    def __init__(self, builder: ExampleBuilder) -> None:
+        self.builder = builder
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, list[Example | None]]:
+        return {"examples": [self.builder(dict(row)) for row in rows]}
+
+
+class StreamedExamples:
+    """MDS examples through `StreamingDataLoader` (streaming's partitioning, shuffling and resumption).
+
+    Args:
+        loader: A `StreamingDataLoader` whose collate function is `_BuildExamples` and batch size `step`.
+        min_step: A step with fewer kept examples than this is skipped (with its rows counted as dropped).
+    """
+
+    def __init__(self, loader: Any, *, min_step: int) -> None:  # noqa: ANN401 - streaming.StreamingDataLoader
+        self.loader = loader
+        self.min_step = min_step
+        self.dropped_examples = 0
+
+    def __iter__(self) -> Iterator[list[Example]]:
+        for batch in self.loader:
+            examples = [ex for ex in batch["examples"] if ex is not None]
+            self.dropped_examples += len(batch["examples"]) - len(examples)
+            if len(examples) >= self.min_step:
+                yield examples
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stream": self.loader.state_dict(), "dropped_examples": self.dropped_examples}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state["stream"])
+        self.dropped_examples = int(state["dropped_examples"])
+
+    @staticmethod
+    def collate_fn(builder: ExampleBuilder) -> _BuildExamples:
+        return _BuildExamples(builder)
+
+
+class FinetuneLoader:
+    """Yields padded or packed batches of (B, S) int64 tensors; `state_dict` / `load_state_dict` resume mid-epoch.
+
+    Args:
+        source: `MemoryExamples` or `StreamedExamples`.
+        max_seq_len: Row length.
+        pad_token_id: Padding id.
+        packer: Packs steps into rows (None: one padded example per row).
+        packing_ratio: The ratio in use (None when not packing), for logs and the trainer.
+        dropped_examples: Examples dropped when the source was built (no loss token after truncation).
+    """
+
+    def __init__(
+        self,
+        source: MemoryExamples | StreamedExamples,
+        *,
+        max_seq_len: int,
+        pad_token_id: int,
+        packer: Packer | None,
+        packing_ratio: float | None,
+        dropped_examples: int = 0,
+    ) -> None:
+        self.source = source
+        self.max_seq_len = max_seq_len
+        self.pad_token_id = pad_token_id
+        self.packer = packer
+        self.packing_ratio = packing_ratio
+        self.filtered_examples = dropped_examples
+
+    @property
+    def dropped_examples(self) -> int:
+        """Examples never trained on: filtered (no loss tokens left), plus bins over the leftover limit."""
+        streamed = self.source.dropped_examples if isinstance(self.source, StreamedExamples) else 0
+        packed = self.packer.dropped_examples if self.packer is not None else 0
+        return self.filtered_examples + streamed + packed
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for examples in self.source:
+            if self.packer is not None:
+                yield self.packer(examples)
+            else:
+                yield pad_rows(examples, max_seq_len=self.max_seq_len, pad_token_id=self.pad_token_id)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source.state_dict(),
+            "packer": None if self.packer is None else self.packer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.source.load_state_dict(state["source"])
+        if self.packer is not None and state.get("packer") is not None:
+            self.packer.load_state_dict(state["packer"])
