@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu gpu-check lint format bench clean train train-ddp bench-trainer eval-harness eval
+.PHONY: help install install-emulators test test-all test-dist test-gpu gpu-check lint format bench clean train train-ddp bench-trainer eval-harness eval generate
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -101,3 +101,9 @@ eval-harness: ## lm-eval tasks on a model: make eval-harness CKPT=<HF export or 
 	  --tasks $(TASKS) --include_path evals/harness_tasks $(HARNESS_ARGS) $(if $(LIMIT),--limit $(LIMIT)) \
 	  --output_path $(or $(OUT),outputs/eval-harness)
 comma := ,
+
+# Generation (foundry.generate). Without CKPT: the newest quick-start checkpoint.
+generate: ## completions from a model: make generate [CKPT=<checkpoint or HF folder>] [ADAPTER=<LoRA folder>] PROMPT="..." [ARGS="--temperature 0.7 --stop ###"]
+	@ckpt="$(or $(CKPT),outputs/quickstart/checkpoints)"; \
+	set -x; $(PY) scripts/generate.py --model "$$ckpt" $(if $(ADAPTER),--adapter "$(ADAPTER)") \
+	  --prompt "$(or $(PROMPT),The history of)" $(ARGS)

@@ -30,7 +30,7 @@ from streaming.format.hashing import hash_file
 if TYPE_CHECKING:
     from foundry.models.mpt import MPTForCausalLM
 
-__all__ = ["convert_checkpoint", "read_sharded", "to_hf"]
+__all__ = ["convert_checkpoint", "load_model", "read_sharded", "to_hf"]
 
 
 def _mmap_tensor(directory: str, index: int, meta: TensorStorageMetadata) -> torch.Tensor:
@@ -146,25 +146,17 @@ def convert_checkpoint(
         return _publish(staging, dst, manifest)
 
 
-def to_hf(  # noqa: ANN401 - tokenizer
-    src: str,
-    out_dir: str,
-    *,
-    tokenizer: Any = None,
-    fmt: str = "auto",
-    dtype: torch.dtype = torch.float32,
-    allow_pickle: bool = False,
-) -> str:
-    """Exports the model of checkpoint `src` to a Hugging Face folder (see `foundry.models.export.export_hf`).
+def load_model(src: str, *, device: str = "cpu", allow_pickle: bool = False) -> tuple[Any, Manifest]:
+    """The model of trainer checkpoint `src` (directory or save folder, local or URL), built from its
+    manifest's model config (LoRA adapters included when it was trained with them) with the saved weights.
 
     Returns:
-        The HF format written (`hf_mpt` or `foundry`).
+        `(model, manifest)`; the model is on `device` in eval mode.
     """
     # local: `import foundry.checkpoint` stays free of transformers (which `foundry.models` loads)
     from foundry.models import build_model_on, model_schema_from_dict
-    from foundry.models.export import export_hf
 
-    with tempfile.TemporaryDirectory(prefix="to-hf-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="load-model-") as tmp:
         info = open_checkpoint(src, scratch=tmp)
         if not info.manifest.model_config:
             raise ValueError(
@@ -178,8 +170,31 @@ def to_hf(  # noqa: ANN401 - tokenizer
             scratch = os.path.join(tmp, "tensors")
             os.makedirs(scratch)
             weights = read_sharded(local, scratch=scratch, prefix="model", allow_pickle=allow_pickle)["model"]
-        model = build_model_on(
-            schema, device="cpu", state_dict=weights
-        )  # the (memory-mapped) tensors, assigned
-        # export_hf is annotated for our MPT; with fmt=foundry it also saves a transformers causal LM
-        return export_hf(cast("MPTForCausalLM", model), out_dir, tokenizer=tokenizer, fmt=fmt, dtype=dtype)
+        # the (memory-mapped) tensors are assigned; a mapping outlives the removal of its file on POSIX
+        model = build_model_on(schema, device=device, state_dict=weights)
+        return model.eval(), info.manifest
+
+
+def to_hf(  # noqa: ANN401 - tokenizer
+    src: str,
+    out_dir: str,
+    *,
+    tokenizer: Any = None,
+    fmt: str = "auto",
+    dtype: torch.dtype = torch.float32,
+    allow_pickle: bool = False,
+) -> str:
+    """Exports the model of checkpoint `src` to a Hugging Face folder (see `foundry.models.export.export_hf`).
+
+    A model trained with LoRA adapters is merged first: the folder holds a plain model of the base
+    architecture (same logits as base + adapter).
+
+    Returns:
+        The HF format written (`hf_mpt` or `foundry`).
+    """
+    # local: `import foundry.checkpoint` stays free of transformers (which `foundry.models` loads)
+    from foundry.models.export import export_hf
+
+    model, _ = load_model(src, allow_pickle=allow_pickle)
+    # export_hf is annotated for our MPT; with fmt=foundry it also saves a transformers causal LM
+    return export_hf(cast("MPTForCausalLM", model), out_dir, tokenizer=tokenizer, fmt=fmt, dtype=dtype)

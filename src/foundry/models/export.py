@@ -128,11 +128,19 @@ def export_hf(
             (our registered model_type) or `auto` (hf_mpt when possible, else foundry).
         dtype: weight dtype on disk.
 
+    A model with LoRA adapters (`model.peft_config`) is merged in place first (pass a copy to keep training
+    it): the folder holds a plain model of the base architecture, with the logits of base + adapter.
+
     Returns:
         The format written (`hf_mpt` or `foundry`).
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt={fmt!r}: choose one of {list(FORMATS)}")
+    if any(".lora_A." in name for name, _ in model.named_parameters()):
+        # local: `peft` is an optional dependency, needed only for a model that has adapters
+        from foundry.models.peft.inject import merge_adapters_
+
+        merge_adapters_(model)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "auto":

@@ -1,0 +1,91 @@
+"""Generate completions from a trained model (a trainer checkpoint, an HF folder, or base + LoRA adapter).
+
+Examples:
+    python scripts/generate.py --model outputs/quickstart/checkpoints --prompt "The history of"
+    python scripts/generate.py --model exported/ --prompt "Hello" --prompt "Goodbye" --max-new-tokens 32
+    python scripts/generate.py --model exported/ --adapter outputs/run/adapter --chat '[{"role":"user","content":"Hi"}]'
+    python scripts/generate.py --model outputs/run/checkpoints --prompts-file prompts.jsonl --temperature 0.7 \\
+        --top-p 0.9 --stop "###"
+
+`--model` is a trainer checkpoint (a folder with `manifest.json`, or a save folder: its newest complete one;
+local or a URL; LoRA adapters included when it was trained with them; the tokenizer comes from the training
+run's `run.json` unless `--tokenizer` is given) or a transformers folder (`scripts/export_hf.py`). A
+`--prompts-file` is one prompt per line, or `.jsonl` rows with `prompt` (text) or `messages` (a chat).
+Completions print one per prompt, in order (`--json`: one JSON object per line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from foundry.generate import SamplingConfig, generate, load_for_generation, read_prompts
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--model", required=True, help="trainer checkpoint / save folder, or a transformers folder"
+    )
+    p.add_argument("--adapter", help="a PEFT (LoRA) adapter folder to apply on top of --model")
+    p.add_argument("--tokenizer", help="tokenizer.json, folder or cached hub name (default: the model's)")
+    p.add_argument("--prompt", action="append", default=[], help="a text prompt (repeatable)")
+    p.add_argument("--chat", action="append", default=[], help="a chat as a JSON list of {role, content}")
+    p.add_argument("--prompts-file", help="one prompt per line, or .jsonl rows with prompt or messages")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument(
+        "--stop", action="append", default=[], help="stop string (repeatable); cut from the output"
+    )
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--json", action="store_true", help="print {prompt, completion} JSON lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    prompts: list[str | list[dict[str, str]]] = list(args.prompt)
+    for i, chat in enumerate(args.chat):
+        messages = json.loads(chat)
+        if not isinstance(messages, list):
+            raise SystemExit(f"--chat #{i + 1}: expected a JSON list of {{role, content}} messages")
+        prompts.append(messages)
+    if args.prompts_file:
+        prompts += read_prompts(args.prompts_file)
+    if not prompts:
+        raise SystemExit("nothing to complete: pass --prompt, --chat or --prompts-file")
+    cfg = SamplingConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        stop=args.stop,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    model, tokenizer = load_for_generation(
+        args.model,
+        adapter=args.adapter,
+        tokenizer=args.tokenizer,
+        device=args.device,
+        dtype=DTYPES[args.dtype],
+    )
+    for prompt, completion in zip(prompts, generate(model, tokenizer, prompts, cfg), strict=True):
+        if args.json:
+            print(json.dumps({"prompt": prompt, "completion": completion}), flush=True)
+        else:
+            shown = prompt if isinstance(prompt, str) else json.dumps(prompt)
+            print(f"### {shown}\n{completion}\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()
