@@ -23,6 +23,7 @@ document's, so attention never mixes padding and text.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,13 @@ class DocumentRule:
 
     eos_id: int | None = None
     bos_id: int | None = None
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any) -> DocumentRule:  # noqa: ANN401 - a transformers tokenizer or None
+        """The tokenizer's EOS and BOS ids (None without a tokenizer: rows then need `document_lengths`)."""
+        if tokenizer is None:
+            return cls()
+        return cls(eos_id=tokenizer.eos_token_id, bos_id=tokenizer.bos_token_id)
 
     @property
     def has_separator(self) -> bool:

@@ -70,6 +70,10 @@ class HFCausalLMConfig(ModelConfig):
                 f"model.attn_implementation={impl!r} does not accept: use one of {list(DOCUMENT_MASK_IMPLS)}"
             )
 
+    def uses_sequence_id(self) -> bool:
+        """`model.attn_uses_sequence_id`: attention stays inside each document of a packed row."""
+        return self.attn_uses_sequence_id
+
 
 def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) -> nn.Module:
     """Builds the transformers model described by `cfg`.

@@ -22,3 +22,7 @@ class ModelConfig:
 
     peft_config: PeftConfig | None = None
     """LoRA adapters (`foundry.models.peft`): null trains every weight; set to train adapters only."""
+
+    def uses_sequence_id(self) -> bool:
+        """Whether the model wants `sequence_id` (B, S) in its batches (document masking of packed rows)."""
+        return False

@@ -86,3 +86,11 @@ def test_recorded_lengths_survive_separators_inside_documents():
     docs = [[1, EOS, 2], [3]]  # a literal EOS inside the first document
     [(row, lengths)] = list(concat_documents(docs, max_seq_len=6, eos=[EOS]))
     assert row.tolist() == [1, EOS, 2, EOS, 3, EOS] and lengths.tolist() == [4, 2]
+
+
+def test_rule_from_a_tokenizer():
+    class Tok:
+        eos_token_id, bos_token_id = 2, 1
+
+    assert DocumentRule.from_tokenizer(Tok()) == DocumentRule(eos_id=2, bos_id=1)
+    assert not DocumentRule.from_tokenizer(None).has_separator  # token-id data: rows need document_lengths

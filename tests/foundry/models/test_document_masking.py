@@ -136,3 +136,14 @@ def test_document_positions_and_mask():
     mask = document_causal_mask(sid)[0, 0].int().tolist()
     assert mask == [[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0], [0, 0, 1, 1, 0, 0],
                     [0, 0, 1, 1, 1, 0], [0, 0, 0, 0, 0, 1]]  # fmt: skip
+
+
+def test_model_configs_say_whether_they_use_sequence_ids(hf_dirs):
+    from foundry.models.mpt.schema import AttnConfig, MPTModelConfig
+
+    mpt = MPTModelConfig(d_model=8, n_heads=2, n_layers=1)
+    assert not mpt.uses_sequence_id()
+    mpt = MPTModelConfig(d_model=8, n_heads=2, n_layers=1, attn_config=AttnConfig(attn_uses_sequence_id=True))
+    assert mpt.uses_sequence_id()
+    hf = HFCausalLMConfig(pretrained_model_name_or_path=hf_dirs["gpt2"], attn_uses_sequence_id=True)
+    assert hf.uses_sequence_id()

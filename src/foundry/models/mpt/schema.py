@@ -195,6 +195,10 @@ class MPTModelConfig(ModelConfig):
     def __post_init__(self) -> None:
         validate_mpt_fields(self)
 
+    def uses_sequence_id(self) -> bool:
+        """`attn_config.attn_uses_sequence_id`: attention stays inside each document of a packed row."""
+        return self.attn_config.attn_uses_sequence_id
+
 
 def validate_mpt_fields(cfg: Any) -> None:  # noqa: ANN401 - MPTModelConfig or MPTConfig (same field names)
     """Checks the top-level MPT fields shared by the Hydra schema and the transformers config.
