@@ -129,16 +129,20 @@ def _sequence_ids(
     samples: list[dict[str, Any]], ids: np.ndarray, *, rule: DocumentRule, lengths: np.ndarray | None
 ) -> np.ndarray:
     """(B, S) document ids: a row's recorded `document_lengths` where it has them, its separators otherwise."""
-    recorded = [i for i, s in enumerate(samples) if DOCUMENT_LENGTHS_COLUMN in s]
-    if len(recorded) < len(samples) and not rule.has_separator:
+    recorded = np.array([DOCUMENT_LENGTHS_COLUMN in s for s in samples])
+    if recorded.all():
+        docs = [s[DOCUMENT_LENGTHS_COLUMN] for s in samples]
+        return sequence_ids_from_lengths(docs, lengths=lengths, seq=ids.shape[1])
+    if not rule.has_separator:
         raise ValueError(
             f"document masking needs each row's document boundaries, but a row has no "
             f"{DOCUMENT_LENGTHS_COLUMN!r} column and no EOS token id is known: set tokenizer.name (its EOS "
             "separates documents), or convert the data with --record_documents"
         )
     out = sequence_ids_from_tokens(ids, rule=rule, lengths=lengths)
-    for i in recorded:
-        n = ids.shape[1] if lengths is None else int(lengths[i])
-        out[i, :n] = sequence_ids_from_lengths(samples[i][DOCUMENT_LENGTHS_COLUMN], length=n)
-        out[i, n:] = out[i, n - 1] + 1 if n else 0
+    if recorded.any():  # a mixture of streams converted with and without --record_documents
+        which = np.flatnonzero(recorded)
+        docs = [samples[i][DOCUMENT_LENGTHS_COLUMN] for i in which]
+        sub_len = None if lengths is None else lengths[which]
+        out[which] = sequence_ids_from_lengths(docs, lengths=sub_len, seq=ids.shape[1])
     return out

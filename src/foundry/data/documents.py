@@ -94,25 +94,39 @@ def sequence_ids_from_tokens(
     return np.where(real, ids, pad_id[:, None])
 
 
-def sequence_ids_from_lengths(doc_lengths: np.ndarray, *, length: int) -> np.ndarray:
-    """Per-token document ids of one row of `length` tokens from its recorded document lengths.
+def sequence_ids_from_lengths(
+    doc_lengths: list[np.ndarray], *, lengths: np.ndarray | None = None, seq: int
+) -> np.ndarray:
+    """Per-token document ids of right-padded rows, from each row's recorded document lengths.
 
     Args:
-        doc_lengths: (n,) positive lengths of the row's documents, in order (may sum to more than `length`
-            when the row was truncated).
-        length: Real tokens in the (possibly truncated) row.
+        doc_lengths: Per row, the (n,) positive lengths of its documents in order (they may sum to more
+            than the row's length when the row was truncated).
+        lengths: (B,) real tokens per row (the rest is padding); None: every row has `seq` tokens.
+        seq: Row length S.
 
     Returns:
-        (length,) int64 ids.
+        (B, S) int64 ids; padding gets the last real document's id + 1.
 
     Raises:
-        ValueError: A length is not positive, or the lengths cover fewer than `length` tokens.
+        ValueError: A length is not positive, or a row's lengths cover fewer tokens than it has.
     """
-    lens = np.asarray(doc_lengths, dtype=np.int64).reshape(-1)
-    if (lens <= 0).any() or int(lens.sum()) < length:
-        raise ValueError(
-            f"column {DOCUMENT_LENGTHS_COLUMN!r} = {lens.tolist()} does not describe a row of {length} tokens "
-            "(lengths must be positive and sum to the row length); re-convert the dataset with "
-            "--record_documents, or drop the column to fall back to EOS-based document ids"
-        )
-    return np.repeat(np.arange(len(lens), dtype=np.int64), lens)[:length]
+    bsz = len(doc_lengths)
+    real_len = np.full(bsz, seq, dtype=np.int64) if lengths is None else np.asarray(lengths, dtype=np.int64)
+    per_row = [np.asarray(d, dtype=np.int64).reshape(-1) for d in doc_lengths]
+    for lens, n in zip(per_row, real_len, strict=True):
+        if (lens <= 0).any() or int(lens.sum()) < n:
+            raise ValueError(
+                f"column {DOCUMENT_LENGTHS_COLUMN!r} = {lens.tolist()} does not describe a row of {n} tokens "
+                "(lengths must be positive and sum to the row length); re-convert the dataset with "
+                "--record_documents, or drop the column to fall back to EOS-based document ids"
+            )
+    # a document boundary at every end offset but the last; then padding opens one more document
+    ends = [np.cumsum(lens[:-1]) for lens in per_row]
+    rows = np.repeat(np.arange(bsz), [len(e) for e in ends])
+    cols = np.concatenate(ends) if bsz else np.empty(0, dtype=np.int64)
+    keep = cols < real_len[rows]
+    starts = np.zeros((bsz, seq + 1), dtype=bool)
+    starts[rows[keep], cols[keep]] = True
+    starts[np.arange(bsz), real_len] |= real_len > 0  # padding (or nothing, at column S)
+    return np.cumsum(starts[:, :seq], axis=1, dtype=np.int64)

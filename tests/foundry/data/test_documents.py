@@ -18,6 +18,10 @@ def _ids(row: list[int], **rule: int) -> list[int]:
     return sequence_ids_from_tokens(np.array([row]), rule=DocumentRule(**rule))[0].tolist()
 
 
+def _from_lengths(doc_lengths: np.ndarray, length: int) -> list[int]:
+    return sequence_ids_from_lengths([doc_lengths], seq=length)[0].tolist()
+
+
 def test_eos_ends_its_document_bos_starts_one():
     assert _ids([5, 6, EOS, 7, EOS, 8], eos_id=EOS) == [0, 0, 0, 1, 1, 2]
     assert _ids([EOS, EOS, 3], eos_id=EOS) == [0, 1, 2]  # an empty document is just its EOS
@@ -39,12 +43,16 @@ def test_padding_gets_its_own_id():
 
 
 def test_recorded_lengths_are_exact_and_checked():
-    assert sequence_ids_from_lengths(np.array([2, 1, 3]), length=6).tolist() == [0, 0, 1, 2, 2, 2]
-    assert sequence_ids_from_lengths(np.array([2, 1, 3]), length=4).tolist() == [0, 0, 1, 2]  # truncated
+    assert _from_lengths(np.array([2, 1, 3]), 6) == [0, 0, 1, 2, 2, 2]
+    assert _from_lengths(np.array([2, 1, 3]), 4) == [0, 0, 1, 2]  # truncated
+    padded = sequence_ids_from_lengths(
+        [np.array([2, 4]), np.array([1, 1]), np.array([3])], lengths=np.array([3, 2, 0]), seq=4
+    )
+    assert padded.tolist() == [[0, 0, 1, 2], [0, 1, 2, 2], [0, 0, 0, 0]]
     with pytest.raises(ValueError, match="document_lengths.*--record_documents"):
-        sequence_ids_from_lengths(np.array([2, 1]), length=6)
+        _from_lengths(np.array([2, 1]), 6)
     with pytest.raises(ValueError, match="positive"):
-        sequence_ids_from_lengths(np.array([0, 6]), length=6)
+        _from_lengths(np.array([0, 6]), 6)
 
 
 @settings(deadline=None, max_examples=80)
@@ -56,10 +64,7 @@ def test_token_ids_match_document_structure_and_truncate_consistently(docs, bos,
     ids = sequence_ids_from_tokens(row[None], rule=rule)[0]
     expected = np.repeat(np.arange(len(pieces)), [len(p) for p in pieces])
     assert ids.tolist() == expected.tolist()
-    assert (
-        ids.tolist()
-        == sequence_ids_from_lengths(np.array([len(p) for p in pieces]), length=len(row)).tolist()
-    )
+    assert ids.tolist() == _from_lengths(np.array([len(p) for p in pieces]), len(row))
     # a truncated row has a prefix of the ids
     cut = min(cut, len(row))
     assert sequence_ids_from_tokens(row[None, :cut], rule=rule)[0].tolist() == ids[:cut].tolist()
@@ -77,9 +82,8 @@ def test_converter_lengths_agree_with_rows_and_eos_ids(docs, seq, wrap, bos):
     rule = DocumentRule(eos_id=EOS, bos_id=BOS if bos else None)
     for row, lengths in out:
         assert lengths.sum() == seq and (lengths > 0).all()
-        from_lengths = sequence_ids_from_lengths(lengths, length=seq)
         # documents hold no separators here, so both sources agree exactly
-        assert from_lengths.tolist() == sequence_ids_from_tokens(row[None], rule=rule)[0].tolist()
+        assert _from_lengths(lengths, seq) == sequence_ids_from_tokens(row[None], rule=rule)[0].tolist()
 
 
 def test_recorded_lengths_survive_separators_inside_documents():
@@ -94,3 +98,22 @@ def test_rule_from_a_tokenizer():
 
     assert DocumentRule.from_tokenizer(Tok()) == DocumentRule(eos_id=2, bos_id=1)
     assert not DocumentRule.from_tokenizer(None).has_separator  # token-id data: rows need document_lengths
+
+
+@settings(deadline=None, max_examples=80)
+@given(
+    rows=st.lists(
+        st.tuples(st.lists(st.integers(1, 6), min_size=1, max_size=6), st.integers(0, 40)),
+        min_size=1,
+        max_size=5,
+    ),
+    seq=st.integers(1, 30),
+)
+def test_batched_lengths_match_a_per_row_reference(rows, seq):
+    docs = [np.array(d) for d, _ in rows]
+    real = np.array([min(n, seq, int(d.sum())) for d, n in zip(docs, (n for _, n in rows), strict=True)])
+    got = sequence_ids_from_lengths(docs, lengths=real, seq=seq)
+    for d, n, ids in zip(docs, real, got, strict=True):
+        ref = np.repeat(np.arange(len(d)), d)[:n]
+        pad = ref[-1] + 1 if n else 0
+        assert ids.tolist() == ref.tolist() + [pad] * (seq - n)
