@@ -1,7 +1,9 @@
 """Console logging: a tqdm progress bar with ETA and the key metrics, or one line per log step.
 
 Design note: the bar shows only what a person watches (loss, lr, tokens/s); every metric still goes to
-the JSONL file. Eval results are printed as their own line so they survive the bar's redraws.
+the JSONL file. Eval results are printed as their own line so they survive the bar's redraws; a mixture's
+per-stream results (`eval/<stream>/loss`) get one compact second line (loss only, by stream), and its
+per-stream train counts (`train/<stream>/samples`) stay out of the console (they are in the JSONL/W&B logs).
 """
 
 from __future__ import annotations
@@ -62,8 +64,7 @@ class ConsoleLogger:
         parts = {label: fmt.format(shown[key]) for key, label, fmt in _SHOWN if key in shown}
         is_eval = any(k.startswith("eval/") for k in metrics)
         if is_eval:
-            evals = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.startswith("eval/"))
-            self._write(f"[eval] step {step}/{self.max_steps}: {evals}")
+            self._write_eval(metrics, step=step)
         if self.bar is not None:
             if step > self._step:
                 self.bar.update(step - self._step)
@@ -73,6 +74,16 @@ class ConsoleLogger:
         elif not is_eval:
             body = " ".join(f"{k}={v}" for k, v in parts.items())
             self._write(f"[train] step {step}/{self.max_steps}: {body}")
+
+    def _write_eval(self, metrics: dict[str, float], *, step: int) -> None:
+        """The mixture's eval metrics on one line, then (for a mixture) each stream's loss on a second."""
+        evals = {k: v for k, v in metrics.items() if k.startswith("eval/")}
+        per_stream = {k: v for k, v in evals.items() if k.count("/") == 2}
+        mixture = " ".join(f"{k}={v:.4f}" for k, v in evals.items() if k not in per_stream)
+        self._write(f"[eval] step {step}/{self.max_steps}: {mixture}")
+        losses = " ".join(f"{k[5:-5]}={v:.4f}" for k, v in per_stream.items() if k.endswith("/loss"))
+        if losses:
+            self._write(f"[eval] step {step}/{self.max_steps} loss by stream: {losses}")
 
     def close(self) -> None:
         """Closes the bar."""
