@@ -45,7 +45,7 @@ def split_files(dataset: str, split: str) -> list[str] | None:
     `<dataset>/<split>.<ext>`; None when `dataset` is no file or folder of such files (e.g. a hub name)."""
     if _suffix(dataset) in FILE_SUFFIXES and (is_remote(dataset) or Path(dataset).is_file()):
         return [dataset]
-    if not is_remote(dataset) and not Path(dataset).is_dir():
+    if not is_remote(dataset) and (not Path(dataset).is_dir() or _saved_hf_dataset(Path(dataset))):
         return None
     root = dataset.rstrip("/")
     in_folder = sorted(u for u in _children(f"{root}/{split}") if _suffix(u) in FILE_SUFFIXES)
@@ -54,8 +54,6 @@ def split_files(dataset: str, split: str) -> list[str] | None:
     named = sorted(u for u in _children(root) if _suffix(u) in FILE_SUFFIXES and _stem(u) == split)
     if named:
         return named
-    if not is_remote(dataset) and _saved_hf_dataset(Path(dataset)):
-        return None
     found = sorted({_stem(u) for u in _children(root) if _suffix(u) in FILE_SUFFIXES})
     raise FileNotFoundError(
         f"no data files for split {split!r} under {redact(dataset)}: expected {split}.jsonl (or .json/.csv/"
