@@ -189,9 +189,8 @@ class StreamingDataset(IterableDataset):
             np.int64
         )
         self._shard_ends = index.shard_ends
-        self._bytes_per_shard = np.array(
-            [sum(f.bytes for f in sh.files()) for sh in self.shards], dtype=np.int64
-        )
+        self._bytes_per_shard = index.bytes_per_shard
+        self._any_compressed = index.any_compressed
         self.size = int(self.samples_per_shard.sum())
 
     def _reset_process_caches(self) -> None:
@@ -216,7 +215,7 @@ class StreamingDataset(IterableDataset):
                 shards=self.shards,
                 stream_per_shard=self.stream_per_shard,
                 shard_ends=self._shard_ends,
-                any_compressed=lambda: any(sh.zip_data is not None for sh in self.shards),
+                any_compressed=lambda: self._any_compressed,
                 cache_limit=self.cache_limit,
                 allow_unsafe_types=self.allow_unsafe_types,
                 download_concurrency=self.download_concurrency,

@@ -17,6 +17,7 @@ import os
 from streaming.cache import fetch_index
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index
 from streaming.format.reader import decompress_shard
+from streaming.index_cache import ShardTable, load_shard_table
 from streaming.safepath import UnsafeFolderError, private_dir
 from streaming.storage import RetryPolicy
 from streaming.storage.url import is_remote, join_url, redact
@@ -64,6 +65,17 @@ def default_local(remote: str, split: str | None = None) -> str:
     local = os.path.join(base, digest)
     private_dir(local, what=what, fix=fix, create=False)
     return local
+
+
+def index_cache_dir() -> str | None:
+    """``<default_cache_base()>/indexes`` (made private), or None (no index cache) when it cannot be used."""
+    try:
+        base = private_dir(default_cache_base(), what="the stream cache folder", fix="set STREAMING_CACHE")
+        return private_dir(
+            os.path.join(base, "indexes"), what="the index cache folder", fix="set STREAMING_CACHE"
+        )
+    except (UnsafeFolderError, OSError):
+        return None
 
 
 class Stream:
@@ -133,6 +145,7 @@ class Stream:
         self.validate_hash = validate_hash
         self.keep_zip = keep_zip
         self._index: DatasetIndex | None = None
+        self._table: ShardTable | None = None
 
     def apply_defaults(self, **defaults: object) -> None:
         """Fill attributes left unset (``None``) from the dataset-level defaults."""
@@ -162,29 +175,39 @@ class Stream:
             timeout=60.0 if self.download_timeout is None else float(self.download_timeout),
         )
 
+    def _index_source(self) -> str | None:
+        """What errors call the index: its remote URL (downloaded once per node first) or None (the path)."""
+        if not self.is_remote:
+            return None
+        fetch_index(self.remote_dirname, self.dirname, policy=self.retry_policy())  # type: ignore[arg-type]
+        url = join_url(self.remote_dirname, INDEX_FILENAME)  # type: ignore[arg-type]
+        return f"{redact(url)} (copy at {os.path.join(self.dirname, INDEX_FILENAME)})"
+
     def index(self) -> DatasetIndex:
         """The parsed ``index.json`` (loaded once; downloaded once per node from a remote stream)."""
         if self._index is None:
-            source = None
-            if self.is_remote:
-                fetch_index(self.remote_dirname, self.dirname, policy=self.retry_policy())  # type: ignore[arg-type]
-                url = join_url(self.remote_dirname, INDEX_FILENAME)  # type: ignore[arg-type]
-                source = f"{redact(url)} (copy at {os.path.join(self.dirname, INDEX_FILENAME)})"
-            self._index = load_index(self.local, self.split, source=source)
+            self._index = load_index(self.local, self.split, source=self._index_source())
         return self._index
+
+    def shard_table(self) -> ShardTable:
+        """The shards as arrays plus ``ShardInfo`` on demand (``streaming.index_cache``): a large index is
+        parsed once per node into a binary cache in ``<default_cache_base()>/indexes``."""
+        if self._table is None:
+            if self._index is not None:
+                self._table = ShardTable.from_index(self._index)
+            else:
+                self._table = load_shard_table(
+                    self.local,
+                    self.split,
+                    source=self._index_source(),
+                    cache_dir=index_cache_dir,
+                )
+        return self._table
 
     def fingerprint(self) -> str:
         """A short hash of this stream's index (shard names, sizes, sample counts, hashes) and weights."""
-        blob = json.dumps(
-            {
-                "shards": self.index().to_json()["shards"],
-                "proportion": self.proportion,
-                "repeat": self.repeat,
-                "choose": self.choose,
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        weights = {"proportion": self.proportion, "repeat": self.repeat, "choose": self.choose}
+        return self.shard_table().fingerprint(weights)
 
     def prepare_shard(self, info: ShardInfo) -> None:
         """Make one shard of a local-only stream readable (remote streams go through ``ShardCache``).
