@@ -70,6 +70,7 @@ def make_trainer(
     eval_loader: Any = None,
     stream_names: tuple[str, ...] | None = NAMES,
     loggers: list[Any] | None = None,
+    adam: bool = False,
     **cfg_kw: Any,
 ) -> Trainer:
     cfg = TrainerConfig(
@@ -83,7 +84,7 @@ def make_trainer(
     )
     return Trainer(
         model=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        optimizer=(torch.optim.AdamW if adam else torch.optim.SGD)(model.parameters(), lr=0.1),
         scheduler=None,
         train_loader=loader,
         eval_loader=eval_loader,
