@@ -120,7 +120,7 @@ def test_concurrent_builders_end_with_one_valid_cache(tmp_path):
     folder = _write(tmp_path / "ds", n=400)
     cache = str(tmp_path / "c")
     os.makedirs(cache)
-    with multiprocessing.get_context("spawn").Pool(4) as pool:
+    with multiprocessing.get_context("fork").Pool(4) as pool:
         results = pool.map(_build, [(folder, cache)] * 8)
     expected = [s.samples for s in load_index(folder).shards]
     assert all(r == expected for r in results)
