@@ -290,6 +290,10 @@ class Trainer:
         if stream_id is None:
             return
         k = len(require_names(self.stream_names))
+        if getattr(out, "logits", None) is None:
+            raise ValueError(
+                f"{type(self.model).__name__} returned no logits: per-stream eval losses are computed from them"
+            )
         sums, tokens = row_losses(out.logits, batch["labels"])
         member = stream_matrix(stream_id, k).double()
         totals[2 : 2 + k] += member.T @ sums

@@ -89,12 +89,16 @@ def stream_matrix(stream_id: torch.Tensor, num_streams: int) -> torch.Tensor:
     return ids == torch.arange(num_streams, device=ids.device, dtype=ids.dtype).reshape(1, -1)
 
 
-def row_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def row_losses(
+    logits: torch.Tensor, labels: torch.Tensor, *, max_elements: int = 1 << 27
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row summed next-token cross-entropy and loss-token counts, shifted like the models' own loss.
 
     Args:
         logits: (B, S, V), as the model returned them (any dtype; computed in fp32 like the model's loss).
         labels: (B, S); position t's logits predict `labels[:, t + 1]`; -100 is ignored.
+        max_elements: Rows are done in chunks of at most this many fp32 logits (bounds the extra memory
+            to 512 MiB whatever the eval batch; per-token losses do not depend on the chunking).
 
     Returns:
         (B,) float64 loss sums and (B,) int64 token counts; their totals over rows divided give the model's
@@ -102,13 +106,17 @@ def row_losses(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor
     """
     rows, seq, vocab = logits.shape
     targets = labels[:, 1:]
-    ce = F.cross_entropy(
-        logits[:, :-1].reshape(-1, vocab).float(),
-        targets.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="none",
-    )
-    return ce.view(rows, seq - 1).double().sum(dim=1), (targets != IGNORE_INDEX).sum(dim=1)
+    step = max(1, max_elements // max(1, (seq - 1) * vocab))
+    sums = []
+    for lo in range(0, rows, step):
+        ce = F.cross_entropy(
+            logits[lo : lo + step, :-1].reshape(-1, vocab).float(),
+            targets[lo : lo + step].reshape(-1),
+            ignore_index=IGNORE_INDEX,
+            reduction="none",
+        )
+        sums.append(ce.view(-1, seq - 1).double().sum(dim=1))
+    return torch.cat(sums), (targets != IGNORE_INDEX).sum(dim=1)
 
 
 def stream_eval_metrics(

@@ -71,6 +71,17 @@ def test_row_losses_reproduce_the_models_own_loss(build):
         torch.testing.assert_close(sums[row] / tokens[row], alone.double(), rtol=1e-5, atol=1e-5)
 
 
+def test_row_losses_do_not_depend_on_the_chunking():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, 7, 11, generator=g)
+    labels = _labels(torch.randint(0, 11, (5, 7), generator=g))
+    whole = row_losses(logits, labels)
+    for max_elements in (1, 66, 67, 200):  # one row per chunk, ..., two rows per chunk
+        chunked = row_losses(logits, labels, max_elements=max_elements)
+        torch.testing.assert_close(chunked[0], whole[0], rtol=0, atol=0)
+        assert chunked[1].tolist() == whole[1].tolist()
+
+
 @settings(max_examples=50, deadline=None)
 @given(
     ids=st.lists(st.integers(0, 3), min_size=1, max_size=20),
