@@ -136,8 +136,11 @@ class StreamingDataLoader(DataLoader):
         devices = ds._rank_world().num_devices
         return ds.state_dict(num_samples=self.num_samples_yielded * devices, from_beginning=False)
 
-    def load_state_dict(self, obj: dict[str, Any]) -> None:
-        """Restore a state; the next ``iter(loader)`` continues exactly where it was saved."""
+    def load_state_dict(self, obj: dict[str, Any], *, on_mixture_change: str = "error") -> None:
+        """Restore a state; the next ``iter(loader)`` continues exactly where it was saved.
+
+        ``on_mixture_change`` is passed to ``StreamingDataset.load_state_dict`` (``continue``: a changed stream
+        mixture keeps the saved position and draws the rest from the new one)."""
         ds = self.dataset
         if not isinstance(ds, StreamingDataset):
             return
@@ -146,4 +149,4 @@ class StreamingDataLoader(DataLoader):
                 "load_state_dict after persistent workers started cannot reach them; create a new "
                 "StreamingDataLoader (or call load_state_dict before the first iteration)"
             )
-        ds.load_state_dict(obj)
+        ds.load_state_dict(obj, on_mixture_change=on_mixture_change)

@@ -15,6 +15,8 @@ Parts: ``dataset_args`` (argument checks), ``dataset_index`` (the streams' shard
 
 from __future__ import annotations
 
+import bisect
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -35,14 +37,21 @@ from streaming.resume_state import (
     check_state_version,
     dataset_config,
     resume_mismatches,
+    stream_summary,
     streams_fingerprint,
 )
 from streaming.shard_access import ShardAccess
 from streaming.sizes import parse_bytes, parse_count
+from streaming.storage.url import redact
 from streaming.stream import Stream
 from streaming.world import World
 
 __all__ = ["STATE_VERSION", "StreamingDataset"]
+
+
+def _where(stream: Stream) -> str:
+    """A stream's name in resume states and their messages: its remote directory (redacted), else its local one."""
+    return redact(stream.remote_dirname) if stream.remote_dirname else stream.dirname
 
 
 class StreamingDataset(IterableDataset):
@@ -73,6 +82,8 @@ class StreamingDataset(IterableDataset):
         batching_method: ``random``, ``stratified`` or ``per_stream``.
         allow_unsafe_types: Allow ``pkl`` columns.
         replication: Consecutive ranks that get identical samples.
+        stream_tag: When set, every sample dict (iteration and random access) also holds
+            ``{stream_tag: <index of its stream in streams>}`` (e.g. for per-stream metrics of a mixture).
         world: This rank's place in the training world, from the caller that owns the process group (a
             training task builds it once and passes it down); None detects it (``World.detect``: the process
             group, else ``RANK``/``WORLD_SIZE``/``LOCAL_WORLD_SIZE``), for standalone use.
@@ -105,6 +116,7 @@ class StreamingDataset(IterableDataset):
         batching_method: str = "random",
         allow_unsafe_types: bool = False,
         replication: int | None = None,
+        stream_tag: str | None = None,
         world: World | None = None,
     ) -> None:
         self.streams = resolve_streams(streams, remote, local)
@@ -147,6 +159,7 @@ class StreamingDataset(IterableDataset):
         self.batching_method = batching_method
         self.allow_unsafe_types = allow_unsafe_types
         self.replication = replication
+        self.stream_tag = stream_tag
         self.predownload = predownload if predownload is not None else (8 * batch_size if batch_size else 64)
         self.download_concurrency = download_concurrency
         self._load_indexes()
@@ -192,6 +205,7 @@ class StreamingDataset(IterableDataset):
         self._bytes_per_shard = index.bytes_per_shard
         self._any_compressed = index.any_compressed
         self.size = int(self.samples_per_shard.sum())
+        self._stream_ends = np.cumsum(self.samples_per_stream).tolist()
 
     def _reset_process_caches(self) -> None:
         self._access: ShardAccess | None = None
@@ -236,7 +250,10 @@ class StreamingDataset(IterableDataset):
             sample_id += self.size
         if not 0 <= sample_id < self.size:
             raise IndexError(f"sample index {sample_id} out of range for a dataset of {self.size} samples")
-        return self._shards_access().sample(sample_id)
+        sample = self._shards_access().sample(sample_id)
+        if self.stream_tag is not None:
+            sample = {**sample, self.stream_tag: bisect.bisect_right(self._stream_ends, sample_id)}
+        return sample
 
     def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Any:
         if isinstance(index, int | np.integer):
@@ -347,7 +364,23 @@ class StreamingDataset(IterableDataset):
         workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
         epoch, drop = self._begin_epoch()
         plan = self._worker_plan(world, self._order(epoch), drop, workers, worker)
-        return self._shards_access().iter_chunks(plan.batches(chunk=max(self.predownload, 1)))
+        chunks = plan.batches(chunk=max(self.predownload, 1))
+        if self.stream_tag is None:
+            return self._shards_access().iter_chunks(chunks)
+        return self._iter_tagged(chunks, self.stream_tag)
+
+    def _iter_tagged(self, chunks: Iterator[np.ndarray], tag: str) -> Iterator[dict[str, Any]]:
+        """The samples of ``chunks`` with ``{tag: stream index}`` added (samples come in chunk order)."""
+        ends = np.asarray(self._stream_ends, dtype=np.int64)
+        streams: deque[int] = deque()
+
+        def recorded() -> Iterator[np.ndarray]:
+            for chunk in chunks:
+                streams.extend(np.searchsorted(ends, chunk, side="right").tolist())
+                yield chunk
+
+        for sample in self._shards_access().iter_chunks(recorded()):
+            yield {**sample, tag: streams.popleft()}
 
     def _worker_plan(
         self, world: World, order: GlobalOrder, drop: int, workers: int, worker: int
@@ -423,16 +456,37 @@ class StreamingDataset(IterableDataset):
             num_canonical_nodes=self.num_canonical_nodes,
             initial_physical_nodes=self._initial_nodes or world.num_nodes,
             config=self._config(),
+            streams=self._stream_summaries(),
         )
 
-    def load_state_dict(self, obj: dict[str, Any]) -> None:
+    def _stream_summaries(self) -> list[dict[str, Any]]:
+        return [
+            stream_summary(where=_where(s), fingerprint=s.fingerprint(), choose=int(c))
+            for s, c in zip(self.streams, self.choose_per_stream.tolist())
+        ]
+
+    def load_state_dict(self, obj: dict[str, Any], *, on_mixture_change: str = "error") -> None:
         """Resume from ``state_dict()`` output: the next iteration continues exactly where it stopped.
+
+        Args:
+            obj: The state.
+            on_mixture_change: ``error``: the streams, their indexes and weights must be those of the state.
+                ``continue``: they may differ (streams added, removed or reweighted, shards added): the run keeps
+                the state's position (epoch, sample in epoch) and the rest of the epoch comes from this dataset's
+                plan, which depends only on its streams and arguments (the same at any world size). Past that
+                epoch's end, the next epoch starts. Every other checked argument must still match.
 
         Raises:
             ValueError: the state is not from this library/version, or does not match this dataset.
         """
         check_state_version(obj)
-        diffs = resume_mismatches(obj, ncn_arg=self._ncn_arg, config_for=self._config_for)
+        diffs = resume_mismatches(
+            obj,
+            ncn_arg=self._ncn_arg,
+            config_for=self._config_for,
+            on_mixture_change=on_mixture_change,
+            streams=self._stream_summaries(),
+        )
         if diffs:
             raise ValueError("the resume state does not match this dataset: " + "; ".join(diffs))
         self._ncn_state = obj["num_canonical_nodes"]

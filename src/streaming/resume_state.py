@@ -4,8 +4,10 @@ Design note: pure functions over plain dicts. ``dataset_config`` is the part of 
 sample order to continue unchanged (shuffle, partition, batching, sampling, epoch size, and a fingerprint of
 the streams' indexes and weights); ``build_state`` adds where the run stands; ``resume_mismatches`` compares a
 loaded state with the dataset and lists every difference (empty list: resumable), so the dataset only applies
-the counters. Keeping the check pure makes it testable without a dataset and is the one place to extend
-(e.g. a policy for a changed stream mixture).
+the counters. Keeping the check pure makes it testable without a dataset and is the one place to extend.
+A state also lists each stream (``stream_summary``: where, fingerprint, samples per epoch), so a changed mixture
+is reported stream by stream (``mixture_changes``); with ``on_mixture_change="continue"`` the streams and the
+epoch size they add up to may differ (the run keeps its position and draws the rest from the new mixture).
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ from typing import Any
 
 __all__ = [
     "CHECKED_KEYS",
+    "MIXTURE_KEYS",
+    "ON_MIXTURE_CHANGE",
     "STATE_VERSION",
     "build_state",
     "check_state_version",
     "dataset_config",
+    "mixture_changes",
     "resume_mismatches",
+    "stream_summary",
     "streams_fingerprint",
 ]
 
@@ -38,6 +44,9 @@ CHECKED_KEYS = (
     "epoch_size",
     "streams_fingerprint",
 )
+MIXTURE_KEYS = ("epoch_size", "streams_fingerprint")
+"""Checked keys that follow from the streams and their weights: the ones ``on_mixture_change="continue"`` lets differ."""
+ON_MIXTURE_CHANGE = ("error", "continue")
 
 
 def streams_fingerprint(stream_fingerprints: Sequence[str], choose_per_stream: Sequence[int]) -> str:
@@ -82,9 +91,11 @@ def build_state(
     num_canonical_nodes: int,
     initial_physical_nodes: int,
     config: dict[str, Any],
+    streams: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A versioned, JSON-serializable resume state."""
+    """A versioned, JSON-serializable resume state (``streams``: one ``stream_summary`` per stream)."""
     return {
+        **({"streams": streams} if streams is not None else {}),
         "version": STATE_VERSION,
         "epoch": epoch,
         "sample_in_epoch": sample_in_epoch,
@@ -102,8 +113,37 @@ def check_state_version(obj: Any) -> None:
         raise ValueError(f"not a StreamingDataset state of version {STATE_VERSION} (got version {got!r})")
 
 
+def stream_summary(*, where: str, fingerprint: str, choose: int) -> dict[str, Any]:
+    """One stream as a state records it: its location (credentials redacted), fingerprint, samples per epoch."""
+    return {"where": where, "fingerprint": fingerprint, "samples_per_epoch": int(choose)}
+
+
+def mixture_changes(saved: Sequence[dict[str, Any]], current: Sequence[dict[str, Any]]) -> list[str]:
+    """What differs between two lists of ``stream_summary`` (streams matched by ``where``), one line each."""
+    old = {s["where"]: s for s in saved}
+    new = {s["where"]: s for s in current}
+    out = [f"stream {w} removed" for w in old if w not in new]
+    out += [
+        f"stream {w} added ({new[w]['samples_per_epoch']} samples per epoch)" for w in new if w not in old
+    ]
+    for w in [w for w in new if w in old]:
+        a, b = old[w], new[w]
+        if a["samples_per_epoch"] != b["samples_per_epoch"]:
+            out.append(f"stream {w}: samples per epoch {a['samples_per_epoch']} -> {b['samples_per_epoch']}")
+        elif a["fingerprint"] != b["fingerprint"]:
+            out.append(f"stream {w}: its index.json or weight setting changed")
+    if not out and [s["where"] for s in saved] != [s["where"] for s in current]:
+        out.append("stream order: " + ", ".join(old) + " -> " + ", ".join(new))
+    return out
+
+
 def resume_mismatches(
-    obj: dict[str, Any], *, ncn_arg: int | None, config_for: Callable[[int], dict[str, Any]]
+    obj: dict[str, Any],
+    *,
+    ncn_arg: int | None,
+    config_for: Callable[[int], dict[str, Any]],
+    on_mixture_change: str = "error",
+    streams: Sequence[dict[str, Any]] | None = None,
 ) -> list[str]:
     """Every way the state ``obj`` does not match the dataset (empty: it can be resumed).
 
@@ -112,7 +152,13 @@ def resume_mismatches(
         ncn_arg: The dataset's ``num_canonical_nodes`` argument (None: taken from the state).
         config_for: The dataset's ``dataset_config`` for a given number of canonical nodes (the default shuffle
             block size depends on it).
+        on_mixture_change: ``error``: the streams must match; ``continue``: ``MIXTURE_KEYS`` may differ.
+        streams: The dataset's ``stream_summary`` list (names each changed stream when the state has one too).
     """
+    if on_mixture_change not in ON_MIXTURE_CHANGE:
+        raise ValueError(
+            f"on_mixture_change must be one of {', '.join(ON_MIXTURE_CHANGE)}; got {on_mixture_change!r}"
+        )
     ncn = obj.get("num_canonical_nodes")
     diffs = []
     if ncn_arg is not None and ncn != ncn_arg:
@@ -122,8 +168,14 @@ def resume_mismatches(
     if diffs:
         return diffs
     mine = config_for(ncn)  # type: ignore[arg-type]
-    return [
-        f"{k}: state has {obj.get(k)!r}, dataset has {mine[k]!r}"
-        for k in CHECKED_KEYS
-        if obj.get(k) != mine[k]
-    ]
+    skip = MIXTURE_KEYS if on_mixture_change == "continue" else ()
+    diffs = []
+    for k in (k for k in CHECKED_KEYS if k not in skip and obj.get(k) != mine[k]):
+        detail = []
+        if k == "streams_fingerprint" and streams is not None and isinstance(obj.get("streams"), list):
+            detail = mixture_changes(obj["streams"], streams)
+        if detail:
+            diffs.append("streams_fingerprint: the stream mixture changed: " + "; ".join(detail))
+        else:
+            diffs.append(f"{k}: state has {obj.get(k)!r}, dataset has {mine[k]!r}")
+    return diffs

@@ -21,7 +21,7 @@ from foundry.checkpoint.callback import attach_checkpointing, find_start
 from foundry.checkpoint.resume import StartPoint
 from foundry.config import TrainConfig
 from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
-from foundry.data.text import build_text_dataloader, dataset_missing_message
+from foundry.data.text import build_text_dataloader, missing_data
 from foundry.eval.callback import icl_callbacks
 from foundry.eval.config import load_task_configs
 from foundry.loggers import Logger, build_loggers
@@ -107,6 +107,7 @@ def _pretrain(cfg: TrainConfig, *, run_dir: Path, ctx: DistContext) -> dict[str,
         eval_interval_steps=plan.eval_interval_steps,
         max_seq_len=plan.max_seq_len,
         device=ctx.device,
+        stream_names=cfg.data.stream_names,
         loggers=loggers,
         callbacks=build_run_callbacks(cfg, plan, tokenizer=data.tokenizer, run_dir=run_dir),
     )
@@ -150,10 +151,9 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
         prepare_quickstart(cfg.data, max_seq_len=max_seq_len)
         if is_main:
             barrier()
-    for split in (cfg.data.train_split, cfg.data.eval_split):
-        missing = split and dataset_missing_message(cfg.data, split)
-        if missing:
-            raise FileNotFoundError(missing)
+    missing = missing_data(cfg.data)
+    if missing:
+        raise FileNotFoundError(missing)
     # tokenizer.name=null (tokenizer=none): rows of token ids, checked against model.vocab_size by the collator
     tokenizer = build_tokenizer(cfg.tokenizer) if cfg.tokenizer.name is not None else None
     common: dict[str, Any] = {
@@ -163,17 +163,13 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
         "seed": cfg.seed,
         "vocab_size": getattr(cfg.model, "vocab_size", None),
     }
-    train = build_text_dataloader(
-        cfg.data, device_batch_size=batches.device_batch_size, split=cfg.data.train_split, **common
-    )
+    train = build_text_dataloader(cfg.data, device_batch_size=batches.device_batch_size, **common)
     eval_loader = None
-    if cfg.data.eval_split:
+    if cfg.data.eval_split or any(s.eval_split for s in cfg.data.streams.values()):
         eval_loader = build_text_dataloader(
             cfg.data,
             device_batch_size=cfg.trainer.device_eval_batch_size or batches.microbatch_size,
-            split=cfg.data.eval_split,
-            shuffle=False,
-            drop_last=False,
+            evaluate=True,
             **common,
         )
     return RunData(tokenizer=tokenizer, train=train, eval=eval_loader)
