@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from foundry.data.collate import TextCollator
+from foundry.data.documents import DocumentRule
 from foundry.data.mixture import (
     STREAM_TAG,
     StreamConfig,
@@ -236,6 +237,7 @@ def build_text_dataloader(
     shuffle: bool | None = None,
     drop_last: bool | None = None,
     vocab_size: int | None = None,
+    documents: DocumentRule | None = None,
 ) -> Any:  # noqa: ANN401 - foundry.data.loader.TextLoader (a streaming.StreamingDataLoader)
     """Builds the training or the eval loader: a `StreamingDataLoader` over a `StreamingDataset`.
 
@@ -255,6 +257,8 @@ def build_text_dataloader(
         shuffle: Overrides `cfg.shuffle` (training).
         drop_last: Drop a final partial batch (default: True for training, False for eval).
         vocab_size: The model's vocabulary size; token ids at or above it are a clear error.
+        documents: How rows split into documents; set (when the model masks attention per document) -> batches
+            carry `sequence_id` (B, S).
 
     Returns:
         A loader yielding dicts of (B, S) int64 tensors (and `_stream` tags with a mixture), with
@@ -279,6 +283,7 @@ def build_text_dataloader(
         token_encoding_type=cfg.token_encoding_type,
         tokenizer=tokenizer,
         vocab_size=vocab_size,
+        documents=documents,
     )
     if evaluate and cfg.streams:
         chosen, mapping = eval_streams(cfg.streams)

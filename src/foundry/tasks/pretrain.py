@@ -20,6 +20,7 @@ from foundry.callbacks import Callback, build_callbacks
 from foundry.checkpoint.callback import attach_checkpointing, find_start
 from foundry.checkpoint.resume import StartPoint
 from foundry.config import TrainConfig
+from foundry.data.documents import DocumentRule
 from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
 from foundry.data.text import build_text_dataloader, missing_data
 from foundry.eval.callback import icl_callbacks
@@ -162,6 +163,7 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
         "max_seq_len": max_seq_len,
         "seed": cfg.seed,
         "vocab_size": getattr(cfg.model, "vocab_size", None),
+        "documents": DocumentRule.from_tokenizer(tokenizer) if cfg.model.uses_sequence_id() else None,
     }
     train = build_text_dataloader(cfg.data, device_batch_size=batches.device_batch_size, **common)
     eval_loader = None

@@ -6,7 +6,6 @@ Skipped (saying so) while `build_text_dataloader` has no `documents` parameter: 
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import pytest
@@ -15,17 +14,10 @@ from hydra import compose, initialize_config_dir
 from transformers import GPT2Config
 
 from foundry.config import register_configs, to_train_config
-from foundry.data.text import build_text_dataloader
 from foundry.tasks.pretrain import pretrain
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        "documents" not in inspect.signature(build_text_dataloader).parameters,
-        reason="loader wiring pending: build_text_dataloader(documents=...) and pretrain passing it",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
