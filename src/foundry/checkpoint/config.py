@@ -32,6 +32,10 @@ class CheckpointConfig:
     one file per rank, reshards on load), or `auto` (sharded under FSDP, full otherwise)."""
     save_weights_only: bool = False
     """Save the model weights only (no optimizer/scheduler/RNG/data state: cannot resume training)."""
+    save_adapters_only: bool = False
+    """With `model.peft_config`: save only the trainable weights (the LoRA adapters) with the model config
+    (which holds the LoRA config), always in the `full` format. A run still resumes: the optimizer state is
+    kept, and the frozen base is reloaded from `load_path` (or an `hf-causal-lm` model's pretrained weights)."""
     async_upload: bool = True
     """Write and upload in a background thread; training is blocked only while the state is copied."""
     staging_folder: str | None = None
@@ -61,6 +65,16 @@ class CheckpointConfig:
             raise ValueError(
                 f"checkpoint.save_num_checkpoints_to_keep={self.save_num_checkpoints_to_keep}: use -1 (keep all) "
                 "or a positive count"
+            )
+        if self.save_adapters_only and self.save_format == "sharded":
+            raise ValueError(
+                "checkpoint.save_adapters_only=true writes the (small) adapters in one file: set "
+                "checkpoint.save_format=full or auto"
+            )
+        if self.save_adapters_only and self.save_weights_only:
+            raise ValueError(
+                "checkpoint.save_adapters_only and save_weights_only are exclusive (adapters-only checkpoints "
+                "keep the optimizer state to resume); set one of them"
             )
         if self.autoresume and not self.save_folder:
             raise ValueError("checkpoint.autoresume=true needs checkpoint.save_folder (where to look)")

@@ -89,6 +89,8 @@ class Manifest:
     """The model config the weights belong to (`asdict` of the schema)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Anything else worth keeping with the run (global batch size, W&B run id, ...)."""
+    adapters_only: bool = False
+    """The weights are the LoRA adapters only (`checkpoint.save_adapters_only`); the base comes from elsewhere."""
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:

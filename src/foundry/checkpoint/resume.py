@@ -151,6 +151,17 @@ def load_into(
                 + "\nRestore those values to resume this run, or start a new one (another run_name or "
                 "checkpoint.save_folder; checkpoint.load_path + load_weights_only=true to start from its weights)"
             )
+    if (
+        start.source == "load_path"
+        and not start.weights_only
+        and (model_config or {}).get("peft_config") is not None
+        and not m.model_config.get("peft_config")
+    ):
+        raise ValueError(
+            f"checkpoint.load_path={redact(info.url)} holds a model without LoRA adapters and model.peft_config "
+            "is set: its optimizer state cannot continue an adapter run; add checkpoint.load_weights_only=true "
+            "to start the adapters from its weights"
+        )
     saved_gbs = m.extra.get("global_train_batch_size")
     if not start.weights_only and global_batch_size and saved_gbs and saved_gbs != global_batch_size:
         log.warning(
@@ -160,12 +171,20 @@ def load_into(
             saved_gbs,
         )
     t0 = time.perf_counter()
+    if m.adapters_only:
+        _load_base(trainer.model, start, cfg=cfg, cache_root=cache_root, local_rank=local_rank)
     directory = fetch(info, cache_root=cache_root, weights_only=start.weights_only, local_rank=local_rank)
     optimizer = None if start.weights_only else trainer.optimizer
     strict, allow_pickle, this_rank = cfg.load_strict, cfg.allow_pickle, rank()
     if m.format == "full":
         out = load_full(
-            directory, trainer.model, optimizer, strict=strict, allow_pickle=allow_pickle, rank=this_rank
+            directory,
+            trainer.model,
+            optimizer,
+            strict=strict,
+            allow_pickle=allow_pickle,
+            rank=this_rank,
+            adapters_only=m.adapters_only,
         )
     else:
         out = load_sharded(
@@ -196,6 +215,35 @@ def load_into(
         )
 
 
+def _load_base(
+    model: nn.Module, start: StartPoint, *, cfg: CheckpointConfig, cache_root: str, local_rank: int
+) -> None:
+    """The frozen base under an adapters-only checkpoint: `load_path`'s weights (when resuming), or the
+    pretrained weights an `hf-causal-lm` model was built with; anything else is refused (a random base)."""
+    mc = start.info.manifest.model_config
+    if start.source == "autoresume" and cfg.load_path:
+        base = load_weights(
+            model,
+            cfg.load_path,
+            strict=cfg.load_strict,
+            allow_pickle=cfg.allow_pickle,
+            cache_root=cache_root,
+            local_rank=local_rank,
+        )
+        if base.manifest.adapters_only:
+            raise ValueError(
+                f"checkpoint.load_path={redact(cfg.load_path)} holds adapters only; point it at the base model"
+            )
+        return
+    if mc.get("pretrained_model_name_or_path") and mc.get("pretrained", True):
+        return  # the base was loaded with the model (hf-causal-lm pretrained weights)
+    raise ValueError(
+        f"{redact(start.info.url)} holds LoRA adapters only (checkpoint.save_adapters_only=true) and nothing "
+        "provides the base weights: set checkpoint.load_path to the base model's checkpoint (the one the "
+        "adapters were trained on)"
+    )
+
+
 def load_weights(
     model: nn.Module,
     path: str,
@@ -215,7 +263,15 @@ def load_weights(
     info = open_checkpoint(path, scratch=cache_root)
     directory = fetch(info, cache_root=cache_root, weights_only=True, local_rank=local_rank)
     if info.manifest.format == "full":
-        load_full(directory, model, None, strict=strict, allow_pickle=allow_pickle, rank=rank())
+        load_full(
+            directory,
+            model,
+            None,
+            strict=strict,
+            allow_pickle=allow_pickle,
+            rank=rank(),
+            adapters_only=info.manifest.adapters_only,
+        )
     else:
         load_sharded(
             directory,

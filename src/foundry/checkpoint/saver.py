@@ -124,7 +124,8 @@ class Checkpointer:
         name = checkpoint_name(epoch=s.epoch, step=s.step)
         staging = self.store.local_path(name) or os.path.join(self.staging_root, name)
         self._clear(name, staging)
-        weights_only = self.cfg.save_weights_only
+        weights_only, adapters_only = self.cfg.save_weights_only, self.cfg.save_adapters_only
+        fmt = "full" if adapters_only else fmt  # a few small tensors: one file
         optimizer = None if weights_only else trainer.optimizer
         run_state = None if weights_only else trainer.run_state()
         # What may wait for the background thread: writing itself, when this rank can write alone (full format
@@ -136,7 +137,12 @@ class Checkpointer:
             deferred = not (dist.is_available() and dist.is_initialized())
             writer: partial[list[str]] | None = partial(save_sharded, staging, rank=self.rank)
         else:
-            model_sd, optim_sd = collect(trainer.model, optimizer, full=True)
+            model_sd, optim_sd = collect(trainer.model, optimizer, full=True, trainable_only=adapters_only)
+            if adapters_only and not model_sd and self.rank == 0:  # other ranks get {} from a full gather
+                raise ValueError(
+                    "checkpoint.save_adapters_only=true but the model has no trainable adapters: set "
+                    "model.peft_config (e.g. +peft=lora)"
+                )
             rngs = None if weights_only else self._gather_rngs()
             payload = {"model_sd": model_sd, "optim_sd": optim_sd, "run_state": run_state, "rngs": rngs}
             deferred = True
@@ -162,6 +168,7 @@ class Checkpointer:
             run_name=self.run_name,
             model_config=self.model_config,
             extra=self.extra,
+            adapters_only=adapters_only,
         )
         job = SaveJob(name, staging, files, manifest, start, 0.0, write)
         self.last_saved_step = s.step

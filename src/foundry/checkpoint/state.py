@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from foundry.checkpoint import safe_dcp
+from foundry.checkpoint.adapters import match_keys
 from foundry.checkpoint.safe_dcp import storage_reader
 from foundry.serialization import load_file
 
@@ -53,7 +54,7 @@ def rank_file(rank: int) -> str:
 
 
 def collect(
-    model: nn.Module, optimizer: torch.optim.Optimizer | None, *, full: bool
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, *, full: bool, trainable_only: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Model and optimizer state dicts, keyed by unwrapped parameter names.
 
@@ -61,8 +62,10 @@ def collect(
         model: The (possibly DDP/FSDP-wrapped) model.
         optimizer: Its optimizer, or None for weights only.
         full: Gather full tensors to CPU (rank 0 gets them under FSDP); otherwise local shards.
+        trainable_only: Leave out frozen parameters (and buffers): a LoRA model's adapters only, never
+            gathered with the base.
     """
-    options = StateDictOptions(full_state_dict=full, cpu_offload=full)
+    options = StateDictOptions(full_state_dict=full, cpu_offload=full, ignore_frozen_params=trainable_only)
     if optimizer is None:
         return get_model_state_dict(model, options=options), None
     return get_state_dict(model, optimizer, options=options)
@@ -124,25 +127,27 @@ def save_sharded(
     return mine
 
 
-def _check_keys(model: nn.Module, stored: set[str], strict: bool) -> None:
-    """Raises (when `strict`) if the stored weight names and the model's differ, naming both sides."""
-    expected = set(get_model_state_dict(model))
-    missing, unexpected = sorted(expected - stored), sorted(stored - expected)
-    if strict and (missing or unexpected):
+def _short(names: list[str]) -> str:
+    return f"{names[:8]}{' ...' if len(names) > 8 else ''}"
+
+
+def _matched(
+    model: nn.Module, stored: set[str], *, strict: bool, adapters_only: bool
+) -> tuple[dict[str, str], bool]:
+    """Model weight name -> stored name (LoRA renames included, `foundry.checkpoint.adapters`).
+
+    Raises (when `strict`) if a model weight has no stored tensor that must have one, or a stored tensor fits
+    no weight, naming both sides. Returns the pairing and whether some weights stay unloaded by design.
+    """
+    match = match_keys(get_model_state_dict(model), stored, adapters_only=adapters_only)
+    if strict and (match.missing or match.unexpected):
         raise RuntimeError(
             "the checkpoint's weights do not match the model: "
-            + (
-                f"missing from the checkpoint: {missing[:8]}{' ...' if len(missing) > 8 else ''}; "
-                if missing
-                else ""
-            )
-            + (
-                f"not in the model: {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}; "
-                if unexpected
-                else ""
-            )
+            + (f"missing from the checkpoint: {_short(match.missing)}; " if match.missing else "")
+            + (f"not in the model: {_short(match.unexpected)}; " if match.unexpected else "")
             + "check model config, or load with checkpoint.load_strict=false to load the matching tensors only"
         )
+    return match.source, bool(match.skipped)
 
 
 def load_full(
@@ -153,16 +158,22 @@ def load_full(
     strict: bool,
     allow_pickle: bool,
     rank: int,
+    adapters_only: bool = False,
 ) -> dict[str, Any] | None:
     """Loads `model.pt` (and `state.pt` when `optimizer` is given).
+
+    A plain checkpoint loads into a model with LoRA adapters (base weights by their plain names, adapters
+    keep their init); an `adapters_only` one loads the adapters and leaves the base as it is.
 
     Returns:
         None for weights only, else `{"run": run state, "rng": this rank's RNG state}` (rank 0's when the
         checkpoint was saved by fewer ranks).
     """
     weights = load_file(os.path.join(directory, MODEL_FILE), allow_pickle=allow_pickle)
-    _check_keys(model, set(weights), strict)
-    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=strict))
+    source, partial = _matched(model, set(weights), strict=strict, adapters_only=adapters_only)
+    weights = {key: weights[name] for key, name in source.items()}
+    options = StateDictOptions(full_state_dict=True, strict=strict and not partial)
+    set_model_state_dict(model, weights, options=options)
     if optimizer is None:
         return None
     state = load_file(os.path.join(directory, STATE_FILE), allow_pickle=allow_pickle)
@@ -182,19 +193,25 @@ def load_sharded(
     allow_pickle: bool,
     rank: int,
     saved_world: int,
+    adapters_only: bool = False,
 ) -> dict[str, Any] | None:
     """Loads a `torch.distributed.checkpoint` directory into the (possibly differently sharded) model.
 
     Unless `allow_pickle`, its `.metadata` is unpickled through an allowlist of the DCP metadata classes and
     non-tensor values are read weights-only (`foundry.checkpoint.safe_dcp`): a crafted file is refused.
+    LoRA renames and `adapters_only` as in `load_full`.
     """
     model_sd, optim_sd = collect(model, optimizer, full=False)
-    if strict:
-        stored = storage_reader(directory, allow_pickle=allow_pickle).read_metadata().state_dict_metadata
-        _check_keys(model, {k[len("model.") :] for k in stored if k.startswith("model.")}, strict)
-    state = {"model": model_sd} if optim_sd is None else {"model": model_sd, "optim": optim_sd}
+    stored = storage_reader(directory, allow_pickle=allow_pickle).read_metadata().state_dict_metadata
+    names = {k[len("model.") :] for k in stored if k.startswith("model.")}
+    source, partial = _matched(model, names, strict=strict, adapters_only=adapters_only)
+    view: dict[str, Any] = {}  # stored name -> the model tensor DCP loads it into (in place)
+    for key, name in source.items():
+        view.setdefault(name, model_sd[key])
+    state = {"model": view} if optim_sd is None else {"model": view, "optim": optim_sd}
     safe_dcp.load(state, directory, allow_pickle=allow_pickle, allow_partial_load=not strict)
-    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=strict))
+    loaded = {key: view[name] for key, name in source.items()}  # a stored tensor may feed two weights
+    set_model_state_dict(model, loaded, options=StateDictOptions(strict=strict and not partial))
     if optimizer is None:
         return None
     set_optimizer_state_dict(model, optimizer, state["optim"])
