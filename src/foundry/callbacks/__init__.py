@@ -1,14 +1,26 @@
-"""Callbacks: speed monitor (throughput, MFU), LR monitor, memory monitor, runtime estimator."""
+"""Callbacks: speed monitor (throughput, MFU), LR monitor, memory monitor, runtime estimator, HF export."""
 
 from __future__ import annotations
 
-from foundry.callbacks.base import Callback, CallbacksConfig, RuntimeEstimatorConfig, SpeedMonitorConfig
+from pathlib import Path
+from typing import Any
+
+from foundry.callbacks.base import (
+    Callback,
+    CallbacksConfig,
+    HFExportConfig,
+    RuntimeEstimatorConfig,
+    SpeedMonitorConfig,
+)
+from foundry.callbacks.hf_export import HFExport
 from foundry.callbacks.monitors import LRMonitor, MemoryMonitor, RuntimeEstimator
 from foundry.callbacks.speed import SpeedMonitor, peak_flops
 
 __all__ = [
     "Callback",
     "CallbacksConfig",
+    "HFExport",
+    "HFExportConfig",
     "LRMonitor",
     "MemoryMonitor",
     "RuntimeEstimator",
@@ -20,8 +32,20 @@ __all__ = [
 ]
 
 
-def build_callbacks(cfg: CallbacksConfig, *, world_size: int) -> list[Callback]:
-    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime); `world_size`: ranks per step."""
+def build_callbacks(
+    cfg: CallbacksConfig,
+    *,
+    world_size: int,
+    model_config: Any = None,  # noqa: ANN401 - the run's `model` schema (a foundry.models ModelConfig)
+    tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer
+    run_dir: str | Path = ".",
+) -> list[Callback]:
+    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime, hf export).
+
+    Args:
+        cfg: The `callbacks` group. world_size: Ranks per step.
+        model_config, tokenizer, run_dir: What `hf_export` needs (the model schema is required for it).
+    """
     out: list[Callback] = []
     if cfg.speed_monitor is not None:
         out.append(SpeedMonitor(cfg.speed_monitor, world_size=world_size))
@@ -31,4 +55,10 @@ def build_callbacks(cfg: CallbacksConfig, *, world_size: int) -> list[Callback]:
         out.append(MemoryMonitor())
     if cfg.runtime_estimator is not None:
         out.append(RuntimeEstimator(cfg.runtime_estimator))
+    if cfg.hf_export is not None:
+        if model_config is None:
+            raise ValueError(
+                "callbacks.hf_export needs the run's model config (build_callbacks(model_config=...))"
+            )
+        out.append(HFExport(cfg.hf_export, model_config=model_config, tokenizer=tokenizer, run_dir=run_dir))
     return out
