@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--config", help="config.json of the model (needed with a weights file)")
+    p.add_argument(
+        "--base", help="the base model's trainer checkpoint (for an adapters-only LoRA checkpoint)"
+    )
     p.add_argument("--tokenizer", help="tokenizer.json path, saved folder or cached hub name")
     p.add_argument("--format", default="auto", choices=FORMATS)
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -69,7 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     if trainer_checkpoint:
         from foundry.checkpoint.convert import to_hf
 
-        fmt = to_hf(args.src, args.out, tokenizer=tok, fmt=args.format, dtype=DTYPES[args.dtype])
+        fmt = to_hf(
+            args.src, args.out, tokenizer=tok, fmt=args.format, dtype=DTYPES[args.dtype], base=args.base
+        )
     else:
         fmt = export_checkpoint(
             args.src, args.out, config=args.config, tokenizer=tok, fmt=args.format, dtype=DTYPES[args.dtype]

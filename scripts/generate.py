@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
         "--model", required=True, help="trainer checkpoint / save folder, or a transformers folder"
     )
     p.add_argument("--adapter", help="a PEFT (LoRA) adapter folder to apply on top of --model")
+    p.add_argument(
+        "--base", help="the base model's trainer checkpoint (for an adapters-only --model checkpoint)"
+    )
     p.add_argument("--tokenizer", help="tokenizer.json, folder or cached hub name (default: the model's)")
     p.add_argument("--prompt", action="append", default=[], help="a text prompt (repeatable)")
     p.add_argument("--chat", action="append", default=[], help="a chat as a JSON list of {role, content}")
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     model, tokenizer = load_for_generation(
         args.model,
         adapter=args.adapter,
+        base=args.base,
         tokenizer=args.tokenizer,
         device=args.device,
         dtype=DTYPES[args.dtype],

@@ -160,6 +160,7 @@ def load_for_generation(
     model: str,
     *,
     adapter: str | None = None,
+    base: str | None = None,
     tokenizer: str | None = None,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
@@ -171,6 +172,8 @@ def load_for_generation(
             LoRA adapters included when trained with them), or a transformers folder (`save_pretrained`,
             `scripts/export_hf.py`).
         adapter: A PEFT adapter folder to put on top of `model` (base + adapter).
+        base: The base model's trainer checkpoint, when `model` is an adapters-only one
+            (`checkpoint.save_adapters_only`).
         tokenizer: A tokenizer.json, folder or cached hub name; default: the HF folder's own, or the training
             run's (from its `run.json`) for a trainer checkpoint.
         device: Where the model runs. dtype: its parameter dtype.
@@ -186,7 +189,7 @@ def load_for_generation(
 
     trainer_checkpoint = is_trainer_checkpoint(model)
     if trainer_checkpoint:
-        net, _ = load_model(model, device="cpu")
+        net, _ = load_model(model, device="cpu", base=base)
     else:
         net = load_pretrained(model)
     if adapter is not None:

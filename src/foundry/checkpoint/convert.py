@@ -21,9 +21,9 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from foundry.checkpoint import safe_dcp
 from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, Manifest, open_checkpoint
-from foundry.checkpoint.resume import fetch
+from foundry.checkpoint.resume import fetch, load_weights
 from foundry.checkpoint.safe_dcp import storage_reader
-from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_file, rank_file
+from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_file, load_full, rank_file
 from foundry.checkpoint.store import CheckpointStore
 from streaming.format.hashing import hash_file
 
@@ -146,9 +146,15 @@ def convert_checkpoint(
         return _publish(staging, dst, manifest)
 
 
-def load_model(src: str, *, device: str = "cpu", allow_pickle: bool = False) -> tuple[Any, Manifest]:
+def load_model(
+    src: str, *, device: str = "cpu", base: str | None = None, allow_pickle: bool = False
+) -> tuple[Any, Manifest]:
     """The model of trainer checkpoint `src` (directory or save folder, local or URL), built from its
     manifest's model config (LoRA adapters included when it was trained with them) with the saved weights.
+
+    Args:
+        base: For an adapters-only checkpoint (`checkpoint.save_adapters_only`): the trainer checkpoint of
+            the base model (not needed when the base is an `hf-causal-lm` model's pretrained weights).
 
     Returns:
         `(model, manifest)`; the model is on `device` in eval mode.
@@ -164,6 +170,11 @@ def load_model(src: str, *, device: str = "cpu", allow_pickle: bool = False) -> 
             )
         schema = model_schema_from_dict(info.manifest.model_config)
         local = fetch(info, cache_root=os.path.join(tmp, "download"), weights_only=True)
+        if info.manifest.adapters_only:
+            scratch = os.path.join(tmp, "base")
+            return _adapters_on_base(
+                schema, info, local, base=base, scratch=scratch, device=device, allow_pickle=allow_pickle
+            )
         if info.manifest.format == "full":
             weights = torch.load(os.path.join(local, MODEL_FILE), mmap=True, weights_only=True)
         else:
@@ -175,6 +186,33 @@ def load_model(src: str, *, device: str = "cpu", allow_pickle: bool = False) -> 
         return model.eval(), info.manifest
 
 
+def _adapters_on_base(
+    schema: Any,  # noqa: ANN401 - a foundry.models ModelConfig
+    info: CheckpointInfo,
+    local: str,
+    *,
+    base: str | None,
+    scratch: str,
+    device: str,
+    allow_pickle: bool,
+) -> tuple[Any, Manifest]:
+    """An adapters-only checkpoint on its base: `base`'s weights (or the pretrained ones), then the adapters."""
+    from foundry.models import build_model_on
+
+    mc = info.manifest.model_config
+    pretrained = bool(mc.get("pretrained_model_name_or_path")) and mc.get("pretrained", True)
+    if base is None and not pretrained:
+        raise ValueError(
+            f"{info.url} holds LoRA adapters only (checkpoint.save_adapters_only=true): pass the base model's "
+            "checkpoint too (base=..., scripts/generate.py --base, scripts/export_hf.py --base)"
+        )
+    model = build_model_on(schema, device="cpu")
+    if base is not None:
+        load_weights(model, base, allow_pickle=allow_pickle, cache_root=scratch)
+    load_full(local, model, None, strict=True, allow_pickle=allow_pickle, rank=0, adapters_only=True)
+    return model.to(device).eval(), info.manifest
+
+
 def to_hf(  # noqa: ANN401 - tokenizer
     src: str,
     out_dir: str,
@@ -182,12 +220,14 @@ def to_hf(  # noqa: ANN401 - tokenizer
     tokenizer: Any = None,
     fmt: str = "auto",
     dtype: torch.dtype = torch.float32,
+    base: str | None = None,
     allow_pickle: bool = False,
 ) -> str:
     """Exports the model of checkpoint `src` to a Hugging Face folder (see `foundry.models.export.export_hf`).
 
     A model trained with LoRA adapters is merged first: the folder holds a plain model of the base
-    architecture (same logits as base + adapter).
+    architecture (same logits as base + adapter); an adapters-only checkpoint needs its `base` (see
+    `load_model`).
 
     Returns:
         The HF format written (`hf_mpt` or `foundry`).
@@ -195,6 +235,6 @@ def to_hf(  # noqa: ANN401 - tokenizer
     # local: `import foundry.checkpoint` stays free of transformers (which `foundry.models` loads)
     from foundry.models.export import export_hf
 
-    model, _ = load_model(src, allow_pickle=allow_pickle)
+    model, _ = load_model(src, base=base, allow_pickle=allow_pickle)
     # export_hf is annotated for our MPT; with fmt=foundry it also saves a transformers causal LM
     return export_hf(cast("MPTForCausalLM", model), out_dir, tokenizer=tokenizer, fmt=fmt, dtype=dtype)

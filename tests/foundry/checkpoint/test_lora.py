@@ -117,6 +117,18 @@ def test_adapters_only_autoresume_equals_an_uninterrupted_run(runs):
     model, optim = final_state(cwd / "outputs/resumed/checkpoints/ep0-ba6")
     assert_bitwise_equal(model, ref_model, "model")
     assert_bitwise_equal(optim, ref_optim, "optimizer")
+    from foundry.checkpoint.convert import load_model
+
+    with pytest.raises(ValueError, match="adapters only"):
+        load_model(str(cwd / "outputs/ref/checkpoints"))
+    loaded, _ = load_model(str(cwd / "outputs/ref/checkpoints"), base=str(cwd / "outputs/base/checkpoints"))
+    state = loaded.state_dict()
+    assert_bitwise_equal({k: state[k] for k in ref_model}, ref_model, "adapters")
+    base_model, _ = final_state(cwd / "outputs/base/checkpoints/ep0-ba4")
+    assert torch.equal(
+        state["transformer.blocks.0.attn.Wqkv.base_layer.weight"],
+        base_model["transformer.blocks.0.attn.Wqkv.weight"],
+    )
 
 
 @pytest.mark.slow
