@@ -68,8 +68,8 @@ def apply_peft(model: nn.Module, cfg: PeftConfig) -> nn.Module:
         setattr(layer.lora_A[ADAPTER], _ROLE, "A")
         setattr(layer.lora_B[ADAPTER], _ROLE, "B")
     base_init = getattr(model, "_init_weights", None)
-    if callable(base_init):
-        model.__dict__["_init_weights"] = _adapter_aware_init(base_init)  # instance attribute: this model only
+    if callable(base_init):  # an instance attribute: this model only
+        model.__dict__["_init_weights"] = _adapter_aware_init(base_init)
     return model
 
 
