@@ -75,7 +75,7 @@ def test_a_sweep_whose_jobs_fail_still_prints_its_summary_and_exits_non_zero(tmp
         timeout=300,
     )
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "error: task='finetune'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "error: task=finetune trains on prompt/response" in proc.stderr and "Traceback" not in proc.stderr
     assert "multirun summary (2 jobs, 2 failed)" in proc.stdout, proc.stdout[-3000:]
     (summary,) = (tmp_path / "outputs" / "multirun" / "broken").glob("summary-*.md")
     rows = [line for line in summary.read_text().splitlines() if "failed: ConfigError" in line]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -22,6 +22,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from foundry.callbacks.base import CallbacksConfig
 from foundry.checkpoint.config import CheckpointConfig
+from foundry.data.finetune.offline import OfflineInstructDataConfig
+from foundry.data.finetune.schema import FinetuneDataConfig
 from foundry.data.quickstart import QuickstartDataConfig
 from foundry.data.text import TextDataConfig
 from foundry.errors import ConfigError
@@ -42,7 +44,7 @@ __all__ = [
     "unknown_keys",
 ]
 
-TASKS = ("pretrain", "eval")
+TASKS = ("pretrain", "finetune", "eval")
 GROUP_ONLY_KEYS = ("experiment", "debug", "sweep", "local")
 """Config groups of `conf/train.yaml` that pick files but are not `TrainConfig` fields (for suggestions)."""
 LLM_FOUNDRY_KEYS = {
@@ -60,8 +62,38 @@ LLM_FOUNDRY_KEYS = {
     "save_folder": "checkpoint.save_folder",
     "load_path": "checkpoint.load_path",
     "autoresume": "checkpoint.autoresume",
+    "load_weights_only": "checkpoint.load_weights_only (task=finetune loads checkpoint.load_path's weights only)",
+    "load_strict_model_weights": "checkpoint.load_strict",
+    "save_interval": "checkpoint.save_interval",
+    "save_num_checkpoints_to_keep": "checkpoint.save_num_checkpoints_to_keep",
+    "save_weights_only": "checkpoint.save_weights_only",
+    "eval_first": "trainer.eval_first",
+    "eval_subset_num_batches": "trainer.eval_subset_num_batches",
+    "device_eval_batch_size": "trainer.device_eval_batch_size",
+    "algorithms": "trainer.grad_clip_norm (gradient_clipping); other Composer algorithms are not supported",
+    "console_log_interval": "trainer.log_interval",
+    "progress_bar": "trainer.progress_bar",
+    "log_to_console": "logger=console",
 }
 """Top-level keys of llm-foundry YAMLs and where they live here."""
+LLM_FOUNDRY_FINETUNE_KEYS = {
+    "name": "data=finetune/<name> picks finetuning data (llm-foundry's `name: finetuning`)",
+    "dataset": "the data.* keys are llm-foundry's train_loader.dataset keys, flattened (data.hf_name=...)",
+    "split": "data.train_split (and data.eval_split for the eval loader)",
+    "decoder_only_format": "always true here (decoder-only models); remove it",
+    "allow_pad_trimming": "not supported: rows keep max_seq_len (fixed shapes); data.packing_ratio cuts padding",
+    "drop_last": "not configurable: training drops a final partial batch, eval keeps every example",
+    "streams": "not supported for finetuning data: one source per run (data.hf_name or data.local/remote)",
+    "pin_memory": "not configurable (in-memory rows have no workers; MDS: data.num_workers)",
+    "prefetch_factor": "not configurable (in-memory rows have no workers; MDS: data.num_workers)",
+    "persistent_workers": "not configurable (MDS workers persist when data.num_workers > 0)",
+    "timeout": "not configurable",
+}
+"""llm-foundry `train_loader`/`train_loader.dataset` keys of finetuning YAMLs, for `data=finetune/...`."""
+if TYPE_CHECKING:
+    DataConfig = TextDataConfig | FinetuneDataConfig
+else:
+    DataConfig = Any  # OmegaConf 2.3 has no unions: the composed node keeps its own schema (checked below)
 KEY_RULE = (
     "Every key must be declared by its schema: `key=value` sets one, and `+key=value` cannot add new ones "
     "(free-form values go under `+variables.<name>=value`)."
@@ -73,14 +105,15 @@ class TrainConfig:
     """The root of `conf/train.yaml`: one field per config group plus run-level keys."""
 
     task: str = "pretrain"
-    """What `train.py` runs: `pretrain`, or `eval` (ICL evaluation of `model`)."""
+    """What `train.py` runs: `pretrain`, `finetune` (on `data=finetune/<name>`), or `eval` (ICL evaluation)."""
     run_name: str = "dev"
     """Names the run directory (`outputs/<run_name>`) and the W&B run."""
     seed: int = 17
     """Seeds Python, numpy and torch; the data shuffle seed when `data.shuffle_seed` is null."""
     model: ModelConfig
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
-    data: TextDataConfig
+    data: DataConfig
+    """Text (`data=quickstart|c4|...`, `TextDataConfig`) or finetuning rows (`data=finetune/<name>`)."""
     optimizer: OptimizerConfig
     scheduler: SchedulerConfig
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -100,6 +133,17 @@ class TrainConfig:
             raise ValueError(f"task={self.task!r}: choose one of {list(TASKS)}")
         if not self.run_name or "/" in self.run_name:
             raise ValueError(f"run_name={self.run_name!r} must be a non-empty name without '/'")
+        finetune_data = isinstance(self.data, FinetuneDataConfig)
+        if self.task == "finetune" and not finetune_data:
+            raise ValueError(
+                f"task=finetune trains on prompt/response or chat rows, not {type(self.data).__name__}: pick "
+                "data=finetune/<name> (conf/data/finetune/: instruct-cpu, dolly_hhrlhf, local-mds), or run "
+                "experiment=finetune-cpu"
+            )
+        if self.task == "pretrain" and finetune_data:
+            raise ValueError(
+                "data=finetune/... holds finetuning rows (prompt/response or chat): add task=finetune"
+            )
 
 
 def register_configs() -> None:
@@ -111,6 +155,8 @@ def register_configs() -> None:
     register_tokenizer_configs(cs)
     cs.store(group="data", name="_text", node=TextDataConfig)
     cs.store(group="data", name="_quickstart", node=QuickstartDataConfig)
+    cs.store(group="data", name="_finetune", node=FinetuneDataConfig)
+    cs.store(group="data", name="_finetune_instruct", node=OfflineInstructDataConfig)
     cs.store(group="trainer", name="_trainer", node=TrainerConfig)
     cs.store(group="parallelism", name="_parallelism", node=ParallelismConfig)
     cs.store(group="checkpoint", name="_checkpoint", node=CheckpointConfig)
@@ -164,6 +210,8 @@ def unknown_key_message(full_key: str, schema: type, value: Any = None) -> str: 
     head = f"unknown config key '{full_key}' ({schema.__name__} has no field '{key}')"
     if not parent and key in LLM_FOUNDRY_KEYS:
         return f"{head}: that is an llm-foundry key; here it is {LLM_FOUNDRY_KEYS[key]}"
+    if issubclass(schema, FinetuneDataConfig) and key in LLM_FOUNDRY_FINETUNE_KEYS:
+        return f"{head}: that is an llm-foundry finetuning key; {LLM_FOUNDRY_FINETUNE_KEYS[key]}"
     close = difflib.get_close_matches(key, names + (list(GROUP_ONLY_KEYS) if not parent else []), n=1)
     if not close:
         return f"{head}; valid keys: {', '.join(names)}"

@@ -99,7 +99,7 @@ def test_train_py_leaves_the_running_jobs_config_alone(tmp_path):
     written = "# the config of the job running in this directory\n"
     (run_dir / "config.yaml").write_text(written)
     proc = _train(["task=finetune", "run_name=live"], tmp_path)
-    _assert_user_error(proc, "task='finetune'")
+    _assert_user_error(proc, "task=finetune")
     assert (run_dir / "config.yaml").read_text() == written
 
 

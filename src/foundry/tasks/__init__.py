@@ -2,10 +2,10 @@
 
 Design note: this package is the wiring, the one place that imports every component (models, data, optim,
 train, checkpoint, parallel, eval, loggers, callbacks, streaming) and passes each its slice of the config;
-no component imports it back. One module per task: `pretrain` (plan -> build -> `Trainer.fit`) and `evaluate`
-(`task=eval`, ICL evaluation of a model); `plan` holds the pure arithmetic a run derives from its config,
-`summary` the Hydra callback tabulating a sweep, `run_files` the atomic writer for a run directory's files.
-`run_task` validates the composed config before it writes anything (so a rejected command leaves an existing
+no component imports it back. One module per task: `pretrain` (plan -> build -> `Trainer.fit`), `finetune`
+(the same run on prompt/response or chat rows) and `evaluate` (`task=eval`, ICL evaluation of a model);
+`plan` holds the pure arithmetic a run derives from its config, `summary` the Hydra callback tabulating a
+sweep, `run_files` the atomic writer for a run directory's files. `run_task` validates the composed config before it writes anything (so a rejected command leaves an existing
 run directory as it was), and only rank 0 (asked of the world, `process_world`) writes the run's files.
 """
 
@@ -23,13 +23,15 @@ from foundry.config import TrainConfig, to_train_config
 from foundry.hydra_callbacks import redacted_yaml
 from foundry.parallel.dist import process_world
 from foundry.tasks.evaluate import eval_task
+from foundry.tasks.finetune import finetune
 from foundry.tasks.pretrain import pretrain
 from foundry.tasks.run_files import write_text_atomic
 
-__all__ = ["TASK_RUNNERS", "eval_task", "pretrain", "run_task", "write_text_atomic"]
+__all__ = ["TASK_RUNNERS", "eval_task", "finetune", "pretrain", "run_task", "write_text_atomic"]
 
 TASK_RUNNERS: dict[str, Callable[[TrainConfig, Path], dict[str, float]]] = {
     "pretrain": lambda cfg, run_dir: pretrain(cfg, run_dir=run_dir),
+    "finetune": lambda cfg, run_dir: finetune(cfg, run_dir=run_dir),
     "eval": eval_task,
 }
 """`cfg.task` -> the function running it (one per name in `foundry.config.TASKS`)."""

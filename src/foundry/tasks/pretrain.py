@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -22,7 +22,8 @@ from foundry.checkpoint.resume import StartPoint
 from foundry.config import TrainConfig
 from foundry.data.documents import DocumentRule
 from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
-from foundry.data.text import build_text_dataloader, missing_data
+from foundry.data.text import TextDataConfig, build_text_dataloader, missing_data
+from foundry.errors import ConfigError
 from foundry.eval.callback import icl_callbacks
 from foundry.eval.config import load_task_configs
 from foundry.loggers import Logger, build_loggers
@@ -46,7 +47,7 @@ from foundry.train.state import seed_all, set_deterministic
 from streaming.storage import redact
 from streaming.world import World
 
-__all__ = ["pretrain"]
+__all__ = ["DataBuilder", "RunData", "build_data", "pretrain"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,14 @@ class RunData:
     """The training `StreamingDataLoader`."""
     eval: Any | None
     """The eval split's loader, or None without `data.eval_split`."""
+    stream_names: list[str] | None = None
+    """A mixture's stream names (`Trainer(stream_names=)`), None for data without streams."""
+
+
+class DataBuilder(Protocol):
+    """Builds a run's data step (`build_data` for text; `foundry.tasks.finetune` has its own)."""
+
+    def __call__(self, cfg: TrainConfig, *, world: World, is_main: bool) -> RunData: ...
 
 
 @dataclass(frozen=True)
@@ -69,29 +78,36 @@ class ModelStack:
     scheduler: Any
 
 
-def pretrain(cfg: TrainConfig, *, run_dir: str | Path) -> dict[str, float]:
+def pretrain(
+    cfg: TrainConfig, *, run_dir: str | Path, data_builder: DataBuilder | None = None
+) -> dict[str, float]:
     """Pretrains a causal LM as `cfg` describes (one process, or every rank of a `torchrun` launch).
 
     Args:
         cfg: The root `TrainConfig` (dataclasses all the way down).
         run_dir: Where `run.json`, `metrics.jsonl` and logger files go (written by rank 0 only).
+        data_builder: Builds the data step (`build_data`, the text loaders, by default; `task=finetune` passes
+            its own, everything else is shared).
 
     Returns:
         The final metrics (`train/loss`, `eval/loss`, `eval/perplexity`, throughput, ...), rank 0's on every rank.
     """
     ctx = init_distributed(cfg.parallelism, device=resolve_device(cfg.trainer.device))
     try:
-        return _pretrain(_expand_run_dir(cfg, Path(run_dir)), run_dir=Path(run_dir), ctx=ctx)
+        cfg = _expand_run_dir(cfg, Path(run_dir))
+        return _pretrain(cfg, run_dir=Path(run_dir), ctx=ctx, data_builder=data_builder or build_data)
     finally:
         teardown(ctx)
 
 
-def _pretrain(cfg: TrainConfig, *, run_dir: Path, ctx: DistContext) -> dict[str, float]:
+def _pretrain(
+    cfg: TrainConfig, *, run_dir: Path, ctx: DistContext, data_builder: DataBuilder
+) -> dict[str, float]:
     world = process_world(ctx)
     seed_all(cfg.seed)
     if cfg.trainer.deterministic:
         set_deterministic()
-    data = build_data(cfg, world=world, is_main=ctx.is_main)
+    data = data_builder(cfg, world=world, is_main=ctx.is_main)
     plan = plan_run(cfg, world, batches_per_epoch=len(data.train), device=ctx.device)
     stack = build_model_stack(cfg, plan, tokenizer=data.tokenizer, ctx=ctx)
     start = find_start(cfg.checkpoint, run_name=cfg.run_name, run_dir=run_dir)
@@ -108,7 +124,7 @@ def _pretrain(cfg: TrainConfig, *, run_dir: Path, ctx: DistContext) -> dict[str,
         eval_interval_steps=plan.eval_interval_steps,
         max_seq_len=plan.max_seq_len,
         device=ctx.device,
-        stream_names=cfg.data.stream_names,
+        stream_names=data.stream_names,
         loggers=loggers,
         callbacks=build_run_callbacks(cfg, plan, tokenizer=data.tokenizer, run_dir=run_dir),
     )
@@ -144,6 +160,10 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
         FileNotFoundError: A local split is absent (before the tokenizer, whose own error would hide this one).
         ConfigError: The sequence length or batch size cannot be planned (see `foundry.tasks.plan`).
     """
+    if not isinstance(cfg.data, TextDataConfig):
+        raise ConfigError(
+            f"{type(cfg.data).__name__} is not text data: task=pretrain needs data=quickstart|c4|..."
+        )
     max_seq_len = resolve_max_seq_len(cfg)
     batches = batch_plan(cfg, world)
     if isinstance(cfg.data, QuickstartDataConfig):
@@ -174,7 +194,7 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
             evaluate=True,
             **common,
         )
-    return RunData(tokenizer=tokenizer, train=train, eval=eval_loader)
+    return RunData(tokenizer=tokenizer, train=train, eval=eval_loader, stream_names=cfg.data.stream_names)
 
 
 def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: DistContext) -> ModelStack:  # noqa: ANN401

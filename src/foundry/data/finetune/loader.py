@@ -62,6 +62,11 @@ class MemoryExamples:
         order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
         return order[self.group :: self.num_groups][: n // self.num_groups]
 
+    def __len__(self) -> int:
+        """Steps per epoch (a final step shorter than `min_step` is dropped)."""
+        full, rest = divmod(len(self.examples) // self.num_groups, self.step)
+        return full + int(0 < rest and rest >= self.min_step)
+
     def __iter__(self) -> Iterator[list[Example]]:
         shard = self.shard(self.epoch)
         while self.consumed < len(shard):
@@ -101,6 +106,10 @@ class StreamedExamples:
         self.loader = loader
         self.min_step = min_step
         self.dropped_examples = 0
+
+    def __len__(self) -> int:
+        """Steps per epoch (at most: a step with too few kept examples is skipped)."""
+        return len(self.loader)
 
     def __iter__(self) -> Iterator[list[Example]]:
         for batch in self.loader:
@@ -156,6 +165,10 @@ class FinetuneLoader:
         streamed = self.source.dropped_examples if isinstance(self.source, StreamedExamples) else 0
         packed = self.packer.dropped_examples if self.packer is not None else 0
         return self.filtered_examples + streamed + packed
+
+    def __len__(self) -> int:
+        """Batches per epoch (what `plan_run` turns `ep` durations into steps with)."""
+        return len(self.source)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         for examples in self.source:

@@ -1,0 +1,78 @@
+"""`data=finetune/instruct-cpu`: the offline instruction set, written on first use, and its tokenizer.
+
+Design note: the CPU finetuning recipe must run on a fresh machine with no network, like the quick start.
+`OfflineInstructDataConfig` is a `FinetuneDataConfig` whose `hf_name` folder is generated when absent
+(`foundry.data.finetune.instruct`, seconds; the same rows on every machine with the same Python), and which
+can name the quick-start cache whose tokenizer the recipe uses: the quick-start model was trained with it, so
+it is built there (`prepare_quickstart`) only when that `tokenizer.json` is missing, and an existing cache is
+never rebuilt. Writes go through a temporary folder renamed into place, so a half-written set is never read.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from foundry.data.finetune.instruct import write_instruct_dataset
+from foundry.data.finetune.schema import FinetuneDataConfig
+from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
+
+__all__ = ["OfflineInstructDataConfig", "prepare_offline_instruct"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True)
+class OfflineInstructDataConfig(FinetuneDataConfig):
+    """Finetuning data generated offline into `hf_name` (a local folder) when it has no `{train_split}.jsonl`."""
+
+    chat: bool = False
+    """Write chat `messages` rows instead of prompt/response."""
+    additions: int = 300
+    """Two-number addition questions added to the built-in and stdlib questions."""
+    eval_fraction: float = 0.1
+    """Share of questions (by hash) in the `val` split."""
+    quickstart_local: str | None = None
+    """A quick-start cache folder: its `tokenizer.json` is built when missing (the quick-start model's)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.hf_name is None or "://" in self.hf_name:
+            raise ValueError(
+                f"data.hf_name={self.hf_name!r}: the offline instruction set needs a local folder"
+            )
+        if self.train_split != "train" or self.eval_split not in (None, "val"):
+            raise ValueError(
+                "the offline instruction set has splits `train` and `val` (data.train_split/eval_split)"
+            )
+        if self.additions < 0:
+            raise ValueError(f"data.additions={self.additions} must be >= 0")
+
+
+def prepare_offline_instruct(cfg: OfflineInstructDataConfig, *, max_seq_len: int) -> None:
+    """Writes the instruction set into `cfg.hf_name` and the quick-start tokenizer, each only when missing.
+
+    Args:
+        cfg: The data config.
+        max_seq_len: The quick-start cache's row length when it has to be built (the model's `max_seq_len`).
+    """
+    out = Path(str(cfg.hf_name)).expanduser()
+    if not (out / f"{cfg.train_split}.jsonl").is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+        try:
+            counts = write_instruct_dataset(
+                tmp, chat=cfg.chat, additions=cfg.additions, eval_fraction=cfg.eval_fraction
+            )
+            if out.exists():
+                shutil.rmtree(out)
+            tmp.rename(out)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        log.info("offline instruction set: wrote %s (%s)", out, counts)
+    if cfg.quickstart_local and not (Path(cfg.quickstart_local).expanduser() / "tokenizer.json").is_file():
+        prepare_quickstart(QuickstartDataConfig(local=cfg.quickstart_local), max_seq_len=max_seq_len)
