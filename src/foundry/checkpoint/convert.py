@@ -210,6 +210,7 @@ def _adapters_on_base(
     if base is not None:
         load_weights(model, base, allow_pickle=allow_pickle, cache_root=scratch)
     load_full(local, model, None, strict=True, allow_pickle=allow_pickle, rank=0, adapters_only=True)
+    # (load_full directly: `local` is already fetched and the base is loaded above)
     return model.to(device).eval(), info.manifest
 
 

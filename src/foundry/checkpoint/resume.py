@@ -252,15 +252,26 @@ def load_weights(
     allow_pickle: bool = False,
     cache_root: str = ".checkpoint-cache",
     local_rank: int = 0,
+    base_loaded: bool = False,
 ) -> CheckpointInfo:
     """Loads only the model weights of the checkpoint at `path` (directory or save folder, local or URL).
 
     `local_rank` (from the task's `DistContext`) picks the one process per node that downloads a remote one.
+    An adapters-only checkpoint (`checkpoint.save_adapters_only`) loads only onto a model whose base is already
+    loaded: `base_loaded`, or an `hf-causal-lm` model built with its pretrained weights.
 
     Returns:
         The checkpoint loaded (its manifest has the step and the model config).
     """
     info = open_checkpoint(path, scratch=cache_root)
+    mc = info.manifest.model_config
+    pretrained = bool(mc.get("pretrained_model_name_or_path")) and mc.get("pretrained", True)
+    if info.manifest.adapters_only and not (base_loaded or pretrained):
+        raise ValueError(
+            f"{redact(info.url)} holds LoRA adapters only (checkpoint.save_adapters_only=true), without the base "
+            "weights: export it merged with `scripts/export_hf.py --src <it> --base <base checkpoint>` and load "
+            "that folder, or generate with `scripts/generate.py --model <it> --base <base checkpoint>`"
+        )
     directory = fetch(info, cache_root=cache_root, weights_only=True, local_rank=local_rank)
     if info.manifest.format == "full":
         load_full(

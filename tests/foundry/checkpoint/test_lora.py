@@ -121,6 +121,11 @@ def test_adapters_only_autoresume_equals_an_uninterrupted_run(runs):
 
     with pytest.raises(ValueError, match="adapters only"):
         load_model(str(cwd / "outputs/ref/checkpoints"))
+    from foundry.checkpoint import load_weights
+
+    schema = MPTModelConfig(**{**TINY, "vocab_size": 320}, peft_config=LORA)
+    with pytest.raises(ValueError, match="adapters only"):  # task=eval / lm-eval would get a random base
+        load_weights(build_model_on(schema, device="cpu"), str(cwd / "outputs/ref/checkpoints"))
     loaded, _ = load_model(str(cwd / "outputs/ref/checkpoints"), base=str(cwd / "outputs/base/checkpoints"))
     state = loaded.state_dict()
     assert_bitwise_equal({k: state[k] for k in ref_model}, ref_model, "adapters")
