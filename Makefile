@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu gpu-check lint format bench clean train train-ddp bench-trainer eval-harness eval generate
+.PHONY: help install install-emulators test test-all test-dist test-gpu gpu-check lint format bench clean train train-ddp bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -71,6 +71,13 @@ clean: ## remove run outputs and caches
 
 train: ## offline quick start (mpt-tiny, ~1 min on CPU); pass overrides with ARGS="model=mpt-125m data=c4"
 	$(PY) train.py $(ARGS)
+
+# Finetuning (task=finetune). Without CKPT: the quick-start checkpoint when `make train` left one, else a fresh mpt-tiny.
+finetune: ## CPU finetuning recipe (offline instruction set, packed): make finetune [CKPT=<checkpoint>] [ARGS="trainer.max_duration=1ep"]
+	@ckpt="$(CKPT)"; \
+	if [ -z "$$ckpt" ] && [ -d outputs/quickstart/checkpoints ]; then ckpt=outputs/quickstart/checkpoints; fi; \
+	if [ -z "$$ckpt" ]; then echo "[make finetune] no CKPT and no outputs/quickstart/checkpoints (make train): finetuning a fresh mpt-tiny"; fi; \
+	set -x; $(PY) train.py experiment=finetune-cpu $${ckpt:+checkpoint.load_path=$$ckpt} $(ARGS)
 
 NPROC ?= 2
 PARALLELISM ?= ddp
