@@ -243,9 +243,14 @@ def build_run_callbacks(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, run_
     """The configured callbacks, then ICL evaluation (which needs a tokenizer: none configured names the fix)."""
     if tokenizer is None and cfg.eval is not None and load_task_configs(cfg.eval):
         tokenizer = build_tokenizer(cfg.tokenizer)  # raises: tokenizer.name is null, pass tokenizer.name=...
-    return build_callbacks(cfg.callbacks, world_size=plan.world_size) + icl_callbacks(
-        cfg.eval, tokenizer=tokenizer, run_dir=run_dir
+    configured = build_callbacks(
+        cfg.callbacks,
+        world_size=plan.world_size,
+        model_config=cfg.model,
+        tokenizer=tokenizer,
+        run_dir=run_dir,
     )
+    return configured + icl_callbacks(cfg.eval, tokenizer=tokenizer, run_dir=run_dir)
 
 
 def run_training(
