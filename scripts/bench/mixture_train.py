@@ -22,6 +22,7 @@ from hydra import compose, initialize_config_dir
 from foundry.config import TrainConfig, register_configs, to_train_config
 from foundry.data.mixture import StreamConfig
 from foundry.data.standin import StandinLayout, write_standin_streams
+from foundry.data.text import TextDataConfig
 from foundry.tasks.pretrain import pretrain
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -47,6 +48,7 @@ def _configs(root: Path, *, steps: int, workers: int, samples: int) -> dict[str,
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
         single = to_train_config(compose("train", overrides=overrides))
     streams = {n: StreamConfig(path=f"mix/{n}", proportion=w) for n, w in WEIGHTS.items()}
+    assert isinstance(single.data, TextDataConfig)
     mixture = replace(single, data=replace(single.data, local=None, local_root=str(root), streams=streams))
     write_standin_streams(root, layouts={"one": StandinLayout("single", ("train",))}, samples=samples)
     layouts = {n: StandinLayout(f"mix/{n}", ("train",)) for n in WEIGHTS}
