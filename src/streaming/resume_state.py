@@ -8,6 +8,8 @@ the counters. Keeping the check pure makes it testable without a dataset and is 
 A state also lists each stream (``stream_summary``: where, fingerprint, samples per epoch), so a changed mixture
 is reported stream by stream (``mixture_changes``); with ``on_mixture_change="continue"`` the streams and the
 epoch size they add up to may differ (the run keeps its position and draws the rest from the new mixture).
+A state records the ``plan_version`` of its shuffle's order (``streaming.plan.plan_version``; absent: 1): a
+state saved mid-epoch under another version is refused (``plan_mismatch``), one at an epoch boundary resumes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from streaming.plan.shuffle import plan_version
 
 __all__ = [
     "CHECKED_KEYS",
@@ -26,6 +30,7 @@ __all__ = [
     "check_state_version",
     "dataset_config",
     "mixture_changes",
+    "plan_mismatch",
     "resume_mismatches",
     "stream_summary",
     "streams_fingerprint",
@@ -68,7 +73,8 @@ def dataset_config(
     epoch_size: int,
     fingerprint: str,
 ) -> dict[str, Any]:
-    """The checked part of a state (keys ``CHECKED_KEYS``); ``shuffle_block_size`` is the effective one."""
+    """The checked part of a state (keys ``CHECKED_KEYS``, and ``plan_version``); ``shuffle_block_size`` is the
+    effective one."""
     return {
         "shuffle": shuffle,
         "shuffle_algo": shuffle_algo,
@@ -80,6 +86,7 @@ def dataset_config(
         "sampling_granularity": sampling_granularity,
         "epoch_size": epoch_size,
         "streams_fingerprint": fingerprint,
+        "plan_version": plan_version(shuffle_algo if shuffle else None),
     }
 
 
@@ -137,6 +144,26 @@ def mixture_changes(saved: Sequence[dict[str, Any]], current: Sequence[dict[str,
     return out
 
 
+def plan_mismatch(obj: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    """Why the state ``obj`` cannot continue its epoch in this version's order (None: it can).
+
+    Only a state saved inside an epoch (``0 < sample_in_epoch < epoch_size``) depends on the order; a state
+    without ``plan_version`` predates it (version 1).
+    """
+    saved, now = obj.get("plan_version", 1), mine["plan_version"]
+    at, size = obj.get("sample_in_epoch", 0), obj.get("epoch_size")
+    if saved == now or not isinstance(at, int) or at <= 0 or (isinstance(size, int) and at >= size):
+        return None
+    algo = mine["shuffle_algo"] if mine["shuffle"] else "none"
+    return (
+        f"plan_version: the state was saved {at} samples into epoch {obj.get('epoch')!r} under plan version "
+        f"{saved!r} of shuffle_algo={algo!r}, and this version of the library orders that epoch differently "
+        f"(plan version {now}), so it cannot continue it in the same order; finish the epoch with the library "
+        "version that saved the state, or restart the epoch in the new order by setting the state's "
+        "'sample_in_epoch' to 0"
+    )
+
+
 def resume_mismatches(
     obj: dict[str, Any],
     *,
@@ -178,4 +205,5 @@ def resume_mismatches(
             diffs.append("streams_fingerprint: the stream mixture changed: " + "; ".join(detail))
         else:
             diffs.append(f"{k}: state has {obj.get(k)!r}, dataset has {mine[k]!r}")
-    return diffs
+    plan = plan_mismatch(obj, mine) if not diffs else None  # another difference already changes the order
+    return [*diffs, plan] if plan else diffs

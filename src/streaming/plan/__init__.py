@@ -16,10 +16,11 @@ from streaming.plan.batching import BATCHING_METHODS, GlobalOrder
 from streaming.plan.epoch import PlanSpec, WorkerPlan, default_block_size, epoch_order, epoch_units
 from streaming.plan.partition import CanonicalOrder, DeviceSlice, check_partition, worker_batches
 from streaming.plan.sampling import Units, allocate_shards, build_units, stream_choose
-from streaming.plan.shuffle import SHUFFLE_ALGOS, make_shuffle
+from streaming.plan.shuffle import PLAN_VERSIONS, SHUFFLE_ALGOS, make_shuffle, plan_version
 
 __all__ = [
     "BATCHING_METHODS",
+    "PLAN_VERSIONS",
     "SHUFFLE_ALGOS",
     "CanonicalOrder",
     "DeviceSlice",
@@ -34,6 +35,7 @@ __all__ = [
     "epoch_order",
     "epoch_units",
     "make_shuffle",
+    "plan_version",
     "stream_choose",
     "worker_batches",
 ]

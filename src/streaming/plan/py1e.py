@@ -1,35 +1,41 @@
-"""``py1e`` ("expanding"), the default shuffle, computed window by window.
+"""``py1e`` ("expanding"), the default shuffle, computed window by window from counter-based random values.
 
 Semantics (upstream's intent): in each canonical node the spans are laid out in their shuffled order; each
 span's samples are shuffled; each sample at layout index i gets the key ``x = i + delta`` where, per span of
 size s and start a, ``bs' ~ U_int[0.75 bs, 1.25 bs)``, ``h = max(0, (bs' - s) / 2)`` and
-``delta ~ U(max(-h, -a), min(h, L - a - s))``; the node's order is the samples sorted by x (ties have probability ~0 and are broken deterministically).
-So each shard's samples spread over a window of about bs around its place, keeping few shards resident.
+``delta ~ U(max(-h, -a), min(h, L - a - s))``; the node's order is the samples sorted by x (ties have
+probability ~0 and are broken by layout index). So each shard's samples spread over a window of about bs
+around its place, keeping few shards resident.
 
 Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
 the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
-of keys below v is ``max(0, v - H)`` plus a count over ``[v - H, v + H)``. Window k holds the keys in
-``[k Wx, (k + 1) Wx)`` (``Wx = 2**20`` keys). Each span's keys are drawn once (and kept in an LRU cache:
-neighbouring windows share most spans), so a window costs a few vector ops per nearby span plus a sort of its
-Wx keys, and needs nothing else: the first sample costs one window whatever the epoch size, and a resume
-starts at the window it lands in.
-Each span's (shuffle, bs', deltas) come from a generator keyed by (seed, epoch, span), not from one
-sequential generator as upstream.
+of keys below v0 is ``max(0, v0 - H)`` plus a count over that range. Window k holds the keys in
+``[k Wx, (k + 1) Wx)`` (``Wx = 2**20`` keys); it needs nothing but the O(spans) span table, so the first sample
+costs one window whatever the epoch size, and a resume starts at the window it lands in.
+Every random value is counter-based (``streaming.plan.counter_rng``), keyed by (seed, epoch) and a position:
+slot i's delta fraction by (node, i), span k's ``bs'`` and within-span permutation by k. A window is therefore
+a few vector ops over the slots in its reach, taken in chunks that keep only the keys inside ``[v0, v1)`` (and
+the sample of a slot is found, by evaluating the span's permutation at that slot, only for those), with no
+per-span generator and no per-span state. Plan version 2; version 1 drew each span's values from its own
+``numpy`` generator (same distribution, different order; ``streaming.resume_state`` refuses a mid-epoch
+state of the other version).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections import OrderedDict
 
 import numpy as np
 
+from streaming.plan.counter_rng import derive_key, hash64, permute, uniform
 from streaming.plan.shuffle_base import BlockShuffle
-from streaming.plan.spans import span_rng
 
 __all__ = ["ExpandingShuffle"]
 
-TAG_PY1E = 41
+TAG_PY1E_DELTA = 42
+TAG_PY1E_BLOCK = 43
+TAG_PY1E_PERM = 44
+_CHUNK = 1 << 19  # slots per vector pass (~40 MB of temporaries)
 
 
 class ExpandingShuffle(BlockShuffle):
@@ -42,79 +48,85 @@ class ExpandingShuffle(BlockShuffle):
         self.hi_bs = max(self.lo_bs + 1, int(1.25 * self.block_size))
         self.reach = -(-5 * self.block_size // 8) + 1
         self.width = (1 << 20) if window is None else max(1, int(window))
+        self.chunk = _CHUNK
         self._warned = False
-        self._spans: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._span_elems = 0
-        self._span_budget = 2 * (self.width + 2 * self.reach) + (1 << 16)
+        self._block_key = derive_key(self.seed, self.epoch, TAG_PY1E_BLOCK)
+        self._perm_key = derive_key(self.seed, self.epoch, TAG_PY1E_PERM)
 
     def num_blocks(self, c: int) -> int:
         return -(-int(self.spans.node_len[c]) // self.width)
 
-    def _span_keys(self, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(big ids, keys) of span k in layout order (cached)."""
-        hit = self._spans.get(k)
-        if hit is not None:
-            self._spans.move_to_end(k)
-            return hit
-        got = self._make_span_keys(c, k)
-        self._spans[k] = got
-        self._span_elems += len(got[0])
-        while self._span_elems > self._span_budget and len(self._spans) > 1:
-            _, old = self._spans.popitem(last=False)
-            self._span_elems -= len(old[0])
-        return got
-
-    def _make_span_keys(self, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _span_spread(self, c: int, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(low end, width) of the delta range of spans ``ks`` of node ``c``."""
         sp = self.spans
-        n = int(sp.length[k])
-        start = int(sp.cum[k])
-        node_len = int(sp.node_len[c])
-        rng = span_rng(self.seed, self.epoch, TAG_PY1E, k)
-        perm = rng.permutation(n)
-        bsp = int(rng.integers(self.lo_bs, self.hi_bs))
-        h = max(0.0, (bsp - n) / 2)
-        if h == 0 and n > 1 and not self._warned:
+        n = sp.length[ks]
+        start = sp.cum[ks]
+        bsp = self.lo_bs + (uniform(self._block_key, ks) * (self.hi_bs - self.lo_bs)).astype(np.int64)
+        h = np.maximum(0.0, (bsp - n) / 2)
+        if not self._warned and np.any((h == 0) & (n > 1)):
             self._warned = True
+            i = int(np.flatnonzero((h == 0) & (n > 1))[0])
             warnings.warn(
-                f"py1e: a span of {n} samples is at least its drawn block size ({bsp}, from shuffle_block_size="
-                f"{self.block_size}); its samples are not mixed with other shards. Raise shuffle_block_size "
-                "(>= 10x the samples per shard is advised).",
-                stacklevel=3,
+                f"py1e: a span of {int(n[i])} samples is at least its drawn block size ({int(bsp[i])}, from "
+                f"shuffle_block_size={self.block_size}); its samples are not mixed with other shards. Raise "
+                "shuffle_block_size (>= 10x the samples per shard is advised).",
+                stacklevel=4,
             )
-        lo, hi = max(-h, -start), min(h, node_len - start - n)
-        keys = start + np.arange(n, dtype=np.float64) + (lo + (hi - lo) * rng.random(n))
-        return sp.big_start[k] + perm, keys
+        lo = np.maximum(-h, -start)
+        hi = np.minimum(h, int(sp.node_len[c]) - start - n)
+        return lo, hi - lo
 
-    def _gather(
-        self, c: int, lo: int, hi: int, v0: int, v1: int
-    ) -> tuple[int, list[np.ndarray], list[np.ndarray]]:
-        """Keys below ``v0`` and the (big ids, keys) with keys in ``[v0, v1)``, over node ``c``'s spans that
-        intersect layout ``[lo, hi)`` (a few vector ops per span; cheaper than sorting each span once)."""
-        spans = self.spans.spans_overlapping(c, lo, hi)
-        below = int(self.spans.cum[spans.start]) if len(spans) else lo  # every key before the range is < v0
-        bigs, keys = [], []
-        for k in spans:
-            b, x = self._span_keys(c, k)
-            low = x < v0
-            below += int(np.count_nonzero(low))
-            inside = ~low & (x < v1)
-            if inside.any():
-                bigs.append(b[inside])
-                keys.append(x[inside])
-        return below, bigs, keys
+    def slot_keys(self, c: int, p0: int, p1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(layout indices, span of each, key of each) for slots ``[p0, p1)`` of node ``c``."""
+        ks = np.arange(*self._span_range(c, p0, p1)[:2], dtype=np.int64)
+        sp = self.spans
+        first = np.maximum(sp.cum[ks], p0)
+        last = np.minimum(sp.cum[ks] + sp.length[ks], p1)
+        span = np.repeat(ks, last - first)
+        pos = np.arange(p0, p1, dtype=np.int64)
+        lo, width = self._span_spread(c, ks)
+        rel = span - ks[0] if len(ks) else span
+        keys = uniform(derive_key(self.seed, self.epoch, TAG_PY1E_DELTA, c), pos)
+        keys *= width[rel]
+        keys += lo[rel]
+        keys += pos
+        return pos, span, keys
 
-    def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
-        return np.minimum(j // self.width, self.num_blocks(c) - 1)
+    def _span_range(self, c: int, p0: int, p1: int) -> tuple[int, int]:
+        r = self.spans.spans_overlapping(c, p0, p1)
+        return r.start, r.stop
+
+    def slot_samples(self, pos: np.ndarray, span: np.ndarray) -> np.ndarray:
+        """Big ids held by layout slots ``pos`` of spans ``span`` (each span's samples, permuted)."""
+        sp = self.spans
+        if not len(span):
+            return np.empty(0, dtype=np.int64)
+        k0 = int(span.min())
+        ks = np.arange(k0, int(span.max()) + 1, dtype=np.int64)
+        keys = hash64(self._perm_key, ks)
+        local = permute(pos - sp.cum[span], span - k0, keys, sp.length[ks])
+        return sp.big_start[span] + local
 
     def _compute_block(self, c: int, k: int) -> tuple[int, np.ndarray]:
         node_len = int(self.spans.node_len[c])
         v0, v1 = k * self.width, min((k + 1) * self.width, node_len)
         lo, hi = max(0, v0 - self.reach), min(node_len, v1 + self.reach)
-        start, bigs, keys = self._gather(c, lo, hi, v0, v1)
+        below = lo  # every key of a slot before `lo` is < v0
+        bigs, keys = [], []
+        for p0 in range(lo, hi, self.chunk):
+            pos, span, x = self.slot_keys(c, p0, min(hi, p0 + self.chunk))
+            low = x < v0
+            below += int(np.count_nonzero(low))
+            inside = np.flatnonzero(~low & (x < v1))
+            if len(inside):
+                bigs.append(self.slot_samples(pos[inside], span[inside]))
+                keys.append(x[inside])
         if not bigs:
-            return start, np.empty(0, dtype=np.int64)
-        big, key = np.concatenate(bigs), np.concatenate(keys)
-        # keys are continuous random values (ties have probability ~0) and the input order is deterministic,
-        # so the window's order is too
-        order = np.argsort(key)
-        return start, big[order]
+            return below, np.empty(0, dtype=np.int64)
+        key = np.concatenate(keys)
+        # slots are gathered in layout order, so a stable sort breaks (improbable) ties by layout index
+        order = np.argsort(key, kind="stable")
+        return below, np.concatenate(bigs)[order]
+
+    def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
+        return np.minimum(j // self.width, self.num_blocks(c) - 1)

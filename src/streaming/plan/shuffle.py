@@ -13,28 +13,38 @@ Algorithms (same names and intent as upstream; orders differ since numpy call or
 - ``py2s``: additionally each unit's samples are shuffled once per run before division, and each piece again
   per epoch. Blocks = spans.
 - ``py1br``: the node's spans laid out unshuffled, cut into blocks of random size ``U[0.75 bs, 1.25 bs)`` after a
-  random per-node stagger ``U[0, 0.75 bs)`` that shortens the first block; samples shuffled within each block.
-  Unlike upstream the blocks do not overlap (upstream shuffles one overlap region twice).
+  random per-node stagger ``U[0, 0.75 bs)`` that shortens the first block; samples shuffled within each block
+  by a counter-based permutation evaluated only at the positions asked for (``counter_rng.permute``), so no
+  block (~bs samples) is ever materialized. Unlike upstream the blocks do not overlap (upstream shuffles one
+  overlap region twice).
 - ``py1e``: see ``streaming.plan.py1e``.
 - ``none`` (shuffle off): the identity.
+
+Plan versions (``plan_version``): a resume state records the version of its algorithm's order, so a mid-epoch
+state is never continued in a different order. Version 2 (counter-based values in ``py1e`` and ``py1br``, one
+``permutation`` per node for the span order of every block shuffle) changed ``py1s``, ``py2s``, ``py1br`` and
+``py1e``; ``naive`` and no shuffle are still version 1.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from streaming.plan.counter_rng import derive_key, hash64, permute
 from streaming.plan.py1e import ExpandingShuffle
 from streaming.plan.shuffle_base import BlockShuffle, Shuffle
-from streaming.plan.spans import divide_spans, span_rng
+from streaming.plan.spans import NodeSpans, divide_spans, span_rng
 
-__all__ = ["SHUFFLE_ALGOS", "BlockShuffle", "Shuffle", "make_shuffle"]
+__all__ = ["PLAN_VERSIONS", "SHUFFLE_ALGOS", "BlockShuffle", "Shuffle", "make_shuffle", "plan_version"]
 
 SHUFFLE_ALGOS = ("naive", "py1s", "py2s", "py1br", "py1e")
+PLAN_VERSIONS = {"naive": 1, "py1s": 2, "py2s": 2, "py1br": 2, "py1e": 2}
+"""Version of each algorithm's sample order (bumped whenever the same inputs give a different order)."""
 TAG_NAIVE = 31
 TAG_SPAN = 32
 TAG_UNIT = 33
 TAG_BR_BOUNDS = 34
-TAG_BR_BLOCK = 35
+TAG_BR_PERM = 36  # plan version 2 (35: version 1, one generator per block)
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -100,11 +110,15 @@ class SpanShuffle(BlockShuffle):
         return int(sp.cum[k]), self.unit_offsets[u] + sigma[int(sp.unit_off[k]) + perm]
 
 
-class BlockRandomShuffle(BlockShuffle):
-    """``py1br``: random-size blocks over the node's unshuffled layout, each shuffled."""
+class BlockRandomShuffle(Shuffle):
+    """``py1br``: random-size blocks over the node's unshuffled layout, each permuted; evaluated pointwise."""
 
-    def __init__(self, *, block_size: int, **kw: object) -> None:
-        super().__init__(**kw)  # type: ignore[arg-type]
+    def __init__(
+        self, *, row_start: np.ndarray, spans: NodeSpans, seed: int, epoch: int, block_size: int
+    ) -> None:
+        super().__init__(row_start=row_start)
+        self.spans = spans
+        self.seed, self.epoch = int(seed), int(epoch)
         self.block_size = int(block_size)
         self._bounds: dict[int, np.ndarray] = {}
 
@@ -128,14 +142,29 @@ class BlockRandomShuffle(BlockShuffle):
     def num_blocks(self, c: int) -> int:
         return len(self.bounds(c)) - 1
 
-    def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.bounds(c), j, side="right") - 1
-
-    def _compute_block(self, c: int, k: int) -> tuple[int, np.ndarray]:
+    def layout_index(self, c: int, j: np.ndarray) -> np.ndarray:
+        """Layout indices of node ``c`` at positions ``j``: each block's slots, permuted (counter-based)."""
         b = self.bounds(c)
-        a, e = int(b[k]), int(b[k + 1])
-        idx = a + span_rng(self.seed, self.epoch, TAG_BR_BLOCK, c, k).permutation(e - a)
-        return a, self.spans.layout_to_big(c, idx)
+        k = np.searchsorted(b, j, side="right") - 1
+        if not len(k):
+            return k
+        k0, k1 = int(k.min()), int(k.max()) + 1
+        keys = hash64(derive_key(self.seed, self.epoch, TAG_BR_PERM, c), np.arange(k0, k1, dtype=np.int64))
+        return b[k] + permute(j - b[k], k - k0, keys, np.diff(b[k0 : k1 + 1]))
+
+    def lookup(self, c: np.ndarray, j: np.ndarray) -> np.ndarray:
+        c = np.asarray(c, dtype=np.int64)
+        j = np.asarray(j, dtype=np.int64)
+        out = np.empty(len(j), dtype=np.int64)
+        for node in np.unique(c):
+            sel = np.flatnonzero(c == node)
+            out[sel] = self.spans.layout_to_big(int(node), self.layout_index(int(node), j[sel]))
+        return out
+
+
+def plan_version(algo: str | None) -> int:
+    """The order version of shuffle ``algo`` (``None``: no shuffle, version 1; unknown names: 0)."""
+    return 1 if algo is None else PLAN_VERSIONS.get(algo, 0)
 
 
 def make_shuffle(
@@ -179,10 +208,12 @@ def make_shuffle(
     spans = divide_spans(
         unit_sizes=sizes, num_canonical_nodes=num_canonical_nodes, seed=seed, epoch=epoch, run_order=run_order
     )
+    if algo == "py1br":
+        return BlockRandomShuffle(
+            row_start=row_start, spans=spans, seed=seed, epoch=epoch, block_size=block_size
+        )
     kw = {"row_start": row_start, "spans": spans, "seed": seed, "epoch": epoch}
     if algo in ("py1s", "py2s"):
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         return SpanShuffle(unit_offsets=offsets, presort=algo == "py2s", **kw)
-    if algo == "py1br":
-        return BlockRandomShuffle(block_size=block_size, **kw)
     return ExpandingShuffle(block_size=block_size, window=window, **kw)

@@ -85,6 +85,13 @@ def test_locality_each_node_reads_only_its_own_spans(t):
         assert sp.node_ptr[cc + 1] - sp.node_ptr[cc] <= len(sizes) + 1
 
 
+def _py1e_full(sh: ExpandingShuffle, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """The definition of node c's py1e order: every slot's (sample, key), stably sorted by key."""
+    pos, span, keys = sh.slot_keys(c, 0, int(sh.spans.node_len[c]))
+    order = np.argsort(keys, kind="stable")
+    return sh.slot_samples(pos, span)[order], keys[order]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     sizes=st.lists(st.integers(1, 30), min_size=1, max_size=12),
@@ -95,20 +102,71 @@ def test_py1e_windows_equal_one_global_sort(sizes, bs, window):
     """The windowed evaluation is exactly 'sort the node by key' (the algorithm's definition)."""
     sh, node, j, e = _setup(sizes, 1, "py1e", bs=bs, window=window)
     assert isinstance(sh, ExpandingShuffle)
-    bigs, keys = [], []
-    sp = sh.spans
-    for k in range(int(sp.node_ptr[0]), int(sp.node_ptr[1])):
-        b, x = sh._make_span_keys(0, k)
-        bigs.append(b)
-        keys.append(x)
-    bigs, keys = np.concatenate(bigs), np.concatenate(keys)
-    want = bigs[np.lexsort((np.arange(len(keys)), keys))]
-    assert np.array_equal(sh.lookup(node, j), want)
-    # each sample moves at most the expansion reach from its layout index
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want, _ = _py1e_full(sh, 0)
+        got = sh.lookup(node, j)
+    assert np.array_equal(got, want)
+    # each sample moves at most the expansion reach from its layout slot
+    pos, span, _ = sh.slot_keys(0, 0, e)
     layout = np.empty(e, dtype=np.int64)
-    layout[bigs] = np.arange(e)
-    got = sh.lookup(node, j)
+    layout[sh.slot_samples(pos, span)] = pos
     assert np.all(np.abs(layout[got] - np.arange(e)) <= 2 * sh.reach)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 60), min_size=1, max_size=15),
+    c=st.integers(1, 3),
+    bs=st.integers(2, 200),
+    window=st.integers(1, 60),
+    chunk=st.integers(1, 70),
+    seed=st.integers(0, 2**31),
+    data=st.data(),
+)
+def test_py1e_window_in_isolation_equals_its_slice_and_counts_keys_below(
+    sizes, c, bs, window, chunk, seed, data
+):
+    """A window computed alone by a fresh shuffle (any chunk size) is the same slice of the full sort, and the
+    count of keys below the window is exact."""
+    if sum(sizes) < c:
+        return
+    sh, *_ = _setup(sizes, c, "py1e", bs=bs, window=window, seed=seed)
+    node = data.draw(st.integers(0, c - 1))
+    k = data.draw(st.integers(0, sh.num_blocks(node) - 1))
+    fresh, *_ = _setup(sizes, c, "py1e", bs=bs, window=window, seed=seed)
+    fresh.chunk = chunk
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start, got = fresh._compute_block(node, k)
+        want, keys = _py1e_full(sh, node)
+    v0, v1 = k * window, (k + 1) * window
+    assert start == int(np.count_nonzero(keys < v0))
+    inside = (keys >= v0) & (keys < v1)
+    assert np.array_equal(got, want[inside])
+    assert np.array_equal(got, want[start : start + len(got)])
+
+
+def test_py1e_spread_and_within_span_shuffle_statistics():
+    """Keys are uniform on each span's delta range; a sample's place in its span is uniform (no bias toward the
+    span's start); the order moves samples by about the block size."""
+    sizes = [100] * 400
+    sh, node, j, e = _setup(sizes, 1, "py1e", bs=2000, seed=3)
+    pos, span, keys = sh.slot_keys(0, 0, e)
+    lo, width = sh._span_spread(0, span)
+    frac = (keys - pos - lo) / width
+    hist = np.histogram(frac, bins=10, range=(0, 1))[0]
+    assert hist.min() > 0.9 * e / 10 and hist.max() < 1.1 * e / 10
+    # slot -> sample within each span: which sample offset lands in the first slot of a span is uniform
+    first = sh.slot_samples(sh.spans.cum[:400], np.arange(400)) - sh.spans.big_start[:400]
+    assert len(np.unique(first)) > 80  # 400 draws over 100 values
+    samples = sh.slot_samples(pos, span) - sh.spans.big_start[span]
+    assert abs(np.corrcoef(samples, pos - sh.spans.cum[span])[0, 1]) < 0.05
+    got = sh.lookup(node, j)
+    layout = np.empty(e, dtype=np.int64)
+    layout[sh.slot_samples(pos, span)] = pos
+    moved = np.abs(layout[got] - np.arange(e))
+    assert 200 < np.median(moved) < 1000  # ~ bs / 3 .. bs / 2 for the difference of two uniform deltas
 
 
 def test_shuffles_depend_on_seed_and_epoch():
