@@ -11,14 +11,19 @@ shard is first used, building its ``ShardInfo`` through the same ``ShardInfo.fro
 the object is identical and its names are checked again). The canonical texts, joined, are also what
 ``Stream.fingerprint`` hashes, so the fingerprint needs no parsing either.
 
-Trust and invalidation: the file records the index's path, size, mtime and inode, and a CRC-32 of everything
-after the header; a mismatch, a truncated or corrupt file is rebuilt, never trusted. Builders take a file lock
+Trust and invalidation: the file records the index's path, size, mtime and inode, a CRC-32 of its arrays, one
+CRC-32 per shard text and one of all texts. Opening checks the key, the file size and the arrays' CRC (32 bytes
+per shard: every rank of a node opens the file, so it must not read the ~250 bytes per shard of text, 140 MB
+at 500k shards, to start); a mismatch, a truncated or corrupt file is rebuilt, never trusted. A shard's text
+is checked against its CRC when it is read, and the whole text when it is streamed (``fingerprint``): damage
+found there drops the cache file and the table falls back to parsing ``index.json`` (the next start rebuilds). Builders take a file lock
 per cache file and write a temp file then rename, so concurrent ranks end with one valid cache and readers never
 see a partial one. Small indexes (below ``min_bytes``) and unwritable cache folders are parsed eagerly as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -32,11 +37,11 @@ from streaming.cache.locks import file_lock
 from streaming.format.encodings import is_encoding_safe
 from streaming.format.index import DatasetIndex, ShardInfo, index_path, load_index
 
-__all__ = ["CACHE_VERSION", "MIN_CACHE_BYTES", "ShardTable", "cache_file", "load_shard_table"]
+__all__ = ["CACHE_VERSION", "MIN_CACHE_BYTES", "CacheDamaged", "ShardTable", "cache_file", "load_shard_table"]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: per-shard text CRCs, the open check covers the arrays only
 MIN_CACHE_BYTES = 1 << 20  # ~3.5k shards of a typical MDS index; below that, parsing costs < ~0.05 s
-_MAGIC = b"SDSIDX01"
+_MAGIC = b"SDSIDX02"
 _MEMO = 4096  # ShardInfo objects kept per stream (a rank touches few shards at a time)
 
 
@@ -68,13 +73,14 @@ class ShardTable(Sequence[ShardInfo]):
         compressed: bool,
         first_unsafe: int,
         eager: list[ShardInfo] | None = None,
-        blob: tuple[str, int, np.ndarray] | None = None,
+        blob: tuple[str, int, np.ndarray, np.ndarray, int] | None = None,
     ) -> None:
         self.path, self.source = path, source
         self.samples, self.total_bytes = samples, total_bytes
         self.compressed, self.first_unsafe = compressed, first_unsafe
         self._eager = eager
-        self._blob = blob  # (cache file, offset of the text, int64 offsets [n + 1] into it)
+        # (cache file, offset of the text, int64 offsets [n + 1] into it, CRC-32 of each text, of all texts)
+        self._blob = blob
         self._memo: dict[int, ShardInfo] = {}
 
     @classmethod
@@ -120,27 +126,45 @@ class ShardTable(Sequence[ShardInfo]):
         return info
 
     def _materialize(self, i: int) -> ShardInfo:
-        file, base, offsets = self._blob  # type: ignore[misc]
+        file, base, offsets, crcs, _ = self._blob  # type: ignore[misc]
         start, end = int(offsets[i]), int(offsets[i + 1]) - 2
         fd = os.open(file, os.O_RDONLY)
         try:
             text = os.pread(fd, end - start, base + start)
         finally:
             os.close(fd)
+        if zlib.crc32(text) != int(crcs[i]):
+            self._fall_back()
+            return self[i]
         src = self.source or self.path
         return ShardInfo.from_json(
             json.loads(text), where=f"{src} shard {i}", source=src, field=f"shards[{i}]"
         )
 
+    def _fall_back(self) -> None:
+        """The cache file is damaged: drop it (the next start rebuilds it) and parse ``index.json`` instead."""
+        file = self._blob[0] if self._blob is not None else None
+        index = load_index(os.path.dirname(self.path), source=self.source)
+        if len(index.shards) != len(self):
+            raise OSError(
+                f"{self.path} changed while its cache {file} was in use; restart to rebuild the cache"
+            )
+        self._eager, self._blob = index.shards, None
+        if file is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(file)
+
     def json_chunks(self) -> Iterator[bytes]:
         """The shards' canonical JSON texts joined by ``", "`` (``json.dumps(list, sort_keys=True)`` minus the
-        brackets), in pieces."""
+        brackets), in pieces. Raises ``CacheDamaged`` at the end if the cached text fails its checksum (the
+        table has then fallen back to ``index.json``: iterate again)."""
         if self._blob is None:
             for k, sh in enumerate(self._eager or []):
                 yield (", " if k else "").encode() + json.dumps(sh.to_json(), sort_keys=True).encode()
             return
-        file, base, offsets = self._blob
+        file, base, offsets, _, blob_crc = self._blob
         remaining = max(0, int(offsets[-1]) - 2)
+        crc = 0
         with open(file, "rb") as f:
             f.seek(base)
             while remaining > 0:
@@ -148,17 +172,32 @@ class ShardTable(Sequence[ShardInfo]):
                 if not piece:
                     raise OSError(f"{file}: truncated while reading")
                 remaining -= len(piece)
+                crc = zlib.crc32(piece, crc)
                 yield piece
+        if crc != blob_crc:
+            self._fall_back()
+            raise CacheDamaged(file)
 
     def fingerprint(self, weights: dict[str, Any]) -> str:
         """``sha256(json.dumps({**weights, "shards": [shard.to_json()...]}, sort_keys=True))[:16]``, streamed."""
         head = json.dumps(weights, sort_keys=True)
         assert all(k < "shards" for k in weights), "the shards key must sort last"
-        digest = hashlib.sha256((head[:-1] + (", " if weights else "") + '"shards": [').encode())
-        for chunk in self.json_chunks():
-            digest.update(chunk)
-        digest.update(b"]}")
-        return digest.hexdigest()[:16]
+        for _ in range(
+            2
+        ):  # a damaged cache is noticed at the end of the text; the second pass parses instead
+            digest = hashlib.sha256((head[:-1] + (", " if weights else "") + '"shards": [').encode())
+            try:
+                for chunk in self.json_chunks():
+                    digest.update(chunk)
+            except CacheDamaged:
+                continue
+            digest.update(b"]}")
+            return digest.hexdigest()[:16]
+        raise AssertionError("unreachable: the fallback table is eager")
+
+
+class CacheDamaged(OSError):
+    """A cache file's text failed its checksum after the file was opened (the table fell back to parsing)."""
 
 
 def cache_file(cache_dir: str, path: str) -> str:
@@ -178,10 +217,11 @@ def _write_cache(file: str, key: list[Any], table: ShardTable) -> None:
     blob = b", ".join(texts)
     # shard i's text is blob[offsets[i] : offsets[i + 1] - 2] (each is followed by ", ", the last virtually)
     offsets = np.concatenate([[0], np.cumsum([len(t) + 2 for t in texts])]).astype(np.int64)
-    body = [table.samples.astype("<i8").tobytes(), table.total_bytes.astype("<i8").tobytes()]
-    body += [offsets.astype("<i8").tobytes(), blob]
+    crcs = np.array([zlib.crc32(t) for t in texts], dtype=np.int64)
+    arrays = [table.samples, table.total_bytes, offsets, crcs]
+    body = [a.astype("<i8").tobytes() for a in arrays] + [blob]
     crc = 0
-    for part in body:
+    for part in body[:-1]:
         crc = zlib.crc32(part, crc)
     head = {
         "key": key,
@@ -190,6 +230,7 @@ def _write_cache(file: str, key: list[Any], table: ShardTable) -> None:
         "compressed": table.compressed,
         "first_unsafe": table.first_unsafe,
         "crc32": crc,
+        "blob_crc32": zlib.crc32(blob),
     }
     header = json.dumps(head).encode()
     header += b" " * (-(len(header) + 16) % 8)
@@ -211,14 +252,12 @@ def _open_cache(file: str, key: list[Any], *, path: str, source: str | None) -> 
             head = json.loads(f.read(hlen))
             n, blob_len = int(head["n"]), int(head["blob_len"])
             base = 16 + hlen
-            if head["key"] != key or os.fstat(f.fileno()).st_size != base + 8 * (3 * n + 1) + blob_len:
+            if head["key"] != key or os.fstat(f.fileno()).st_size != base + 8 * (4 * n + 1) + blob_len:
                 return None
-            arrays = f.read(8 * (3 * n + 1))
-            crc = zlib.crc32(arrays)
-            while piece := f.read(1 << 22):
-                crc = zlib.crc32(piece, crc)
-            if crc != head["crc32"]:
+            arrays = f.read(8 * (4 * n + 1))
+            if zlib.crc32(arrays) != head["crc32"]:
                 return None
+            blob_crc = int(head["blob_crc32"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     values = np.frombuffer(arrays, dtype="<i8").astype(np.int64)
@@ -229,7 +268,7 @@ def _open_cache(file: str, key: list[Any], *, path: str, source: str | None) -> 
         total_bytes=values[n : 2 * n],
         compressed=bool(head["compressed"]),
         first_unsafe=int(head["first_unsafe"]),
-        blob=(file, base + 8 * (3 * n + 1), values[2 * n :]),
+        blob=(file, base + 8 * (4 * n + 1), values[2 * n : 3 * n + 1], values[3 * n + 1 :], blob_crc),
     )
 
 

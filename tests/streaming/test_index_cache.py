@@ -93,7 +93,7 @@ def test_changed_index_invalidates_the_cache(tmp_path):
     assert len(second) == len(first) - 1 and list(second) == load_index(folder).shards
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "garbage"])
+@pytest.mark.parametrize("damage", ["truncate", "flip_array", "garbage"])
 def test_damaged_cache_is_rebuilt_not_trusted(tmp_path, damage):
     folder = _write(tmp_path / "ds")
     _cached(folder, tmp_path / "c")
@@ -101,14 +101,37 @@ def test_damaged_cache_is_rebuilt_not_trusted(tmp_path, damage):
     data = bytearray(Path(file).read_bytes())
     if damage == "truncate":
         data = data[: len(data) - 40]
-    elif damage == "flip":
-        data[-30] ^= 0x01  # inside a shard's JSON text: only the checksum can tell
+    elif damage == "flip_array":
+        data[16 + int.from_bytes(data[8:16], "little") + 8] ^= 0x01  # second shard's sample count
     else:
         data = bytearray(b"not a cache")
     Path(file).write_bytes(bytes(data))
     table = _cached(folder, tmp_path / "c")
     assert table.is_cached and list(table) == load_index(folder).shards
     assert Path(file).read_bytes() != bytes(data)  # rewritten
+
+
+@pytest.mark.parametrize("use", ["shard", "fingerprint"])
+def test_damaged_shard_text_is_caught_on_use_and_falls_back_to_the_index(tmp_path, use):
+    """Opening checks only the arrays (cheap for every rank); a damaged shard text fails its own checksum when
+    read (or the whole text's when fingerprinted): the table parses index.json instead and drops the file."""
+    folder = _write(tmp_path / "ds")
+    eager = ShardTable.from_index(load_index(folder))
+    _cached(folder, tmp_path / "c")
+    file = cache_file(str(tmp_path / "c"), os.path.join(folder, "index.json"))
+    data = bytearray(Path(file).read_bytes())
+    data[-30] ^= 0x01  # inside the last shard's JSON text
+    Path(file).write_bytes(bytes(data))
+    table = _cached(folder, tmp_path / "c")
+    assert table.is_cached
+    if use == "shard":
+        assert table[0] == eager[0] and table.is_cached  # an intact shard is read from the cache
+        assert table[len(table) - 1] == eager[len(eager) - 1]
+    else:
+        assert table.fingerprint({"a": 1}) == eager.fingerprint({"a": 1})
+    assert not table.is_cached and list(table) == list(eager)
+    assert not os.path.exists(file)
+    assert _cached(folder, tmp_path / "c").is_cached  # rebuilt by the next start
 
 
 def _build(args: tuple[str, str]) -> list[int]:

@@ -10,7 +10,8 @@ around its place, keeping few shards resident.
 Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
 the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
 of keys below v0 is ``max(0, v0 - H)`` plus a count over that range. Window k holds the keys in
-``[k Wx, (k + 1) Wx)`` (``Wx = 2**20`` keys); it needs nothing but the O(spans) span table, so the first sample
+``[k Wx, (k + 1) Wx)`` (``Wx = 2**19`` keys: a window of 2**20 keys took 2.6x as long to sort, for 10% less
+per sample in the steady state); it needs nothing but the O(spans) span table, so the first sample
 costs one window whatever the epoch size, and a resume starts at the window it lands in.
 Every random value is counter-based (``streaming.plan.counter_rng``), keyed by (seed, epoch) and a position:
 slot i's delta fraction by (node, i), span k's ``bs'`` and within-span permutation by k. A window is therefore
@@ -47,7 +48,7 @@ class ExpandingShuffle(BlockShuffle):
         self.lo_bs = max(1, int(0.75 * self.block_size))
         self.hi_bs = max(self.lo_bs + 1, int(1.25 * self.block_size))
         self.reach = -(-5 * self.block_size // 8) + 1
-        self.width = (1 << 20) if window is None else max(1, int(window))
+        self.width = (1 << 19) if window is None else max(1, int(window))
         self.chunk = _CHUNK
         self._warned = False
         self._block_key = derive_key(self.seed, self.epoch, TAG_PY1E_BLOCK)

@@ -31,11 +31,12 @@ class BlockShuffle(Shuffle):
     """Node-local shuffles whose per-node order is a concatenation of independently computable blocks.
 
     Subclasses implement ``_block_guess(c, j)`` (a block id, possibly off by one for ``py1e``) and
-    ``_compute_block(c, k)`` -> (first index in node, big ids in order).
+    ``_compute_block(c, k)`` -> (first index in node, big ids in order). Computed blocks are kept in an LRU
+    cache of at most ``max_cached`` big ids (default 4M, 32 MB: eight ``py1e`` windows).
     """
 
     def __init__(
-        self, *, row_start: np.ndarray, spans: NodeSpans, seed: int, epoch: int, max_cached: int = 1 << 25
+        self, *, row_start: np.ndarray, spans: NodeSpans, seed: int, epoch: int, max_cached: int = 1 << 22
     ) -> None:
         super().__init__(row_start=row_start)
         self.spans = spans
