@@ -9,10 +9,12 @@ around its place, keeping few shards resident.
 
 Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
 the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
-of keys below v0 is ``max(0, v0 - H)`` plus a count over that range. Window k holds the keys in
-``[k Wx, (k + 1) Wx)`` (``Wx = 2**19`` keys: a window of 2**20 keys took 2.6x as long to sort, for 10% less
-per sample in the steady state); it needs nothing but the O(spans) span table, so the first sample
-costs one window whatever the epoch size, and a resume starts at the window it lands in.
+of keys below v0 is ``max(0, v0 - H)`` plus a count over that range. Windows hold ``Wx = 2**19`` keys
+(``[(k - 3) Wx, (k - 2) Wx)`` for k >= 4; a window of 2**20 keys took 2.6x as long to sort, for 10% less per
+sample in the steady state), after a ramp of four windows of Wx/8, Wx/8, Wx/4 and Wx/2 keys, since the
+first sample pays for a whole window (the ramp keeps the slots of one reach per window, but sorts and
+permutes fewer). A window needs nothing but the O(spans) span table, so the first sample costs one small
+window whatever the epoch size, and a resume starts at the window it lands in.
 Every random value is counter-based (``streaming.plan.counter_rng``), keyed by (seed, epoch) and a position:
 slot i's delta fraction by (node, i), span k's ``bs'`` and within-span permutation by k. A window is therefore
 a few vector ops over the slots in its reach, taken in chunks that keep only the keys inside ``[v0, v1)`` (and
@@ -37,6 +39,7 @@ TAG_PY1E_DELTA = 42
 TAG_PY1E_BLOCK = 43
 TAG_PY1E_PERM = 44
 _CHUNK = 1 << 19  # slots per vector pass (~40 MB of temporaries)
+_RAMP = 4  # windows before the full width: Wx/8, Wx/8, Wx/4, Wx/2
 
 
 class ExpandingShuffle(BlockShuffle):
@@ -54,8 +57,17 @@ class ExpandingShuffle(BlockShuffle):
         self._block_key = derive_key(self.seed, self.epoch, TAG_PY1E_BLOCK)
         self._perm_key = derive_key(self.seed, self.epoch, TAG_PY1E_PERM)
 
+    def window_start(self, k: int) -> int:
+        """The first key of window ``k`` (see the module docstring's ramp)."""
+        if k < _RAMP:
+            return 0 if k == 0 else (self.width << (k - 1)) >> (_RAMP - 1)
+        return (k - _RAMP + 1) * self.width
+
     def num_blocks(self, c: int) -> int:
-        return -(-int(self.spans.node_len[c]) // self.width)
+        node_len = int(self.spans.node_len[c])
+        if node_len > self.width:
+            return _RAMP - 1 + -(-node_len // self.width)
+        return sum(1 for k in range(_RAMP) if self.window_start(k) < node_len)
 
     def _span_spread(self, c: int, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(low end, width) of the delta range of spans ``ks`` of node ``c``."""
@@ -110,7 +122,7 @@ class ExpandingShuffle(BlockShuffle):
 
     def _compute_block(self, c: int, k: int) -> tuple[int, np.ndarray]:
         node_len = int(self.spans.node_len[c])
-        v0, v1 = k * self.width, min((k + 1) * self.width, node_len)
+        v0, v1 = self.window_start(k), min(self.window_start(k + 1), node_len)
         lo, hi = max(0, v0 - self.reach), min(node_len, v1 + self.reach)
         below = lo  # every key of a slot before `lo` is < v0
         bigs, keys = [], []
@@ -130,4 +142,6 @@ class ExpandingShuffle(BlockShuffle):
         return below, np.concatenate(bigs)[order]
 
     def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
-        return np.minimum(j // self.width, self.num_blocks(c) - 1)
+        ramp = np.array([self.window_start(k) for k in range(_RAMP + 1)], dtype=np.int64)
+        k = np.where(j < self.width, np.searchsorted(ramp, j, side="right") - 1, _RAMP - 1 + j // self.width)
+        return np.minimum(k, self.num_blocks(c) - 1)

@@ -140,7 +140,10 @@ def test_py1e_window_in_isolation_equals_its_slice_and_counts_keys_below(
         warnings.simplefilter("ignore")
         start, got = fresh._compute_block(node, k)
         want, keys = _py1e_full(sh, node)
-    v0, v1 = k * window, (k + 1) * window
+    v0, v1 = fresh.window_start(k), fresh.window_start(k + 1)
+    nb, node_len = fresh.num_blocks(node), int(fresh.spans.node_len[node])
+    assert fresh.window_start(nb - 1) < node_len <= fresh.window_start(nb)  # the windows cover the node
+    assert all(fresh.window_start(i) <= fresh.window_start(i + 1) for i in range(nb))
     assert start == int(np.count_nonzero(keys < v0))
     inside = (keys >= v0) & (keys < v1)
     assert np.array_equal(got, want[inside])
