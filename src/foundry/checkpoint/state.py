@@ -150,6 +150,37 @@ def _matched(
     return match.source, bool(match.skipped)
 
 
+def _has_array_state(optim_sd: dict[str, Any]) -> bool:
+    """Whether an optimizer state dict holds a per-parameter tensor with a dimension (moments, not only steps)."""
+    per_param = optim_sd.get("state", {}).values()
+    return any(isinstance(v, torch.Tensor) and v.dim() > 0 for s in per_param for v in s.values())
+
+
+def _load_full_optimizer(
+    model: nn.Module, optimizer: torch.optim.Optimizer, optim_sd: dict[str, Any]
+) -> None:
+    """Loads a full (unsharded) optimizer state dict into `optimizer`, resharding it to the model's layout.
+
+    torch's full-state loader learns the device to distribute tensors to from the optimizer's own array state
+    and fails ("Expected device to be set") when it has none: an optimizer that keeps no per-parameter
+    tensors (SGD without momentum). A saved state without arrays has nothing to distribute (param groups and
+    scalars are the same on every rank), so it loads as a local state dict, which needs no device.
+    """
+    if not _has_array_state(optim_sd):
+        set_optimizer_state_dict(model, optimizer, optim_sd, options=StateDictOptions(full_state_dict=False))
+        return
+    try:
+        set_optimizer_state_dict(model, optimizer, optim_sd, options=StateDictOptions(full_state_dict=True))
+    except AssertionError as err:
+        if "Expected device to be set" not in str(err):
+            raise
+        raise ValueError(
+            f"the checkpoint's optimizer state holds per-parameter tensors but this {type(optimizer).__name__} "
+            "keeps none (was the optimizer or its momentum changed?): restore the optimizer config, or start "
+            "from the weights only (checkpoint.load_path + checkpoint.load_weights_only=true)"
+        ) from err
+
+
 def load_full(
     directory: str,
     model: nn.Module,
@@ -177,9 +208,7 @@ def load_full(
     if optimizer is None:
         return None
     state = load_file(os.path.join(directory, STATE_FILE), allow_pickle=allow_pickle)
-    set_optimizer_state_dict(
-        model, optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True)
-    )
+    _load_full_optimizer(model, optimizer, state["optimizer"])
     rngs = state["rng"] or [None]
     return {"run": state["run"], "rng": rngs[rank] if rank < len(rngs) else rngs[0]}
 
