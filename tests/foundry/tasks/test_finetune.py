@@ -225,3 +225,36 @@ def _weights_of(folder: Path, step: int) -> dict[str, torch.Tensor]:
     (ckpt,) = folder.glob(f"*-ba{step}")
     state = torch.load(ckpt / "model.pt", map_location="cpu", weights_only=True)
     return state.get("model", state)
+
+
+@pytest.mark.slow
+def test_lora_through_task_finetune_changes_only_the_adapters(assets, tmp_path):
+    base = tmp_path / "base"
+    finetune(_run_cfg(assets, "checkpoint=final", "trainer.max_duration=1ba"), run_dir=base)
+    run = tmp_path / "lora"
+    cfg = _run_cfg(
+        assets,
+        "+peft=lora",
+        "checkpoint=final",
+        f"checkpoint.load_path={base / 'checkpoints'}",
+        "optimizer.lr=1e-2",
+    )
+    finetune(cfg, run_dir=run)
+    before, after = _weights(base / "checkpoints"), _weights(run / "checkpoints")
+    adapters = [k for k in after if "lora_" in k]
+    base_after = {k.replace(".base_layer", ""): v for k, v in after.items() if "lora_" not in k}
+    assert adapters and base_after.keys() == before.keys()
+    assert all(torch.equal(before[k], base_after[k]) for k in before)  # the frozen base, from load_path
+    assert any(not torch.equal(after[k], torch.zeros_like(after[k])) for k in adapters if "lora_B" in k)
+
+
+@pytest.mark.slow
+def test_cpu_recipe_response_loss_falls(tmp_path, monkeypatch):
+    monkeypatch.setenv("FOUNDRY_CACHE", str(tmp_path / "cache"))
+    cfg = _cfg(
+        "experiment=finetune-cpu", "trainer.max_duration=1ep", "trainer.eval_interval=0", "checkpoint=none"
+    )
+    metrics = finetune(cfg, run_dir=tmp_path / "run")
+    evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "eval/loss" in r]
+    assert len(evals) == 2 and evals[1] < evals[0] - 1.0  # eval_first, then after one epoch
+    assert metrics["eval/loss"] == evals[1]
