@@ -20,8 +20,11 @@ Cases (one JSON line each; ``speedup`` > 1 means ours is faster):
     ``StreamingDataset`` to its first shuffled sample (in process; wall and CPU seconds), then the steady
     samples/s; ``import_s`` (importing the library, not in ``first_sample_s``) beside it, since each library
     defers different work to first use.
-  * ``collate_tok8k_w2``: ``loader_tok8k_w2`` through foundry's ``TextCollator`` (ours: ``input_ids`` and
-    ``labels`` int64 tensors, built in the workers) vs the reference's default collate of the same samples.
+  * ``collate_tok8k_w2``: ours: the loader ``train.py`` runs, built by ``foundry.data.text.build_text_dataloader``
+    (``TextLoader`` + ``TextCollator``: ``input_ids`` and ``labels`` int64 tensors; workers send narrow ids,
+    the rank process widens), 2 workers, the same py1e shuffle, seed and batch; the reference: its
+    ``StreamingDataLoader`` with the default collate of the same samples (llm-foundry's text loader is a
+    separate package).
   * ``remote_tok8k_w2``: the token dataset served by a loopback S3 server (``_read_remote.py``; skipped with a
     message when moto is not installed): first shuffled sample from a cold cache vs one shard's download, then
     2-worker samples/s once every shard is cached vs the local copy in the same child.
@@ -130,7 +133,11 @@ def measure_loader(
     ds: Any, workers: int, seconds: float, collate_fn: Callable[..., Any] | None = None
 ) -> dict[str, float]:
     kwargs = {} if collate_fn is None else {"collate_fn": collate_fn}
-    loader = StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers, **kwargs)
+    return time_loader(StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers, **kwargs), seconds)
+
+
+def time_loader(loader: Any, seconds: float) -> dict[str, float]:
+    """Steady samples/s after the first batch, and the time from ``iter(loader)`` to the first batch."""
     start = time.perf_counter()
     it = iter(loader)
     next(it)
@@ -146,14 +153,21 @@ def measure_loader(
 
 
 def measure_collate(path: str, seconds: float) -> dict[str, float]:
-    """2 workers through ``TextCollator`` (ours) or the default collate (the reference, which has no
-    equivalent: llm-foundry's collator is a separate package)."""
-    collate = None
-    if Path(streaming.__file__).resolve().is_relative_to(REPO):
-        from foundry.data.collate import TextCollator  # ours only; foundry is not in the reference's venv
+    """2 workers: ours through ``build_text_dataloader`` (as ``train.py`` builds it: the same dataset settings
+    as ``_dataset``), the reference through its default collate (llm-foundry's collator is a separate package)."""
+    if not Path(streaming.__file__).resolve().is_relative_to(REPO):
+        return measure_loader(_dataset(local=path, shuffle=True), 2, seconds)
+    # ours only; foundry is not in the reference's venv
+    from foundry.data.text import TextDataConfig, build_text_dataloader
+    from streaming.world import World
 
-        collate = TextCollator(max_seq_len=TOKENS, pad_token_id=0)
-    return measure_loader(_dataset(local=path, shuffle=True), 2, seconds, collate)
+    cfg = TextDataConfig(local=os.path.dirname(path), train_split=os.path.basename(path), num_workers=2)
+    loader = build_text_dataloader(
+        cfg, tokenizer=None, device_batch_size=BATCH, world=World(), max_seq_len=TOKENS, seed=7,
+        vocab_size=50_304,
+    )  # fmt: skip
+    assert loader.dataset.shuffle_algo == "py1e" and loader.dataset.shuffle_seed == 7
+    return time_loader(loader, seconds)
 
 
 def measure_random(path: str, seconds: float) -> dict[str, float]:

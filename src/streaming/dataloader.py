@@ -12,11 +12,20 @@ at another point of the random stream than the uninterrupted run did, would see 
 Unless the caller passes a ``generator``, the loader owns one, reseeded before each iteration of a
 ``StreamingDataset`` from the dataset's ``shuffle_seed`` and the epoch it is about to run (so worker seeds
 are the same after a resume), or seeded once from ``torch.initial_seed()`` for other datasets.
+
+Transport: tensors returned by a worker travel through a fresh shared-memory segment each, which dominates at
+token-batch sizes; one pickled numpy buffer through the worker pipe measured ~2x faster. So with workers, a
+batch is collated in two halves: the worker builds a ``WorkerBatch`` (compact numpy arrays: the default
+``numpy_collate``, or the ``pack`` half of a ``SplitCollator`` such as foundry's text collator, which sends
+narrow token ids), and the rank process turns it into tensors (``WorkerBatch.to_tensors``: widening, derived
+tensors such as labels). With ``pin_memory=True`` DataLoader's pin thread does that conversion and pins the
+result (torch pins any object with a ``pin_memory()`` method; numpy arrays it would leave unpinned).
 """
 
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -26,7 +35,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from streaming.dataset import StreamingDataset
 
-__all__ = ["StreamingDataLoader"]
+__all__ = ["NumpyBatch", "SplitCollator", "StreamingDataLoader", "WorkerBatch"]
 
 
 def _batch_len(batch: Any) -> int:
@@ -38,12 +47,62 @@ def _batch_len(batch: Any) -> int:
     return int(shape[0]) if shape is not None and len(shape) else len(batch)
 
 
-def numpy_collate(samples: Sequence[Any]) -> Any:
-    """``default_collate`` that leaves numeric batches as numpy arrays (turned into tensors by the consumer).
+class WorkerBatch(ABC):
+    """A batch as a worker sends it (numpy arrays, pickled through the pipe); tensors in the rank process."""
 
-    A worker that returns tensors pays for a fresh shared-memory segment per tensor per batch, which
-    dominates at token-batch sizes; one pickled numpy buffer through the worker pipe measured ~2x faster.
+    @abstractmethod
+    def to_tensors(self) -> Any:  # noqa: ANN401 - the batch the training loop gets
+        """The batch of tensors (runs in the rank process, or in DataLoader's pin-memory thread)."""
+
+    def pin_memory(self) -> Any:  # noqa: ANN401
+        """``to_tensors()`` with every tensor pinned: DataLoader's pin thread calls this."""
+        return pin_tensors(self.to_tensors())
+
+
+class SplitCollator(ABC):
+    """A collate function in two halves: ``pack`` (samples -> a compact ``WorkerBatch``) and its ``to_tensors``.
+
+    A ``StreamingDataLoader`` with workers runs ``pack`` in them and ``to_tensors`` in the rank process;
+    called directly (or with ``num_workers=0``) it does both.
     """
+
+    @abstractmethod
+    def pack(self, samples: list[Any]) -> WorkerBatch:
+        """The worker half."""
+
+    def __call__(self, samples: list[Any]) -> Any:  # noqa: ANN401
+        return self.pack(samples).to_tensors()
+
+
+class NumpyBatch(WorkerBatch):
+    """A ``numpy_collate`` result in transit; ``to_tensors`` wraps its arrays without copying."""
+
+    def __init__(self, data: Any) -> None:  # noqa: ANN401
+        self.data = data
+
+    def to_tensors(self) -> Any:  # noqa: ANN401
+        return to_tensors(self.data)
+
+
+def pin_tensors(batch: Any) -> Any:  # noqa: ANN401
+    """``batch`` with each tensor (in dicts, lists, tuples) replaced by a pinned copy."""
+    if isinstance(batch, torch.Tensor):
+        return batch.pin_memory()
+    if isinstance(batch, dict):
+        return {k: pin_tensors(v) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(pin_tensors(v) for v in batch)
+    return batch
+
+
+def numpy_batch_collate(samples: Sequence[Any]) -> NumpyBatch:
+    """The workers' default collate: ``numpy_collate`` in a ``NumpyBatch``."""
+    return NumpyBatch(numpy_collate(samples))
+
+
+def numpy_collate(samples: Sequence[Any]) -> Any:
+    """``default_collate`` that leaves numeric batches as numpy arrays (turned into tensors by the consumer;
+    see the module note on transport)."""
     first = samples[0]
     if isinstance(first, Mapping):
         return {key: numpy_collate([s[key] for s in samples]) for key in first}
@@ -95,11 +154,15 @@ class StreamingDataLoader(DataLoader):
                     f"the DataLoader batch_size ({bs}) differs from StreamingDataset batch_size "
                     f"({dataset.batch_size}); they must be equal for the sample order and resumption to be right"
                 )
-        # Workers collate numeric columns to numpy; this process turns them into tensors (same values and
-        # dtypes as default_collate, faster transport). A user collate_fn is used as given.
-        self._numpy_transport = kwargs.get("collate_fn") is None and kwargs.get("num_workers", 0) > 0
-        if self._numpy_transport:
-            kwargs["collate_fn"] = numpy_collate
+        # Workers send WorkerBatches, this process makes tensors (see the module note on transport): numeric
+        # columns as numpy by default (same values and dtypes as default_collate), a SplitCollator's `pack`.
+        # Any other collate_fn is used as given.
+        if kwargs.get("num_workers", 0) > 0:
+            collate = kwargs.get("collate_fn")
+            if collate is None:
+                kwargs["collate_fn"] = numpy_batch_collate
+            elif isinstance(collate, SplitCollator):
+                kwargs["collate_fn"] = collate.pack
         # An own generator keeps iterator creation off torch's global RNG (see the module docstring).
         self._own_generator = kwargs.get("generator") is None
         if self._own_generator:
@@ -123,8 +186,8 @@ class StreamingDataLoader(DataLoader):
             ds._begin_epoch()  # workers work on copies; keep the rank's epoch counter in step
             ds._drop_plan_caches()
         for batch in it:
-            if self._numpy_transport:
-                batch = to_tensors(batch)
+            if isinstance(batch, WorkerBatch):  # (with pin_memory the pin thread has converted it)
+                batch = batch.to_tensors()
             self.num_samples_yielded += _batch_len(batch)
             yield batch
 

@@ -22,7 +22,6 @@ from foundry.data.documents import DocumentRule
 from foundry.data.mixture import (
     STREAM_TAG,
     StreamConfig,
-    StreamTagRemap,
     build_streams,
     check_streams,
     eval_streams,
@@ -277,18 +276,17 @@ def build_text_dataloader(
     pad = None
     if tokenizer is not None:
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    collate: Any = TextCollator(
+    # eval of a mixture reads only the streams with an eval split: tag samples with training stream indices
+    mapping = eval_streams(cfg.streams)[1] if evaluate and cfg.streams else None
+    collate = TextCollator(  # a SplitCollator: workers send narrow token ids, the loader makes the tensors
         max_seq_len=max_seq_len,
         pad_token_id=int(pad if pad is not None else 0),
         token_encoding_type=cfg.token_encoding_type,
         tokenizer=tokenizer,
         vocab_size=vocab_size,
         documents=documents,
+        stream_map=None if mapping is None or mapping == list(range(len(mapping))) else mapping,
     )
-    if evaluate and cfg.streams:
-        chosen, mapping = eval_streams(cfg.streams)
-        if mapping != list(range(len(mapping))):
-            collate = StreamTagRemap(collate, mapping=mapping, key=STREAM_TAG)
     dataset = _dataset(
         cfg,
         split=split,
