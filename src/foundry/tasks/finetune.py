@@ -13,7 +13,9 @@ passes its own data step (`build_finetune_data`) plus a config with two rules ap
   passes): an example's loss is the same packed or alone, so eval loss does not depend on packing, and
   each eval pass restarts from the split's beginning even when `trainer.eval_subset_num_batches` stops it.
 The training loader's state (position in the epoch plus the packer's leftover bins) is checkpointed by the
-trainer like any loader's, so a resumed run sees the batches an uninterrupted one would have.
+trainer like any loader's, so a resumed run sees the batches an uninterrupted one would have. Leftover bins
+differ per rank while a full checkpoint holds rank 0's run state, so `RankStates` gathers every rank's
+loader state into it (each rank loads its own; resuming on another number of ranks is refused).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from foundry.config import TrainConfig
 from foundry.data.finetune import FinetuneDataConfig, FinetuneLoader, build_finetune_dataloader
@@ -33,13 +36,20 @@ from foundry.errors import ConfigError
 from foundry.models import ModelConfig
 from foundry.models.hf_causal_lm import HFCausalLMConfig
 from foundry.models.mpt.schema import MPTModelConfig
-from foundry.parallel.dist import barrier
+from foundry.parallel.dist import barrier, rank, world_size
 from foundry.tasks.plan import batch_plan, resolve_max_seq_len
 from foundry.tasks.pretrain import RunData, pretrain
 from foundry.tokenizers import build_tokenizer
 from streaming.world import World
 
-__all__ = ["EvalPasses", "build_finetune_data", "finetune", "finetune_config", "with_sequence_ids"]
+__all__ = [
+    "EvalPasses",
+    "RankStates",
+    "build_finetune_data",
+    "finetune",
+    "finetune_config",
+    "with_sequence_ids",
+]
 
 log = logging.getLogger(__name__)
 
@@ -136,14 +146,16 @@ def build_finetune_data(cfg: TrainConfig, *, world: World, is_main: bool) -> Run
         if is_main:
             barrier()
     tokenizer = _tokenizer(cfg)
-    train = build_finetune_dataloader(
-        data,
-        tokenizer=tokenizer,
-        device_batch_size=batches.device_batch_size,
-        world=world,
-        split=data.train_split,
-        max_seq_len=max_seq_len,
-        seed=cfg.seed,
+    train = RankStates(
+        build_finetune_dataloader(
+            data,
+            tokenizer=tokenizer,
+            device_batch_size=batches.device_batch_size,
+            world=world,
+            split=data.train_split,
+            max_seq_len=max_seq_len,
+            seed=cfg.seed,
+        )
     )
     eval_loader = None
     if data.eval_split:
@@ -162,7 +174,7 @@ def build_finetune_data(cfg: TrainConfig, *, world: World, is_main: bool) -> Run
             )
         )
     if is_main:
-        print(_describe(train, max_seq_len=max_seq_len), flush=True)
+        print(_describe(train.loader, max_seq_len=max_seq_len), flush=True)
     return RunData(tokenizer=tokenizer, train=train, eval=eval_loader)
 
 
@@ -209,3 +221,42 @@ class EvalPasses:
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         self.loader.load_state_dict(self._start)
         return iter(self.loader)
+
+
+class RankStates:
+    """A training loader whose `state_dict` holds every rank's state (a collective: every rank calls it).
+
+    Args:
+        loader: A `FinetuneLoader`.
+    """
+
+    def __init__(self, loader: FinetuneLoader) -> None:
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return iter(self.loader)
+
+    def state_dict(self) -> dict[str, Any]:
+        mine = self.loader.state_dict()
+        states: list[Any] = [mine]
+        if world_size() > 1:
+            states = [None] * world_size()
+            dist.all_gather_object(states, mine)
+        return {"ranks": states}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ranks = state.get("ranks")
+        if ranks is None:
+            raise ValueError(
+                "the checkpoint's data state is not a finetuning loader's: resume it with its own task"
+            )
+        if len(ranks) != world_size():
+            raise ValueError(
+                f"the checkpoint was saved by {len(ranks)} rank(s) and this run has {world_size()}: packed "
+                "finetuning data keeps leftover bins per rank, so resume on the same number of ranks (or start "
+                "from its weights: checkpoint.load_path=<checkpoint> with a new save_folder)"
+            )
+        self.loader.load_state_dict(ranks[rank()])

@@ -1,0 +1,76 @@
+"""`task=finetune` under `torchrun --nproc_per_node=2` (DDP, gloo): trains, and resumes mid-epoch with packing
+to the same losses and weights as the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from foundry.data.finetune.instruct import write_instruct_dataset
+from foundry.data.quickstart import quickstart_corpus, train_bpe_tokenizer
+
+REPO = Path(__file__).resolve().parents[3]
+LAUNCH_ENV = (
+    "RUN_NAME",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+pytestmark = pytest.mark.dist
+
+
+def _torchrun(cwd: Path, args: list[str]) -> None:
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "OMP_NUM_THREADS": "1", "FOUNDRY_CACHE": str(cwd / "cache")}
+    for name in LAUNCH_ENV:
+        env.pop(name, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    proc = subprocess.run(
+        [*cmd, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+def _losses(run_dir: Path) -> dict[int, float]:
+    rows = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
+
+
+def _weights(ck: Path, step: int) -> dict[str, torch.Tensor]:
+    (folder,) = ck.glob(f"*-ba{step}")
+    state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+    return state.get("model", state)
+
+
+def test_ddp_finetune_resumes_mid_epoch_with_packing(tmp_path):
+    write_instruct_dataset(tmp_path / "instruct", additions=200)
+    train_bpe_tokenizer(quickstart_corpus(150_000), vocab_size=300, path=tmp_path / "tokenizer.json")
+    args = [
+        "experiment=finetune-cpu", "parallelism=ddp", f"data.hf_name={tmp_path / 'instruct'}",
+        "data.quickstart_local=null", f"tokenizer.name={tmp_path / 'tokenizer.json'}", "data.packing_ratio=2.5",
+        "trainer.max_duration=6ba", "trainer.global_train_batch_size=8", "trainer.device_train_microbatch_size=2",
+        "trainer.eval_interval=0", "trainer.eval_first=false", "trainer.eval_subset_num_batches=2",
+        "trainer.log_interval=1", "scheduler.t_warmup=0ba", "checkpoint=local", "checkpoint.save_interval=1ba",
+        "checkpoint.save_num_checkpoints_to_keep=-1", "checkpoint.async_upload=false",
+    ]  # fmt: skip
+    _torchrun(tmp_path, [*args, "run_name=straight", f"checkpoint.save_folder={tmp_path / 'straight'}"])
+    straight = _losses(tmp_path / "outputs" / "straight")
+    assert sorted(straight) == [1, 2, 3, 4, 5, 6]
+    expected = _weights(tmp_path / "straight", 6)
+    for step in (4, 5, 6):  # a crash after step 3
+        shutil.rmtree(next((tmp_path / "straight").glob(f"*-ba{step}")))
+    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+    _torchrun(tmp_path, [*args, "run_name=resumed", f"checkpoint.save_folder={tmp_path / 'resumed'}"])
+    resumed = _losses(tmp_path / "outputs" / "resumed")
+    assert resumed == {s: straight[s] for s in (4, 5, 6)}
+    got = _weights(tmp_path / "resumed", 6)
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got)
