@@ -14,7 +14,7 @@ Each case runs in its own process (so peak RSS is its own) and prints one JSON l
 tokens that are not -100, i.e. response tokens, over the timed steps' wall time, after `--warmup` steps),
 all tokens/s, rows filled, peak memory (RSS on CPU, max allocated on CUDA). The data (stated in each line):
 `--examples` rows whose prompt and response lengths in words are log-normal (medians 12 and 20 words,
-sigma 0.9, capped at 700; about 60 tokens on average, a long tail), 512-token rows: a spread like
+sigma 0.9, capped at 700: ~150 tokens on average with a long tail, padded rows ~30% full), 512-token rows, like
 dolly_hhrlhf's (a few hundred tokens, long-tailed) relative to its 2048-token rows.
 """
 
