@@ -10,7 +10,8 @@ DataLoader workers use ``StreamingDataLoader`` (or ``set_epoch``), which advance
 
 Parts: ``dataset_args`` (argument checks), ``dataset_index`` (the streams' shards as arrays),
 ``shard_access`` (per-process readers and shard preparation ahead of use, bounded by ``predownload``),
-``resume_state`` (the state dict and its checks, pure functions).
+``epoch_planner`` (world, epoch orders, the epoch counter), ``resume_state`` (the state dict and its checks,
+pure functions).
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from streaming.cache import ShardCache
 from streaming.dataset_args import check_cache_limit, check_choices_and_bounds, resolve_streams
 from streaming.dataset_index import load_dataset_shards
+from streaming.epoch_planner import EpochPlanner
 from streaming.format.index import ShardInfo
-from streaming.plan import GlobalOrder, PlanSpec, WorkerPlan, epoch_order
-from streaming.plan.partition import DeviceSlice, check_partition
 from streaming.plan.sampling import stream_choose
 from streaming.resume_state import (
     STATE_VERSION,
@@ -175,16 +175,27 @@ class StreamingDataset(IterableDataset):
         self.epoch_size = int(self.choose_per_stream.sum())
         self.cache_limit = None if cache_limit is None else parse_bytes(cache_limit, name="cache_limit")
         check_cache_limit(self.cache_limit, self._bytes_per_shard)
-        self._ncn_arg = num_canonical_nodes
-        self._ncn_state: int | None = None
-        self._initial_nodes: int | None = None
         if world is not None and replication is not None:
             world = replace(world, replication=replication)
-        self._world: World | None = world
-        self._epoch, self._drop = 0, 0
-        self._iter_epoch: int | None = None
-        self._iter_drop = 0
-        self._expected_gbs: int | None = None
+        self._plan = EpochPlanner(
+            spec_args={
+                "shard_sizes": tuple(self.samples_per_shard.tolist()),
+                "shards_per_stream": tuple(self.shards_per_stream.tolist()),
+                "choose_per_stream": tuple(self.choose_per_stream.tolist()),
+                "shuffle": shuffle,
+                "shuffle_algo": shuffle_algo,
+                "shuffle_seed": shuffle_seed,
+                "shuffle_block_size": shuffle_block_size,
+                "sampling_method": sampling_method,
+                "sampling_granularity": sampling_granularity,
+                "batching_method": batching_method,
+            },
+            batch_size=batch_size,
+            partition_algo=partition_algo,
+            ncn_arg=num_canonical_nodes,
+            replication=replication,
+            world=world,
+        )
         self._reset_process_caches()
 
     # ----- indexes and random access -----
@@ -209,12 +220,10 @@ class StreamingDataset(IterableDataset):
 
     def _reset_process_caches(self) -> None:
         self._access: ShardAccess | None = None
-        self._orders: dict[tuple[int, int | None], GlobalOrder] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_access", "_orders"):
-            state.pop(name, None)
+        state.pop("_access", None)  # the planner drops its own order cache
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -264,107 +273,35 @@ class StreamingDataset(IterableDataset):
             return [self.get_item(int(i)) for i in np.asarray(index).reshape(-1)]
         raise TypeError(f"index must be an int, slice, list or numpy array, got {type(index).__name__}")
 
-    # ----- world, plan, epochs -----
+    # ----- world, plan, epochs: ``EpochPlanner`` (the loader calls the underscored methods; see its docs) -----
 
     def _rank_world(self) -> World:
-        if self._world is None:
-            self._world = World.detect(
-                replication=self.replication, use_process_group=get_worker_info() is None
-            )
-        return self._world
+        return self._plan.rank_world()
 
     @property
     def num_canonical_nodes(self) -> int:
         """C: from the loaded state, the argument, or the default for this world."""
-        if self._ncn_state is not None:
-            return self._ncn_state
-        if self._ncn_arg is not None:
-            return self._ncn_arg
-        nodes = self._initial_nodes or self._rank_world().num_nodes
-        return 64 * nodes if self.shuffle_algo in ("py1s", "py2s") else nodes
-
-    def _spec(self) -> PlanSpec:
-        world = self._rank_world()
-        return PlanSpec(
-            shard_sizes=tuple(self.samples_per_shard.tolist()),
-            shards_per_stream=tuple(self.shards_per_stream.tolist()),
-            choose_per_stream=tuple(self.choose_per_stream.tolist()),
-            num_canonical_nodes=self.num_canonical_nodes,
-            global_batch_size=self.batch_size * world.num_devices if self.batch_size else None,
-            shuffle=self.shuffle,
-            shuffle_algo=self.shuffle_algo,
-            shuffle_seed=self.shuffle_seed,
-            shuffle_block_size=self.shuffle_block_size,
-            sampling_method=self.sampling_method,
-            sampling_granularity=self.sampling_granularity,
-            batching_method=self.batching_method,
-        )
-
-    def _order(self, epoch: int) -> GlobalOrder:
-        key = (epoch, self.num_canonical_nodes)
-        order = self._orders.get(key)
-        if order is None:
-            self._orders.clear()
-            order = self._orders[key] = epoch_order(self._spec(), epoch)
-        return order
+        return self._plan.num_canonical_nodes
 
     def _next(self) -> tuple[int, int]:
-        """The (epoch, offset) the next iteration starts at (a finished epoch rolls over)."""
-        epoch, drop = self._epoch, self._drop
-        if drop and drop >= len(self._order(epoch)):
-            epoch, drop = epoch + 1, 0
-        return epoch, drop
+        return self._plan.next()
 
     def _begin_epoch(self) -> tuple[int, int]:
-        epoch, drop = self._next()
-        self._iter_epoch, self._iter_drop = epoch, drop
-        self._epoch, self._drop = epoch + 1, 0
-        return epoch, drop
+        return self._plan.begin_epoch()
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration run ``epoch`` from its start (for plain DataLoaders with workers)."""
-        self._epoch, self._drop = int(epoch), 0
-
-    def _device_slice(self, drop: int, epoch: int) -> DeviceSlice:
-        world = self._rank_world()
-        total = max(0, len(self._order(epoch)) - drop)
-        return DeviceSlice(total=total, num_devices=world.num_devices, device=world.device)
+        self._plan.set_epoch(epoch)
 
     def __len__(self) -> int:
         """Samples this rank yields in the next iteration (exact, padding included)."""
-        epoch, drop = self._next()
-        return self._device_slice(drop, epoch).num_samples
+        return self._plan.device_slice(*self._plan.next()).num_samples
 
     def _check_iterable(self) -> World:
-        if self.batch_size is None:
-            raise ValueError(
-                "Please pass `batch_size` to StreamingDataset to iterate (the per-device batch size, equal to the "
-                "DataLoader's batch_size); random access works without it"
-            )
-        world = self._rank_world()
-        check_partition(
-            partition_algo=self.partition_algo,
-            num_canonical_nodes=self.num_canonical_nodes,
-            num_physical_nodes=world.num_nodes,
-        )
-        if self._initial_nodes is None:
-            self._initial_nodes = world.num_nodes
-        gbs = self.batch_size * world.num_devices
-        if self._expected_gbs is not None and gbs != self._expected_gbs:
-            raise ValueError(
-                f"the loaded state was saved with global batch size {self._expected_gbs}, but this run has "
-                f"{gbs} (batch_size={self.batch_size} x {world.num_devices} devices); keep the global batch size "
-                "fixed to resume (change batch_size accordingly)"
-            )
-        return world
+        return self._plan.check_iterable()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        world = self._check_iterable()
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info is not None else (1, 0)
-        epoch, drop = self._begin_epoch()
-        plan = self._worker_plan(world, self._order(epoch), drop, workers, worker)
-        chunks = plan.batches(chunk=max(self.predownload, 1))
+        chunks = self._plan.iteration(chunk=max(self.predownload, 1))
         if self.stream_tag is None:
             return self._shards_access().iter_chunks(chunks)
         return self._iter_tagged(chunks, self.stream_tag)
@@ -382,34 +319,16 @@ class StreamingDataset(IterableDataset):
         for sample in self._shards_access().iter_chunks(recorded()):
             yield {**sample, tag: streams.popleft()}
 
-    def _worker_plan(
-        self, world: World, order: GlobalOrder, drop: int, workers: int, worker: int
-    ) -> WorkerPlan:
-        return WorkerPlan(
-            order=order,
-            drop_first=drop,
-            num_devices=world.num_devices,
-            device=world.device,
-            batch_size=self.batch_size,  # type: ignore[arg-type]
-            num_workers=workers,
-            worker=worker,
-        )
-
     def _warm_plan(self, num_workers: int) -> None:
-        """Compute (in the rank process) the shuffle blocks behind each worker's first batch, so forked workers
-        inherit them instead of all computing the same window at once on a busy CPU."""
-        world = self._check_iterable()
-        epoch, drop = self._next()
-        order = self._order(epoch)
-        for worker in range(num_workers):
-            next(self._worker_plan(world, order, drop, num_workers, worker).batches(), None)
+        self._plan.warm(num_workers)
 
     def _drop_plan_caches(self) -> None:
-        self._orders.clear()
+        self._plan.orders.clear()
 
     # ----- resumption -----
 
-    def _config(self) -> dict[str, Any]:
+    def _config(self, num_canonical_nodes: int | None = None) -> dict[str, Any]:
+        """The checked part of a state (as it would be with ``num_canonical_nodes``, default: the current C)."""
         fingerprint = streams_fingerprint(
             [s.fingerprint() for s in self.streams], self.choose_per_stream.tolist()
         )
@@ -417,7 +336,7 @@ class StreamingDataset(IterableDataset):
             shuffle=self.shuffle,
             shuffle_algo=self.shuffle_algo,
             shuffle_seed=self.shuffle_seed,
-            shuffle_block_size=self._spec().block_size,
+            shuffle_block_size=self._plan.spec(num_canonical_nodes).block_size,
             partition_algo=self.partition_algo,
             batching_method=self.batching_method,
             sampling_method=self.sampling_method,
@@ -425,14 +344,6 @@ class StreamingDataset(IterableDataset):
             epoch_size=self.epoch_size,
             fingerprint=fingerprint,
         )
-
-    def _config_for(self, num_canonical_nodes: int) -> dict[str, Any]:
-        """``_config`` as it would be with ``num_canonical_nodes`` (the default shuffle block size depends on it)."""
-        previous, self._ncn_state = self._ncn_state, num_canonical_nodes
-        try:
-            return self._config()
-        finally:
-            self._ncn_state = previous
 
     def state_dict(self, num_samples: int, from_beginning: bool = False) -> dict[str, Any]:
         """A versioned, self-describing resume state.
@@ -444,17 +355,13 @@ class StreamingDataset(IterableDataset):
         Returns:
             The state (JSON-serializable).
         """
-        if self._iter_epoch is None:
-            epoch, base = self._next()
-        else:
-            epoch, base = self._iter_epoch, self._iter_drop
-        world = self._rank_world()
+        epoch, base = self._plan.position()
         return build_state(
             epoch=epoch,
             sample_in_epoch=int(num_samples) if from_beginning else base + int(num_samples),
-            global_batch_size=self.batch_size * world.num_devices if self.batch_size else None,
+            global_batch_size=self._plan.global_batch_size(),
             num_canonical_nodes=self.num_canonical_nodes,
-            initial_physical_nodes=self._initial_nodes or world.num_nodes,
+            initial_physical_nodes=self._plan.initial_nodes or self._rank_world().num_nodes,
             config=self._config(),
             streams=self._stream_summaries(),
         )
@@ -482,15 +389,11 @@ class StreamingDataset(IterableDataset):
         check_state_version(obj)
         diffs = resume_mismatches(
             obj,
-            ncn_arg=self._ncn_arg,
-            config_for=self._config_for,
+            ncn_arg=self._plan.ncn_arg,
+            config_for=self._config,
             on_mixture_change=on_mixture_change,
             streams=self._stream_summaries(),
         )
         if diffs:
             raise ValueError("the resume state does not match this dataset: " + "; ".join(diffs))
-        self._ncn_state = obj["num_canonical_nodes"]
-        self._initial_nodes = obj.get("initial_physical_nodes")
-        self._expected_gbs = obj.get("global_batch_size")
-        self._epoch, self._drop = int(obj["epoch"]), int(obj["sample_in_epoch"])
-        self._iter_epoch = None
+        self._plan.restore(obj)
