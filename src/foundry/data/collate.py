@@ -142,21 +142,15 @@ class TextCollator(SplitCollator):
 
     def pack(self, samples: list[dict[str, Any]]) -> PackedRows:
         """The worker half: rows -> one (B, S) array in the narrowest dtype holding the ids and the pad id."""
-        rows, checked = zip(*(self._row(s) for s in samples), strict=True)
-        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-        seq = int(lengths.max())
-        padded = bool((lengths != seq).any())
-        if not padded:
-            ids = np.stack(rows)  # (B, S) in the rows' common dtype
+        full = self._stack_full_rows(samples)
+        if full is not None:
+            ids, lengths, checked = full, np.full(len(samples), full.shape[1]), np.ones(len(samples), bool)
         else:
-            dtype = np.promote_types(
-                np.result_type(*{r.dtype for r in rows}), np.min_scalar_type(self.pad_token_id)
-            )
-            ids = np.full((len(rows), seq), self.pad_token_id, dtype=dtype)
-            for i, r in enumerate(rows):
-                ids[i, : len(r)] = r
+            ids, lengths, checked = self._pad_rows(samples)
+        seq = ids.shape[1]
+        padded = bool((lengths != seq).any())
         if self.vocab_size is not None:
-            self._check_vocab(ids, lengths, np.asarray(checked))
+            self._check_vocab(ids, lengths, checked)
         packed = PackedRows(ids, lengths=lengths if padded else None)
         if self.documents is not None:
             doc_ids = _sequence_ids(samples, ids, rule=self.documents, lengths=packed.lengths)
@@ -165,6 +159,39 @@ class TextCollator(SplitCollator):
             streams = np.fromiter((self._stream(s) for s in samples), dtype=np.int64, count=len(samples))
             packed.stream_id = streams if self.stream_map is None else self.stream_map[streams]
         return packed
+
+    def _stack_full_rows(self, samples: list[dict[str, Any]]) -> np.ndarray | None:
+        """The common case in one copy: every sample's `tokens` is an ndarray of one length and integer dtype
+        -> (B, min(length, S)); None otherwise (`_pad_rows` handles it)."""
+        rows = [s.get("tokens") for s in samples]
+        first = rows[0]
+        if not (
+            type(first) is np.ndarray
+            and first.ndim == 1
+            and first.dtype.kind in "iu"
+            and first.dtype != np.uint64
+        ):
+            return None
+        shape, dtype = first.shape, first.dtype
+        if not all(type(r) is np.ndarray and r.shape == shape and r.dtype == dtype for r in rows):
+            return None
+        ids = np.concatenate(rows).reshape(len(rows), shape[0])
+        return ids if shape[0] <= self.max_seq_len else np.ascontiguousarray(ids[:, : self.max_seq_len])
+
+    def _pad_rows(self, samples: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Any rows: (B, S) ids right-padded to the longest row, (B,) lengths, (B,) which rows are `tokens`."""
+        rows, checked = zip(*(self._row(s) for s in samples), strict=True)
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        seq = int(lengths.max())
+        if not (lengths != seq).any():
+            return np.stack(rows), lengths, np.asarray(checked)  # (B, S) in the rows' common dtype
+        dtype = np.promote_types(
+            np.result_type(*{r.dtype for r in rows}), np.min_scalar_type(self.pad_token_id)
+        )
+        ids = np.full((len(rows), seq), self.pad_token_id, dtype=dtype)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = r
+        return ids, lengths, np.asarray(checked)
 
     def _check_vocab(self, ids: np.ndarray, lengths: np.ndarray, checked: np.ndarray) -> None:
         """Raises naming the largest id of the first `tokens` row with an id >= `vocab_size`."""

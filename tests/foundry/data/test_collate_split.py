@@ -37,11 +37,19 @@ def reference(rows: list[np.ndarray], *, max_seq_len: int, pad: int) -> dict[str
 @st.composite
 def batches(draw):
     dtypes = draw(st.lists(st.sampled_from(DTYPES), min_size=1, max_size=2))
+    same_length = draw(st.none() | st.integers(0, 9))  # an int: every row that long (the one-copy path)
     rows = []
     for _ in range(draw(st.integers(1, 5))):
         dtype = np.dtype(draw(st.sampled_from(dtypes)))
         hi = min(np.iinfo(dtype).max, 2**40)
-        values = draw(st.lists(st.integers(max(np.iinfo(dtype).min, -5), hi), min_size=0, max_size=9))
+        size = {} if same_length is None else {"min_size": same_length}
+        values = draw(
+            st.lists(
+                st.integers(max(np.iinfo(dtype).min, -5), hi),
+                max_size=9 if same_length is None else same_length,
+                **size,
+            )
+        )
         rows.append(np.array(values, dtype=dtype))
     if all(len(r) == 0 for r in rows):
         rows[0] = np.array([1], dtype=rows[0].dtype)
@@ -68,8 +76,10 @@ def test_pack_sends_the_narrowest_dtype_holding_ids_and_pad():
     c = TextCollator(max_seq_len=4, pad_token_id=0)
     full = c.pack([{"tokens": np.arange(4, dtype=np.uint16)}, {"tokens": np.arange(5, dtype=np.uint16)}])
     assert full.ids.dtype == np.uint16 and full.lengths is None
-    int32 = c.pack([{"tokens": np.arange(4, dtype=np.int32)}])
-    assert int32.ids.dtype == np.int32
+    int32 = c.pack([{"tokens": np.arange(6, dtype=np.int32)}, {"tokens": np.arange(6, dtype=np.int32)}])
+    assert (
+        int32.ids.dtype == np.int32 and int32.ids.flags.c_contiguous and int32.ids.tolist()[1] == [0, 1, 2, 3]
+    )
     wide_pad = TextCollator(max_seq_len=4, pad_token_id=50_256).pack(
         [{"tokens": np.arange(4, dtype=np.uint8)}, {"tokens": np.arange(2, dtype=np.uint8)}]
     )
