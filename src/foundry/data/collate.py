@@ -163,7 +163,7 @@ class TextCollator(SplitCollator):
     def _stack_full_rows(self, samples: list[dict[str, Any]]) -> np.ndarray | None:
         """The common case in one copy: every sample's `tokens` is an ndarray of one length and integer dtype
         -> (B, min(length, S)); None otherwise (`_pad_rows` handles it)."""
-        rows = [s.get("tokens") for s in samples]
+        rows: list[Any] = [s.get("tokens") for s in samples]
         first = rows[0]
         if not (
             type(first) is np.ndarray
@@ -175,7 +175,7 @@ class TextCollator(SplitCollator):
         shape, dtype = first.shape, first.dtype
         if not all(type(r) is np.ndarray and r.shape == shape and r.dtype == dtype for r in rows):
             return None
-        ids = np.concatenate(rows).reshape(len(rows), shape[0])
+        ids: np.ndarray = np.concatenate(rows).reshape(len(rows), shape[0])
         return ids if shape[0] <= self.max_seq_len else np.ascontiguousarray(ids[:, : self.max_seq_len])
 
     def _pad_rows(self, samples: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
