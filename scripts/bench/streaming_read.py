@@ -20,9 +20,9 @@ Cases (one JSON line each; ``speedup`` > 1 means ours is faster):
     ``StreamingDataset`` to its first shuffled sample (in process; wall and CPU seconds), then the steady
     samples/s; ``import_s`` (importing the library, not in ``first_sample_s``) beside it, since each library
     defers different work to first use.
-  * ``collate_tok8k_w2``: ours: the loader ``train.py`` runs, built by ``foundry.data.text.build_text_dataloader``
+  * ``collate_tok8k_w{0,2}``: ours: the loader ``train.py`` runs, built by ``foundry.data.text.build_text_dataloader``
     (``TextLoader`` + ``TextCollator``: ``input_ids`` and ``labels`` int64 tensors; workers send narrow ids,
-    the rank process widens), 2 workers, the same py1e shuffle, seed and batch; the reference: its
+    the rank process widens), 0/2 workers, the same py1e shuffle, seed and batch; the reference: its
     ``StreamingDataLoader`` with the default collate of the same samples (llm-foundry's text loader is a
     separate package).
   * ``remote_tok8k_w2``: the token dataset served by a loopback S3 server (``_read_remote.py``; skipped with a
@@ -70,7 +70,8 @@ LOADER_CASES = {
     "loader_tok8k_w4": ("tok8k", 4),
     "loader_small64_w2": ("small64", 2),
 }
-CASES = (*LOADER_CASES, "random_tok8k", "zstd_tok8k", "collate_tok8k_w2", "remote_tok8k_w2")
+COLLATE_CASES = {"collate_tok8k_w0": 0, "collate_tok8k_w2": 2}
+CASES = (*LOADER_CASES, "random_tok8k", "zstd_tok8k", *COLLATE_CASES, "remote_tok8k_w2")
 RATE_KEYS = {"samples_per_s", "local_samples_per_s"}
 TIME_KEYS = {
     "first_batch_s",
@@ -152,16 +153,16 @@ def time_loader(loader: Any, seconds: float) -> dict[str, float]:
     return {"samples_per_s": rate, "first_batch_s": first - start}
 
 
-def measure_collate(path: str, seconds: float) -> dict[str, float]:
-    """2 workers: ours through ``build_text_dataloader`` (as ``train.py`` builds it: the same dataset settings
+def measure_collate(path: str, workers: int, seconds: float) -> dict[str, float]:
+    """``workers`` workers: ours through ``build_text_dataloader`` (as ``train.py`` builds it: the same dataset settings
     as ``_dataset``), the reference through its default collate (llm-foundry's collator is a separate package)."""
     if not Path(streaming.__file__).resolve().is_relative_to(REPO):
-        return measure_loader(_dataset(local=path, shuffle=True), 2, seconds)
+        return measure_loader(_dataset(local=path, shuffle=True), workers, seconds)
     # ours only; foundry is not in the reference's venv
     from foundry.data.text import TextDataConfig, build_text_dataloader
     from streaming.world import World
 
-    cfg = TextDataConfig(local=os.path.dirname(path), train_split=os.path.basename(path), num_workers=2)
+    cfg = TextDataConfig(local=os.path.dirname(path), train_split=os.path.basename(path), num_workers=workers)
     loader = build_text_dataloader(
         cfg, tokenizer=None, device_batch_size=BATCH, world=World(), max_seq_len=TOKENS, seed=7,
         vocab_size=50_304,
@@ -221,8 +222,8 @@ def run_child(case: str, root: str, seconds: float, remote: str | None) -> dict[
         result = measure_loader(_dataset(local=os.path.join(root, data), shuffle=True), workers, seconds)
     elif case == "random_tok8k":
         result = measure_random(tok8k, seconds)
-    elif case == "collate_tok8k_w2":
-        result = measure_collate(tok8k, seconds)
+    elif case in COLLATE_CASES:
+        result = measure_collate(tok8k, COLLATE_CASES[case], seconds)
     elif case == "remote_tok8k_w2":
         assert remote is not None, "the driver passes --remote"
         result = measure_remote(remote, tok8k, seconds, _dataset, measure_loader)
