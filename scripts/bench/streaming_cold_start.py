@@ -11,8 +11,13 @@ raw_data/zip_data, samples, size_limit, version) and one hard link per entry to 
 shuffle=True, batch_size=...)`` plus ``next(iter(ds))`` and reports its peak RSS (``ru_maxrss``) and how much
 that grew over the RSS after the imports (``import_s`` is reported apart: both import torch). The ``ranks8``
 runs start 8 children at once with ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``/``LOCAL_WORLD_SIZE`` of one node
-and report the max and median over ranks. Ours is measured twice: ``nocache`` (its binary index cache removed
-first: the first start on a node, which builds it) and warm (every later start). Rounds alternate ours and the
+and report the max and median over ranks; ``first_sample_cpu_s`` is the CPU time of the rank's own process over
+the same span (``process_time``): on a machine with fewer cores than ranks the wall time mostly measures the
+other ranks' work, the CPU time does not. ``--ref-ranks`` limits the reference to some rank counts (at 8 ranks
+x 500k shards it needs 8 x 4.5 GB). The ranks of one run wait for each other after their imports (a file
+barrier), so every rank's figures cover all ranks constructing at once and none another rank's imports.
+Ours is measured twice: ``nocache`` (its binary index cache removed first: the first start on a node, which
+builds it) and warm (every later start). Rounds alternate ours and the
 reference (order flipped each round); lines carry medians. Without ``--ref-python``: ours alone, said so.
 """
 
@@ -84,21 +89,32 @@ def generate(root: str, total_shards: int) -> None:
             json.dump({"shards": shards, "version": 2}, f, sort_keys=True)
 
 
+def _barrier(folder: str, world: int) -> None:
+    """Wait until ``world`` processes have reached this point (each leaves a file in ``folder``)."""
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    while len(os.listdir(folder)) < world:
+        time.sleep(0.005)
+
+
 def run_child(root: str) -> dict[str, Any]:
     """One rank: construct the dataset over every stream of ``root`` and read its first sample."""
+    barrier = os.environ.get("COLD_START_BARRIER")
+    if barrier:
+        _barrier(barrier, int(os.environ["WORLD_SIZE"]))
     rss0 = _rss_mb()
     folders = sorted(d for d in os.listdir(root) if d.startswith("s"))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     streams = [Stream(local=os.path.join(root, d)) for d in folders]
     ds = StreamingDataset(streams=streams, shuffle=True, batch_size=BATCH)
     constructed = time.perf_counter() - start
     sample = next(iter(ds))
-    first = time.perf_counter() - start
+    first, first_cpu = time.perf_counter() - start, time.process_time() - cpu
     assert len(sample["tokens"]) == TOKENS
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "construct_s": round(constructed, 3),
         "first_sample_s": round(first, 3),
+        "first_sample_cpu_s": round(first_cpu, 3),
         "peak_rss_mb": round(peak, 1),
         "rss_added_mb": round(peak - rss0, 1),
         "import_s": round(IMPORT_S, 3),
@@ -111,6 +127,7 @@ def ranks(python: str, root: str, world: int) -> list[dict[str, Any]]:
     env = dict(os.environ)
     if python != sys.executable:  # the reference must not see a PYTHONPATH meant for ours
         env.pop("PYTHONPATH", None)
+    env["COLD_START_BARRIER"] = tempfile.mkdtemp(prefix="barrier_", dir=root)
     procs = []
     for rank in range(world):
         env_r = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
@@ -125,11 +142,12 @@ def ranks(python: str, root: str, world: int) -> list[dict[str, Any]]:
         if p.returncode != 0:
             raise RuntimeError(f"child with {python} failed (exit {p.returncode}):\n{stderr[-4000:]}")
         out.append(json.loads(stdout.strip().splitlines()[-1]))
+    shutil.rmtree(env["COLD_START_BARRIER"], ignore_errors=True)
     return out
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ("construct_s", "first_sample_s", "peak_rss_mb", "rss_added_mb", "import_s")
+    keys = ("construct_s", "first_sample_s", "first_sample_cpu_s", "peak_rss_mb", "rss_added_mb", "import_s")
     if len(results) == 1:
         return {k: results[0][k] for k in keys}
     out: dict[str, Any] = {}
@@ -177,6 +195,9 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=None, help="total shards (default 500000; 50000 quick)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--ranks", default="1,8", help="rank counts to run, e.g. 1,8")
+    parser.add_argument(
+        "--ref-ranks", default=None, help="rank counts to run the reference at (default: all of --ranks)"
+    )
     parser.add_argument("--root", default=None, help="data directory (default: a temp dir, removed)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -203,8 +224,10 @@ def main() -> int:
 
         info = machine()
         label = f"{total // 1000}k"
+        ref_worlds = None if args.ref_ranks is None else {int(w) for w in args.ref_ranks.split(",") if w}
         for world in [int(w) for w in args.ranks.split(",")]:
-            res = measure_case(root, world, args.rounds, args.ref_python, cache)
+            skip_ref = ref_worlds is not None and world not in ref_worlds
+            res = measure_case(root, world, args.rounds, None if skip_ref else args.ref_python, cache)
             line: dict[str, Any] = {
                 "bench": "streaming_read",
                 "case": f"cold_start_{label}_r{world}",
@@ -216,7 +239,9 @@ def main() -> int:
                 "ours_nocache": res["ours_nocache"],
                 "reference": res.get("reference"),
             }
-            if line["reference"] is None:
+            if line["reference"] is None and skip_ref and args.ref_python:
+                line["note"] = f"reference not run at {world} ranks (--ref-ranks); ours alone"
+            elif line["reference"] is None:
                 line["note"] = "reference not run (pass --ref-python); ours alone"
             else:
                 line["speedup"] = speedup(res["ours"], res["reference"])
