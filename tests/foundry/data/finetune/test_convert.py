@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from foundry.data.finetune import FinetuneDataConfig, build_finetune_dataloader
 from foundry.data.finetune.convert import convert_finetuning_dataset
 from foundry.data.finetune.instruct import write_instruct_dataset
+from foundry.data.finetune.offline import OfflineInstructDataConfig
 from foundry.data.finetune.sources import load_rows
 from streaming import StreamingDataset
 from streaming.world import World
@@ -141,7 +142,9 @@ def test_conf_files_fit_the_schema(path):
     node = {k: ("/tmp/x" if v == "???" else v) for k, v in node.items()}
     if isinstance(node.get("hf_name"), str) and "${" in node["hf_name"]:
         node["hf_name"] = "/tmp/x"
-    cfg = OmegaConf.merge(OmegaConf.structured(FinetuneDataConfig(hf_name="-")), node)
+    # a file declares its schema through its defaults (`_finetune_instruct`: the offline-generated variant)
+    schema = OfflineInstructDataConfig if "quickstart_local" in node else FinetuneDataConfig
+    cfg = OmegaConf.merge(OmegaConf.structured(schema(hf_name="-")), node)
     if node.get("local") is not None:
         cfg.hf_name = None
-    assert isinstance(OmegaConf.to_object(cfg), FinetuneDataConfig)
+    assert isinstance(OmegaConf.to_object(cfg), schema)
