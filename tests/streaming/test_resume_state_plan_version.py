@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from streaming import MDSWriter, StreamingDataset
 from streaming.plan import PLAN_VERSIONS, plan_version
 from streaming.resume_state import build_state, dataset_config, plan_mismatch, resume_mismatches
 
@@ -66,3 +67,19 @@ def test_old_state_at_an_epoch_boundary_or_of_an_unchanged_order_resumes():
     old["shuffle"] = False
     assert resume_mismatches(old, ncn_arg=None, config_for=unshuffled) == []
     assert plan_mismatch(_state(40, version=1), _config()) is not None
+
+
+def test_dataset_refuses_a_mid_epoch_state_of_the_old_order(tmp_path):
+    with MDSWriter(out=str(tmp_path / "ds"), columns={"x": "int"}, size_limit=200) as w:
+        for i in range(100):
+            w.write({"x": i})
+    ds = StreamingDataset(local=str(tmp_path / "ds"), batch_size=4, shuffle=True)
+    state = ds.state_dict(num_samples=12, from_beginning=True)
+    assert state["plan_version"] == 2
+    fresh = StreamingDataset(local=str(tmp_path / "ds"), batch_size=4, shuffle=True)
+    fresh.load_state_dict(state)  # same version: resumes
+    old = {k: v for k, v in state.items() if k != "plan_version"}
+    with pytest.raises(ValueError, match="plan_version: the state was saved 12 samples into epoch 0"):
+        fresh.load_state_dict(old)
+    fresh.load_state_dict({**old, "sample_in_epoch": 0})  # the fix the message names
+    assert len([s["x"] for s in fresh]) == 100
