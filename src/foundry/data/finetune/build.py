@@ -198,5 +198,6 @@ def _streamed(
         drop_last=drop_last or ratio is not None,
         persistent_workers=cfg.num_workers > 0,
     )
-    min_step = device_batch_size if (drop_last or ratio is not None) else 1
-    return StreamedExamples(loader, min_step=min_step), ratio
+    fill = drop_last or ratio is not None
+    min_step = device_batch_size if fill else 1
+    return StreamedExamples(loader, step=step, min_step=min_step, fill=fill), ratio

@@ -4,7 +4,8 @@ Design note: one wrapper, two example sources. In-memory rows (files, HF dataset
 tokenized once at build time (bad rows fail there, naming the row; rows with no loss token left are dropped
 and counted), then each epoch takes a seeded permutation (`seed`, `epoch`), and each rank (or replication
 group) a strided share of it cut to equal length. MDS rows go through `streaming`'s partitioning and
-shuffling (`StreamingDataLoader`, resumable); workers tokenize them. A step reads
+shuffling (`StreamingDataLoader`, resumable); workers tokenize them, and rows dropped there are replaced by
+the next rows (every step full, every rank the same number of steps per epoch). A step reads
 `int(device_batch_size * packing_ratio)` examples (the device batch when not packing). The loader's state is
 the source's position plus the packer's leftover bins, so `load_state_dict` then `iter` gives the batches an
 uninterrupted run would have given. Like a DataLoader, each `iter()` is one epoch.
@@ -97,33 +98,101 @@ class _BuildExamples:
 class StreamedExamples:
     """MDS examples through `StreamingDataLoader` (streaming's partitioning, shuffling and resumption).
 
+    Rows that give no example (no loss token within `max_seq_len`) are skipped and counted, and the step is
+    refilled from the following rows, so every step holds exactly `step` examples. With `fill` (training),
+    every `iter()` yields exactly `len(self)` steps on every rank, whatever each rank dropped (ranks stay in
+    lockstep): a rank short of rows at the stream's epoch end reads on into the stream's next epoch, and
+    examples read but not yet yielded (`carry`) are part of the state. Without `fill` (eval), one `iter()`
+    reads the stream's epoch once and yields the remainder as a final shorter step (at least `min_step`).
+
     Args:
         loader: A `StreamingDataLoader` whose collate function is `_BuildExamples` and batch size `step`.
-        min_step: A step with fewer kept examples than this is skipped (with its rows counted as dropped).
+        step: Examples per step.
+        min_step: The final step of a non-`fill` pass is dropped when it has fewer examples.
+        fill: Yield exactly `len(self)` full steps per `iter()` (see above).
     """
 
-    def __init__(self, loader: Any, *, min_step: int) -> None:  # noqa: ANN401 - streaming.StreamingDataLoader
+    def __init__(
+        self,
+        loader: Any,  # noqa: ANN401 - streaming.StreamingDataLoader
+        *,
+        step: int,
+        min_step: int,
+        fill: bool,
+    ) -> None:
         self.loader = loader
-        self.min_step = min_step
+        self.step, self.min_step, self.fill = step, min_step, fill
+        self.steps_per_epoch = len(loader)
+        """A whole epoch's steps (`len(loader)` counts what is left of a resumed stream epoch)."""
         self.dropped_examples = 0
+        self.carry: list[Example] = []
+        """Kept examples read from the stream and not yet yielded."""
+        self.steps_done = 0
+        """Steps yielded in the current `fill` epoch."""
+        self._batches: Iterator[dict[str, list[Example | None]]] | None = None
+        self._pass_kept = 0
 
     def __len__(self) -> int:
-        """Steps per epoch (at most: a step with too few kept examples is skipped)."""
-        return len(self.loader)
+        """Steps per epoch (the stream's batches per epoch)."""
+        return self.steps_per_epoch
 
     def __iter__(self) -> Iterator[list[Example]]:
+        return self._filled() if self.fill else self._one_pass()
+
+    def _take(self, batch: dict[str, list[Example | None]]) -> int:
+        kept = [ex for ex in batch["examples"] if ex is not None]
+        self.dropped_examples += len(batch["examples"]) - len(kept)
+        self.carry += kept
+        return len(kept)
+
+    def _filled(self) -> Iterator[list[Example]]:
+        while self.steps_done < self.steps_per_epoch:
+            empty_passes = 0  # consecutive stream passes without a kept example (2: a whole epoch)
+            while len(self.carry) < self.step:
+                if self._batches is None:
+                    self._batches, self._pass_kept = iter(self.loader), 0
+                batch = next(self._batches, None)
+                if batch is not None:
+                    self._pass_kept += self._take(batch)
+                    continue
+                self._batches = None  # the stream's epoch ended: read on into its next one
+                empty_passes = empty_passes + 1 if self._pass_kept == 0 else 0
+                if empty_passes >= 2:
+                    raise ValueError(
+                        "finetuning data: a whole epoch of the MDS split gave no example with a loss token "
+                        "within max_seq_len (every row dropped): raise max_seq_len or check "
+                        "data.target_prompts / data.target_responses"
+                    )
+            out, self.carry = self.carry[: self.step], self.carry[self.step :]
+            self.steps_done += 1
+            yield out
+        self.steps_done = 0
+
+    def _one_pass(self) -> Iterator[list[Example]]:
+        self.carry = []
         for batch in self.loader:
-            examples = [ex for ex in batch["examples"] if ex is not None]
-            self.dropped_examples += len(batch["examples"]) - len(examples)
-            if len(examples) >= self.min_step:
-                yield examples
+            self._take(batch)
+            while len(self.carry) >= self.step:
+                out, self.carry = self.carry[: self.step], self.carry[self.step :]
+                yield out
+        rest, self.carry = self.carry, []
+        if rest and len(rest) >= self.min_step:
+            yield rest
 
     def state_dict(self) -> dict[str, Any]:
-        return {"stream": self.loader.state_dict(), "dropped_examples": self.dropped_examples}
+        return {
+            "stream": self.loader.state_dict(),
+            "dropped_examples": self.dropped_examples,
+            "carry": [[list(ex.input_ids), list(ex.labels)] for ex in self.carry],
+            "steps_done": self.steps_done,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state["stream"])
         self.dropped_examples = int(state["dropped_examples"])
+        self.carry = [Example(tuple(ids), tuple(lab)) for ids, lab in state.get("carry", [])]
+        self.steps_done = int(state.get("steps_done", 0))
+        self._batches = None
 
     @staticmethod
     def collate_fn(builder: ExampleBuilder) -> _BuildExamples:

@@ -172,3 +172,57 @@ def test_config_errors_name_fields():
     with pytest.raises(ValueError, match="data.target_prompts="):
         FinetuneDataConfig(hf_name="x", target_prompts="some")
     assert FinetuneDataConfig(hf_name="x", packing_ratio="2").packing_ratio == 2.0
+
+
+def _mds_with_dropped_rows(root: Path) -> list[dict]:
+    """MDS rows where every third one has no loss token within 32 tokens (its prompt fills the row)."""
+    rows = [{"prompt": ("word " * 60 if i % 3 == 1 else f"q{i}"), "response": f" a{i}"} for i in range(40)]
+    _write_mds(root, rows)
+    return rows
+
+
+@pytest.mark.parametrize("packing", [None, 2.0])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_mds_dropped_rows_are_refilled_and_resumable(tmp_path, neox, ranks, packing):
+    _mds_with_dropped_rows(tmp_path / "mds")
+    cfg = FinetuneDataConfig(
+        local=str(tmp_path / "mds"), packing_ratio=packing, max_leftover_bins_to_keep=None
+    )
+    steps = []
+    for rank in range(ranks):
+        world = World(ranks_per_node=ranks, rank=rank)
+        full = _loader(cfg, neox, world=world, batch=2, seq=32)
+        ref = [list(full) for _ in range(3)]  # 3 epochs: the 1/3 dropped rows make ranks read ahead
+        assert all(len(epoch) == len(full) for epoch in ref)  # every epoch: exactly len() steps
+        assert full.dropped_examples > 0
+        for batch in (b for epoch in ref for b in epoch):  # every row of every batch trains on something
+            assert batch["input_ids"].shape == (2, 32)
+            assert bool((batch["labels"] != IGNORE_INDEX).any(dim=1).all())
+        steps.append(len(full))
+        flat = [b for epoch in ref for b in epoch]
+        for cut in (3, len(full) + 1):  # mid-epoch, and after the stream wrapped into its next epoch
+            first = _loader(cfg, neox, world=world, batch=2, seq=32)
+            it = (b for _ in range(3) for b in first)  # epochs back to back, as the trainer reads them
+            head = [next(it) for _ in range(cut)]
+            state = json.loads(json.dumps(first.state_dict()))
+            resumed = _loader(cfg, neox, world=world, batch=2, seq=32)
+            resumed.load_state_dict(state)
+            tail = list(resumed) + list(resumed) + list(resumed)
+            assert _same(head + tail[: len(flat) - cut], flat)
+    assert len(set(steps)) == 1  # ranks in lockstep
+
+
+def test_mds_refill_keeps_stream_order(tmp_path, neox):
+    """Padded, unshuffled: batches hold the kept rows in stored order, each dropped row replaced by the next."""
+    rows = _mds_with_dropped_rows(tmp_path / "mds")
+    cfg = FinetuneDataConfig(local=str(tmp_path / "mds"), shuffle=False)
+    loader = _loader(cfg, neox, batch=2, seq=32)
+    got = [
+        neox.decode(ids[mask.bool()])
+        for b in loader
+        for ids, mask in zip(b["input_ids"], b["attention_mask"])
+    ]
+    kept = [r for r in rows if len(r["prompt"]) < 10]  # 27 of 40: the epoch's 20 steps read on into the next
+    assert len(got) == 2 * len(loader) == 40 and loader.dropped_examples == 20
+    for text, row in zip(got, kept + kept, strict=False):
+        assert text.startswith(row["prompt"]) and row["response"].strip() in text
