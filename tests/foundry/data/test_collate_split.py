@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from foundry.data import collate
 from foundry.data.collate import IGNORE_INDEX, PackedRows, TextCollator
 from foundry.data.documents import DocumentRule, sequence_ids_from_tokens
 from foundry.data.loader import TextLoader
@@ -160,12 +161,23 @@ def test_text_loader_batches_are_pinned_when_asked(tokens, monkeypatch):
     monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
     monkeypatch.setattr(torch.accelerator, "set_device_index", lambda index: None)
     monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(collate, "empty_int64", _fake_pinned_empty)
     for workers in (0, 2):
         got = list(_loader(tokens, num_workers=workers, pin_memory=True))
         assert got and all(getattr(v, "_test_pinned", False) for b in got for v in b.values()), workers
 
 
-def test_packed_rows_pin_every_tensor(monkeypatch):
-    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self: self.clone().fill_(7))
-    packed = PackedRows(np.array([[1, 2], [3, 0]], dtype=np.int32), lengths=np.array([2, 1]))
-    assert all(v.eq(7).all() for v in packed.pin_memory().values())
+def _fake_pinned_empty(shape, *, pin):
+    out = torch.empty(shape, dtype=torch.int64)
+    out._test_pinned = pin
+    return out
+
+
+def test_packed_rows_are_written_into_pinned_memory(monkeypatch):
+    monkeypatch.setattr(collate, "empty_int64", _fake_pinned_empty)
+    packed = PackedRows(np.array([[1, 2], [3, 0]], dtype=np.uint16), lengths=np.array([2, 1]))
+    pinned, plain = packed.pin_memory(), packed.to_tensors()
+    assert all(v._test_pinned for v in pinned.values()) and not any(v._test_pinned for v in plain.values())
+    assert list(pinned) == list(plain) == ["input_ids", "labels", "attention_mask"]
+    assert all(torch.equal(pinned[k], plain[k]) for k in plain)
+    assert plain["labels"].tolist() == [[1, 2], [3, IGNORE_INDEX]]
