@@ -5,6 +5,10 @@ about mixtures, so the policy travels with the loader: this subclass passes `on_
 `StreamingDataset.load_state_dict`, and in `error` mode turns the dataset's mismatch message into one that
 names the config switch (`data.on_mixture_change=continue`). It lives apart from `foundry.data.text` so that
 importing the config schema does not import the streaming loader stack.
+
+Batches: its collate function is a `TextCollator`, a `streaming.SplitCollator`, so with workers the inherited
+`StreamingDataLoader` runs the collator's `pack` in them (narrow token ids through the pipe) and makes the int64
+tensors here, or in the pin thread straight into pinned memory with `pin_memory=True`.
 """
 
 from __future__ import annotations
