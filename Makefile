@@ -72,12 +72,13 @@ clean: ## remove run outputs and caches
 train: ## offline quick start (mpt-tiny, ~1 min on CPU); pass overrides with ARGS="model=mpt-125m data=c4"
 	$(PY) train.py $(ARGS)
 
-# Finetuning (task=finetune). Without CKPT: the quick-start checkpoint when `make train` left one, else a fresh mpt-tiny.
+# Finetuning (task=finetune). Without CKPT: the quick-start checkpoint when `make train` left one, else a fresh mpt-tiny
+# (from_scratch=true: task=finetune refuses random weights unless asked).
 finetune: ## CPU finetuning recipe (offline instruction set, packed): make finetune [CKPT=<checkpoint>] [ARGS="trainer.max_duration=1ep"]
 	@ckpt="$(CKPT)"; \
 	if [ -z "$$ckpt" ] && [ -d outputs/quickstart/checkpoints ]; then ckpt=outputs/quickstart/checkpoints; fi; \
-	if [ -z "$$ckpt" ]; then echo "[make finetune] no CKPT and no outputs/quickstart/checkpoints (make train): finetuning a fresh mpt-tiny"; fi; \
-	set -x; $(PY) train.py experiment=finetune-cpu $${ckpt:+checkpoint.load_path=$$ckpt} $(ARGS)
+	scratch=; if [ -z "$$ckpt" ]; then scratch=from_scratch=true; echo "[make finetune] no CKPT and no outputs/quickstart/checkpoints (make train): finetuning a fresh mpt-tiny (from_scratch=true)"; fi; \
+	set -x; $(PY) train.py experiment=finetune-cpu $${ckpt:+checkpoint.load_path=$$ckpt} $$scratch $(ARGS)
 
 NPROC ?= 2
 PARALLELISM ?= ddp

@@ -125,6 +125,9 @@ class TrainConfig:
     """The ICL evaluation config (`eval` group); null when no ICL eval is configured."""
     tags: list[str] = field(default_factory=list)
     """Free-form labels (logged to W&B)."""
+    from_scratch: bool = False
+    """`task=finetune` from random weights on purpose: without `checkpoint.load_path` (or pretrained
+    `hf-causal-lm` weights) a finetuning run is refused unless this is true."""
     variables: dict[str, Any] = field(default_factory=dict)
     """A free namespace for `${variables.x}` interpolation; ignored otherwise."""
 

@@ -4,7 +4,9 @@ Design note: finetuning differs from pretraining in three places only, so it reu
 passes its own data step (`build_finetune_data`) plus a config with two rules applied (`finetune_config`):
 - `checkpoint.load_path` loads the model weights only (llm-foundry's finetuning YAMLs set
   `load_weights_only: true`): a pretraining checkpoint's step, optimizer and text-loader position mean
-  nothing to a finetuning run. Continuing a finetuning run is autoresume's job (same `save_folder`).
+  nothing to a finetuning run. Continuing a finetuning run is autoresume's job (same `save_folder`). A run
+  with no starting point (no `load_path`, no pretrained `hf-causal-lm` weights) is refused unless
+  `from_scratch=true` says random weights are meant (llm-foundry only warns).
 - Packed rows (`data.packing_ratio` set) carry `sequence_id`, and the model is switched to mask attention by
   it (MPT `model.attn_config.attn_uses_sequence_id`, `hf-causal-lm` `model.attn_uses_sequence_id`), so
   attention never crosses examples; a model that cannot (flash attention for `hf-causal-lm`) fails here
@@ -95,10 +97,29 @@ def finetune_config(cfg: TrainConfig) -> TrainConfig:
     ckpt = cfg.checkpoint
     if ckpt.load_path and not ckpt.load_weights_only:
         ckpt = replace(ckpt, load_weights_only=True)
-    if not ckpt.load_path and not (isinstance(model, HFCausalLMConfig) and model.pretrained):
-        log.warning("task=finetune without checkpoint.load_path: unless autoresume finds a checkpoint, the "
-                    "model starts from random weights (set checkpoint.load_path=<pretrained checkpoint>)")  # fmt: skip
+    _check_starting_point(cfg)
     return replace(cfg, model=model, checkpoint=ckpt)
+
+
+def _check_starting_point(cfg: TrainConfig) -> None:
+    """Finetuning random weights is almost always a forgotten `checkpoint.load_path`: refused unless asked for."""
+    model = cfg.model
+    if cfg.checkpoint.load_path or (isinstance(model, HFCausalLMConfig) and model.pretrained):
+        return
+    if cfg.from_scratch:
+        log.warning("task=finetune from_scratch=true: the model starts from random weights (no "
+                    "checkpoint.load_path)")  # fmt: skip
+        return
+    hf = (
+        "model.pretrained=true (weights from model.pretrained_model_name_or_path), "
+        if isinstance(model, HFCausalLMConfig)
+        else ""
+    )
+    raise ConfigError(
+        "task=finetune has no starting point: the model would finetune random weights. Set "
+        f"checkpoint.load_path=<pretrained checkpoint> (e.g. outputs/quickstart/checkpoints after `make train`), "
+        f"{hf}or add from_scratch=true to finetune randomly initialised weights on purpose"
+    )
 
 
 def _masking_field(model: ModelConfig) -> str:

@@ -63,7 +63,7 @@ def test_packing_turns_on_sequence_id_masking_and_load_path_loads_weights_only()
         _cfg("experiment=finetune-cpu", "model=hf-causal-lm", "model.pretrained_model_name_or_path=/g")
     )
     assert hf.model.attn_uses_sequence_id
-    padded = finetune_config(_cfg("experiment=finetune-cpu", "data.packing_ratio=null"))
+    padded = finetune_config(_cfg("experiment=finetune-cpu", "data.packing_ratio=null", "from_scratch=true"))
     assert not padded.model.uses_sequence_id() and not padded.checkpoint.load_weights_only
 
 
@@ -81,6 +81,20 @@ def test_packing_with_a_model_that_cannot_mask_or_masking_without_packing_is_ref
     )
     with pytest.raises(ConfigError, match=r"model.attn_config.attn_uses_sequence_id=true needs packed rows"):
         finetune_config(masked)
+
+
+@pytest.mark.parametrize("experiment", ["finetune-cpu", "mpt-7b-dolly-sft"])
+def test_finetuning_without_a_starting_point_is_refused_unless_from_scratch(experiment):
+    with pytest.raises(ConfigError, match=r"checkpoint.load_path=<pretrained checkpoint>.*from_scratch=true"):
+        finetune_config(_cfg(f"experiment={experiment}"))
+    assert not finetune_config(_cfg(f"experiment={experiment}", "from_scratch=true")).checkpoint.load_path
+    assert finetune_config(
+        _cfg(f"experiment={experiment}", "checkpoint.load_path=/ckpt")
+    ).checkpoint.load_path
+    hf = ["model=hf-causal-lm", "model.pretrained_model_name_or_path=/g"]
+    finetune_config(_cfg(f"experiment={experiment}", *hf))  # pretrained HF weights are a starting point
+    with pytest.raises(ConfigError, match=r"model.pretrained=true.*from_scratch=true"):
+        finetune_config(_cfg(f"experiment={experiment}", *hf, "model.pretrained=false"))
 
 
 def test_mpt_7b_dolly_sft_is_llm_foundrys_recipe():
@@ -147,6 +161,7 @@ def _run_cfg(assets: dict[str, str], *overrides: str):
         "trainer.log_interval=1",
         "scheduler.t_warmup=0ba",
         "checkpoint=none",
+        "from_scratch=true",  # a random mpt-tiny / GPT-2 unless load_path is given
         *overrides,
     )
 
@@ -252,7 +267,11 @@ def test_lora_through_task_finetune_changes_only_the_adapters(assets, tmp_path):
 def test_cpu_recipe_response_loss_falls(tmp_path, monkeypatch):
     monkeypatch.setenv("FOUNDRY_CACHE", str(tmp_path / "cache"))
     cfg = _cfg(
-        "experiment=finetune-cpu", "trainer.max_duration=1ep", "trainer.eval_interval=0", "checkpoint=none"
+        "experiment=finetune-cpu",
+        "trainer.max_duration=1ep",
+        "trainer.eval_interval=0",
+        "checkpoint=none",
+        "from_scratch=true",
     )
     metrics = finetune(cfg, run_dir=tmp_path / "run")
     evals = [r["eval/loss"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "eval/loss" in r]

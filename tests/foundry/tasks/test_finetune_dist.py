@@ -60,7 +60,7 @@ def test_ddp_finetune_resumes_mid_epoch_with_packing(tmp_path):
         "trainer.max_duration=6ba", "trainer.global_train_batch_size=8", "trainer.device_train_microbatch_size=2",
         "trainer.eval_interval=0", "trainer.eval_first=false", "trainer.eval_subset_num_batches=2",
         "trainer.log_interval=1", "scheduler.t_warmup=0ba", "checkpoint=local", "checkpoint.save_interval=1ba",
-        "checkpoint.save_num_checkpoints_to_keep=-1", "checkpoint.async_upload=false",
+        "checkpoint.save_num_checkpoints_to_keep=-1", "checkpoint.async_upload=false", "from_scratch=true",
     ]  # fmt: skip
     _torchrun(tmp_path, [*args, "run_name=straight", f"checkpoint.save_folder={tmp_path / 'straight'}"])
     straight = _losses(tmp_path / "outputs" / "straight")
