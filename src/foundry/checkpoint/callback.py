@@ -30,9 +30,16 @@ class CheckpointCallback(Callback):
         ckpt = self.checkpointer
         ckpt.poll()
         step = trainer.state.step
-        if not ckpt.should_save(step, final=step >= trainer.max_steps):
+        stop = getattr(trainer, "stop_requested", False)  # preempted: save now and wait for the upload
+        if ckpt.last_saved_step > step:  # the spike guard rolled back: the steps ahead are saved again
+            ckpt.last_saved_step = -1
+        if not ckpt.should_save(step, final=step >= trainer.max_steps or stop):
+            if stop:
+                ckpt.wait()
             return {}
         ckpt.save(trainer, fmt=self.fmt)
+        if stop:
+            ckpt.wait()
         return {"checkpoint/blocked_seconds": ckpt.last_blocked}
 
     def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401

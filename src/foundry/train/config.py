@@ -11,14 +11,15 @@ Durations stay as strings here; the trainer converts them to steps once, with `f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.parallel.config import ParallelismConfig
 from foundry.time import parse_duration
+from foundry.train.spike_guard import SpikeGuardConfig
 
-__all__ = ["CheckpointConfig", "ParallelismConfig", "TrainerConfig", "PRECISIONS"]
+__all__ = ["CheckpointConfig", "ParallelismConfig", "SpikeGuardConfig", "TrainerConfig", "PRECISIONS"]
 
 PRECISIONS = ("auto", "fp32", "amp_bf16", "amp_fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -68,6 +69,12 @@ class TrainerConfig:
     """Console progress bar with ETA (otherwise one line per log step)."""
     train_subset_num_batches: int = -1
     """Cap on optimizer steps per epoch (-1 = the whole train split)."""
+    preemption_grace: float = 120.0
+    """Seconds the scheduler allows between SIGTERM/SIGUSR1 and SIGKILL: on either signal every rank saves a
+    checkpoint at the next step boundary and exits with code 75 (requeue; see `foundry.train.preemption`);
+    a warning names a stop that took longer. 0 disables the handling (the signals keep their default)."""
+    spike_guard: SpikeGuardConfig = field(default_factory=SpikeGuardConfig)
+    """Roll back and skip batches on NaN/Inf or outlier losses (`enabled: false` by default)."""
 
     def __post_init__(self) -> None:
         _check_duration("max_duration", self.max_duration)
@@ -85,6 +92,8 @@ class TrainerConfig:
             raise ValueError(f"trainer.device={self.device!r}: choose one of {list(DEVICES)}")
         if self.grad_clip_norm is not None and self.grad_clip_norm <= 0:
             raise ValueError(f"trainer.grad_clip_norm={self.grad_clip_norm} must be > 0 (or null to disable)")
+        if self.preemption_grace < 0:
+            raise ValueError(f"trainer.preemption_grace={self.preemption_grace} must be >= 0 (0 disables)")
         if self.log_interval < 1:
             raise ValueError(f"trainer.log_interval={self.log_interval} must be >= 1")
         if self.device_eval_batch_size is not None and self.device_eval_batch_size < 1:

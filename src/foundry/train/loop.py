@@ -8,6 +8,9 @@ device batch's loss-generating tokens, so any microbatch split gives the gradien
 retries the *same* batch; counters move only after a step succeeds, so nothing is lost or counted twice.
 A mixture's batches may carry `stream_id` (see `foundry.train.stream_metrics`): it never reaches the model,
 eval adds a loss/perplexity per stream, and training counts samples and loss tokens per stream.
+Failure handling lives in its own modules and only hooks the step boundary: `foundry.train.preemption`
+(a SIGTERM/SIGUSR1 sets `stop_requested`, the checkpoint callback saves, `fit` raises `Preempted`, exit 75)
+and `foundry.train.spike_guard` (checked before the optimizer step; a spike rolls back and skips batches).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from foundry.rng import rng_state, set_rng_state
 from foundry.train.auto_microbatch import is_oom, next_microbatch_size
 from foundry.train.batching import BatchPlan, loss_tokens, split_batch
 from foundry.train.config import TrainerConfig
+from foundry.train.preemption import PreemptionWatch
+from foundry.train.spike_guard import SpikeGuard
 from foundry.train.state import TrainState
 from foundry.train.stream_metrics import (
     STREAM_ID,
@@ -43,6 +48,10 @@ from foundry.train.stream_metrics import (
 )
 
 __all__ = ["Trainer"]
+
+
+class _Spike(Exception):
+    """`train_step` found a spike (before the optimizer step); `fit` rolls back."""
 
 
 class Trainer:
@@ -106,6 +115,9 @@ class Trainer:
         self._iter: Iterator[dict[str, torch.Tensor]] | None = None
         self.stream_names = check_stream_names(stream_names)
         self.streams = None if self.stream_names is None else StreamCounter(self.stream_names, device=device)
+        self.guard = SpikeGuard(cfg.spike_guard) if cfg.spike_guard.enabled else None
+        self.stop_requested = False
+        """Set at the step boundary where a preemption signal stops the run (the checkpoint callback saves)."""
 
     # ------------------------------------------------------------------ state
     def run_state(self) -> dict[str, Any]:
@@ -120,6 +132,8 @@ class Trainer:
         if self.streams is not None:
             self.streams.flush()
             run["streams"] = self.streams.state_dict()
+        if self.guard is not None:
+            run["spike_guard"] = self.guard.state_dict()
         return run
 
     def load_run_state(self, run: dict[str, Any]) -> None:
@@ -139,6 +153,8 @@ class Trainer:
             self.train_loader.load_state_dict(run["dataloader"])
         if self.streams is not None and run.get("streams"):  # checkpoints from before streams have none
             self.streams.load_state_dict(run["streams"])
+        if self.guard is not None and run.get("spike_guard"):
+            self.guard.load_state_dict(run["spike_guard"])
         self._iter = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -166,6 +182,8 @@ class Trainer:
             if limit < 0 or self.state.step_in_epoch < limit:
                 batch = next(self._iter, None)
                 if batch is not None:
+                    if self.guard is not None:
+                        self.guard.drawn += 1
                     return batch
             self._iter = None
             self.state.epoch += 1
@@ -229,9 +247,17 @@ class Trainer:
         metrics: dict[str, float] = {}
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
-        if self.cfg.grad_clip_norm is not None:
-            norm = clip_grad_norm_(list(self.model.parameters()), self.cfg.grad_clip_norm)
-            metrics["train/grad_norm"] = float(norm)
+        norm: float | None = None
+        if self.cfg.grad_clip_norm is not None or self.guard is not None:
+            # max_norm=inf: the norm only (the guard needs it), the gradients are multiplied by exactly 1
+            max_norm = math.inf if self.cfg.grad_clip_norm is None else self.cfg.grad_clip_norm
+            norm = float(clip_grad_norm_(list(self.model.parameters()), max_norm))
+            metrics["train/grad_norm"] = norm
+        if self.guard is not None:
+            # with a GradScaler an inf gradient is its own business (it skips the step, lowers the scale)
+            reason = self.guard.check(float(loss), None if self.scaler is not None else norm)
+            if reason is not None:
+                raise _Spike(reason)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -311,35 +337,62 @@ class Trainer:
             self.last_eval = metrics
             self._log(metrics)
 
-    def _log(self, metrics: dict[str, float]) -> None:
+    def _log(self, metrics: dict[str, float], *, step: int | None = None) -> None:
         for logger in self.loggers:
-            logger.log_metrics(metrics, step=self.state.step)
+            logger.log_metrics(metrics, step=self.state.step if step is None else step)
 
     # ------------------------------------------------------------------ fit
     def fit(self) -> dict[str, float]:
-        """Trains to `max_steps`; returns the final train metrics merged with the final eval metrics."""
+        """Trains to `max_steps`; returns the final train metrics merged with the final eval metrics.
+
+        Raises:
+            Preempted: after a SIGTERM/SIGUSR1 (to any rank) and the checkpoint at the next step boundary.
+            SpikeGuardError: `trainer.spike_guard` gave up on a step that keeps spiking.
+        """
         for cb in self.callbacks:
             cb.on_fit_start(self)
         if self.cfg.eval_first and self.state.step == 0:
             self._run_eval()
-        while self.state.step < self.max_steps:
-            start = time.perf_counter()
-            metrics = self.train_step(self._next_batch())
-            seconds = time.perf_counter() - start
-            for cb in self.callbacks:
-                metrics.update(cb.on_step_end(self, step_seconds=seconds))
-            self.last_train = metrics
-            step = self.state.step
-            if step % self.cfg.log_interval == 0 or step == self.max_steps:
-                metrics.update(self._stream_counts())
-                self._log(metrics)
-            every = self.eval_interval_steps
-            if every > 0 and step % every == 0 and step < self.max_steps:
-                self._run_eval()
+        if self.guard is not None:
+            self.guard.take_snapshot(self)
+        with PreemptionWatch(self.cfg.preemption_grace, device=self.device) as preemption:
+            while self.state.step < self.max_steps:
+                start = time.perf_counter()
+                try:
+                    metrics = self.train_step(self._next_batch())
+                except _Spike as spike:
+                    at = self.state.step  # the event is logged at the last step logged so far
+                    self._log(self._rollback(str(spike)), step=at)
+                    continue
+                seconds = time.perf_counter() - start
+                if self.guard is not None:
+                    self.guard.accept(self, metrics["train/loss"])
+                self.stop_requested = preemption.should_stop()
+                self._end_step(metrics, seconds)
+                if self.stop_requested:
+                    raise preemption.stop(self.state.step)
         self._run_eval()
         for cb in self.callbacks:
             cb.on_fit_end(self)
         return {**self.last_train, **self._stream_counts(), **self.last_eval}
+
+    def _rollback(self, reason: str) -> dict[str, float]:
+        if self.guard is None:  # only train_step raises _Spike, and only with a guard
+            raise RuntimeError(reason)
+        return self.guard.rollback(self, reason)
+
+    def _end_step(self, metrics: dict[str, float], seconds: float) -> None:
+        """Callbacks (the checkpoint callback saves here, also when `stop_requested`), logging, eval."""
+        for cb in self.callbacks:
+            metrics.update(cb.on_step_end(self, step_seconds=seconds))
+        self.last_train = metrics
+        step = self.state.step
+        if step % self.cfg.log_interval == 0 or step == self.max_steps or self.stop_requested:
+            metrics.update(self._stream_counts())
+            self._log(metrics)
+        every = self.eval_interval_steps
+        if every > 0 and step % every == 0 and step < self.max_steps and not self.stop_requested:
+            self._run_eval()
 
     def _stream_counts(self) -> dict[str, float]:
         """The per-stream train counts so far, summed over ranks (a collective when batches were added)."""

@@ -1,0 +1,124 @@
+"""Preemption: SIGTERM/SIGUSR1 make every rank checkpoint at the next step boundary and exit for a requeue.
+
+Design note: the signal handler only records which signal came and when (no I/O, no collectives, no
+allocation of tensors: a handler runs between two bytecodes of whatever the main thread was doing). The
+trainer asks `PreemptionWatch.should_stop()` at each step boundary; with several ranks that is a sum
+all-reduce of a 0/1 flag, because Slurm, Kubernetes or a spot reclaim may signal only some ranks (or only
+the torchrun agent's children at different times), and every rank must stop at the *same* step so that the
+checkpoint is one consistent step. The trainer then saves (the checkpoint callback treats a stop like the
+final step and waits for the upload) and raises `Preempted`, a `SystemExit` with `REQUEUE_EXIT_CODE` (75,
+`EX_TEMPFAIL` from sysexits.h: "temporary failure, retry later"), so `train.py` exits with it after the
+usual `finally` clean-up. Slurm requeues on it with `RequeueExit=75` in slurm.conf (or a wrapper script that
+runs `scontrol requeue $SLURM_JOB_ID` on 75); a torchrun elastic agent restarts on any non-zero code. A
+rerun of the same command autoresumes from that checkpoint and continues exactly.
+
+`trainer.preemption_grace` is the time the scheduler allows between its signal and its SIGKILL: the trainer
+cannot stretch it, so it reports how long the stop took and warns when that was over the grace (then lower
+the step time or the checkpoint size). `0` turns the handling off (signals keep their previous behaviour).
+Handlers are installed for the duration of `fit` only, from the main thread only, and the previous ones are
+restored afterwards.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from types import FrameType, TracebackType
+from typing import Any
+
+import torch
+
+from foundry.parallel.dist import all_reduce_sum, world_size
+
+__all__ = ["PREEMPTION_SIGNALS", "REQUEUE_EXIT_CODE", "Preempted", "PreemptionWatch"]
+
+REQUEUE_EXIT_CODE = 75
+"""`EX_TEMPFAIL`: the exit code of a run stopped by a preemption signal after its checkpoint (requeue it)."""
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class Preempted(SystemExit):
+    """Raised by `Trainer.fit` after the preemption checkpoint; exits the process with `REQUEUE_EXIT_CODE`."""
+
+    def __init__(self, *, step: int, signal_name: str, seconds: float) -> None:
+        super().__init__(REQUEUE_EXIT_CODE)
+        self.step = step
+        self.signal_name = signal_name
+        self.seconds = seconds
+
+    def __str__(self) -> str:
+        return (
+            f"preempted by {self.signal_name} at step {self.step}: stopped {self.seconds:.1f} s after the "
+            f"signal; exit code {REQUEUE_EXIT_CODE} (requeue); rerun the same command to resume"
+        )
+
+
+class PreemptionWatch:
+    """A context manager that turns preemption signals into a flag the ranks agree on at step boundaries.
+
+    Args:
+        grace: Seconds the scheduler allows after its signal (a warning is printed when stopping took longer);
+            `<= 0` disables: no handler is installed and `should_stop` is always False.
+        device: Where the all-reduced flag lives (the process group's device: cuda for nccl).
+    """
+
+    def __init__(self, grace: float, *, device: torch.device) -> None:
+        self.grace = grace
+        self.device = device
+        self.signal_name: str | None = None
+        self.received_at: float | None = None
+        self._previous: dict[int, Any] = {}
+
+    # ---------------------------------------------------------------- handlers
+    def __enter__(self) -> PreemptionWatch:
+        if self.grace > 0 and threading.current_thread() is threading.main_thread():
+            for sig in PREEMPTION_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        """Only records the signal (the first one wins); the step loop does the work."""
+        if self.received_at is None:
+            self.signal_name = signal.Signals(signum).name
+            self.received_at = time.monotonic()
+
+    # ---------------------------------------------------------------- step boundary
+    @property
+    def active(self) -> bool:
+        """True while handlers are installed."""
+        return bool(self._previous)
+
+    def should_stop(self) -> bool:
+        """True on every rank when any rank got a signal (a collective with several ranks: call on all)."""
+        if not self.active:
+            return False
+        mine = self.received_at is not None
+        if world_size() == 1:
+            return mine
+        flag = torch.tensor([1.0 if mine else 0.0], device=self.device)
+        return float(all_reduce_sum(flag).item()) > 0
+
+    def stop(self, step: int) -> Preempted:
+        """The exception to raise once the checkpoint is out (prints the report; warns past the grace)."""
+        seconds = 0.0 if self.received_at is None else time.monotonic() - self.received_at
+        err = Preempted(
+            step=step, signal_name=self.signal_name or "a signal to another rank", seconds=seconds
+        )
+        print(f"[foundry] {err}", flush=True)
+        if seconds > self.grace:
+            print(
+                f"[foundry] warning: stopping took {seconds:.1f} s, more than trainer.preemption_grace="
+                f"{self.grace:g} s: a scheduler with that grace kills the run before its checkpoint is complete "
+                "(the previous checkpoint is then resumed); shorten the steps or the checkpoint, or raise the "
+                "scheduler's grace period and trainer.preemption_grace with it",
+                flush=True,
+            )
+        return err

@@ -1,0 +1,72 @@
+"""Preemption in the trainer: a signal stops the run at the next step boundary, handlers are restored."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import torch
+
+from foundry.callbacks.base import Callback
+from foundry.train.config import TrainerConfig
+from foundry.train.preemption import REQUEUE_EXIT_CODE, Preempted, PreemptionWatch
+from tests.foundry.train.test_loop import _batches, _model, _trainer
+
+
+class _SignalAt(Callback):
+    """Sends `sig` to this process at the end of step `at`; records what the trainer showed each step."""
+
+    def __init__(self, sig: int, at: int) -> None:
+        self.sig, self.at = sig, at
+        self.seen: list[tuple[int, bool]] = []
+        self.handler_during_fit: object = None
+
+    def on_step_end(self, trainer, *, step_seconds: float) -> dict[str, float]:
+        self.seen.append((trainer.state.step, trainer.stop_requested))
+        self.handler_during_fit = signal.getsignal(signal.SIGTERM)
+        if trainer.state.step == self.at:
+            os.kill(os.getpid(), self.sig)
+        return {}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signal_stops_at_the_next_step_boundary_and_handlers_are_restored(sig, capsys):
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    cb = _SignalAt(sig, at=3)
+    trainer = _trainer(_model(), microbatch=8, loader=_batches(10), max_steps=10)
+    trainer.callbacks.append(cb)
+    with pytest.raises(Preempted) as info:
+        trainer.fit()
+    assert info.value.code == REQUEUE_EXIT_CODE == 75
+    assert info.value.step == 4 and trainer.state.step == 4
+    assert info.value.signal_name == signal.Signals(sig).name
+    assert cb.seen == [(1, False), (2, False), (3, False), (4, True)]  # callbacks (the saver) see the stop
+    assert cb.handler_during_fit not in (before[signal.SIGTERM],)
+    assert {s: signal.getsignal(s) for s in before} == before
+    assert "exit code 75 (requeue); rerun the same command to resume" in capsys.readouterr().out
+
+
+def test_grace_zero_installs_no_handler():
+    cb = _SignalAt(signal.SIGTERM, at=-1)
+    before = signal.getsignal(signal.SIGTERM)
+    trainer = _trainer(_model(), microbatch=8, loader=_batches(2), max_steps=2, preemption_grace=0)
+    trainer.callbacks.append(cb)
+    trainer.fit()
+    assert cb.handler_during_fit == before
+    assert [stop for _, stop in cb.seen] == [False, False]
+
+
+def test_watch_warns_when_stopping_took_longer_than_the_grace(capsys):
+    with PreemptionWatch(1e-9, device=torch.device("cpu")) as watch:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert watch.should_stop()
+        err = watch.stop(7)
+    assert err.step == 7 and err.signal_name == "SIGUSR1"
+    assert "more than trainer.preemption_grace" in capsys.readouterr().out
+    assert not watch.active
+
+
+def test_negative_grace_is_a_config_error():
+    with pytest.raises(ValueError, match="trainer.preemption_grace"):
+        TrainerConfig(preemption_grace=-1)
