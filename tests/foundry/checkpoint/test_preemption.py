@@ -1,0 +1,79 @@
+"""Preemption through `train.py`: SIGTERM mid-run -> a checkpoint at the next step, exit 75, an exact rerun."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from foundry.train.preemption import REQUEUE_EXIT_CODE
+from tests.foundry.checkpoint.runs import (
+    assert_bitwise_equal,
+    command,
+    env_for,
+    final_state,
+    last_step,
+    train,
+    train_rows,
+)
+
+STEPS = 20
+RUN = [
+    f"trainer.max_duration={STEPS}ba",
+    "trainer.eval_interval=0",
+    "checkpoint=local",
+    "checkpoint.save_interval=50ba",  # only the preemption save and the final one
+]
+
+
+def _train_and_signal(args, cwd, env, *, metrics, at_step: int, sig: int) -> subprocess.CompletedProcess:
+    """Starts training, sends `sig` once `metrics` shows `at_step`, and waits for the process to exit."""
+    proc = subprocess.Popen(
+        command(args), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        while proc.poll() is None and last_step(metrics) < at_step:
+            time.sleep(0.002)
+        assert proc.poll() is None, "training finished before the signal: raise max_duration"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_signal_checkpoints_at_the_next_step_exits_75_and_the_rerun_is_exact(tmp_path, sig):
+    cache = tmp_path / "cache"
+    ref_cwd = tmp_path / "ref"
+    ref_cwd.mkdir()
+    train([*RUN, "run_name=ref"], ref_cwd, env_for(cache))
+    reference = ref_cwd / "outputs" / "ref"
+
+    args = [*RUN, "run_name=pre"]
+    run_dir = tmp_path / "outputs" / "pre"
+    proc = _train_and_signal(
+        args, tmp_path, env_for(cache), metrics=run_dir / "metrics.jsonl", at_step=6, sig=sig
+    )
+    assert proc.returncode == REQUEUE_EXIT_CODE, proc.stdout[-3000:] + proc.stderr[-3000:]
+    stopped = last_step(run_dir / "metrics.jsonl")
+    assert 6 <= stopped < STEPS
+    assert f"preempted by {signal.Signals(sig).name} at step {stopped}" in proc.stdout
+    assert (run_dir / "checkpoints" / f"ep0-ba{stopped}" / "manifest.json").exists(), "checkpoint at the stop"
+    assert not (run_dir / "checkpoints" / f"ep0-ba{STEPS}").exists()
+
+    rerun = train(args, tmp_path, env_for(cache))
+    assert "autoresume: loaded" in rerun.stdout
+    model, optim = final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}")
+    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
+    assert_bitwise_equal(model, ref_model, "model")
+    assert_bitwise_equal(optim, ref_optim, "optimizer")
+    rows = train_rows(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)), "no gap and no duplicate step"
+    assert [r["train/loss"] for r in rows] == [
+        r["train/loss"] for r in train_rows(reference / "metrics.jsonl")
+    ]
