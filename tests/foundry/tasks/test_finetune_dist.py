@@ -1,5 +1,5 @@
-"""`task=finetune` under `torchrun --nproc_per_node=2` (DDP, gloo): trains, and resumes mid-epoch with packing
-to the same losses and weights as the uninterrupted run."""
+"""`task=finetune` under `torchrun --nproc_per_node=2` (gloo): DDP trains and resumes mid-epoch with packing to
+the same losses and weights as the uninterrupted run; full finetuning under FSDP2 gives one process's losses."""
 
 from __future__ import annotations
 
@@ -29,11 +29,13 @@ LAUNCH_ENV = (
 pytestmark = pytest.mark.dist
 
 
-def _torchrun(cwd: Path, args: list[str]) -> None:
+def _torchrun(cwd: Path, args: list[str], *, nproc: int = 2) -> None:
     env = {**os.environ, "HYDRA_FULL_ERROR": "1", "OMP_NUM_THREADS": "1", "FOUNDRY_CACHE": str(cwd / "cache")}
     for name in LAUNCH_ENV:
         env.pop(name, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    if nproc == 1:
+        cmd = [sys.executable]
     proc = subprocess.run(
         [*cmd, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
@@ -74,3 +76,23 @@ def test_ddp_finetune_resumes_mid_epoch_with_packing(tmp_path):
     assert resumed == {s: straight[s] for s in (4, 5, 6)}
     got = _weights(tmp_path / "resumed", 6)
     assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got)
+
+
+def test_fsdp2_full_finetuning_gives_one_process_losses(tmp_path):
+    """Padded rows: rank r takes examples r, r+2, ... of the epoch order, so each global batch holds the
+    examples one process's batch holds, and the token-weighted losses agree."""
+    write_instruct_dataset(tmp_path / "instruct", additions=200)
+    train_bpe_tokenizer(quickstart_corpus(150_000), vocab_size=300, path=tmp_path / "tokenizer.json")
+    args = [
+        "experiment=finetune-cpu", f"data.hf_name={tmp_path / 'instruct'}", "data.quickstart_local=null",
+        f"tokenizer.name={tmp_path / 'tokenizer.json'}", "data.packing_ratio=null", "from_scratch=true",
+        "trainer.max_duration=3ba", "trainer.global_train_batch_size=8", "trainer.device_train_microbatch_size=2",
+        "trainer.eval_interval=0", "trainer.eval_first=false", "trainer.log_interval=1", "scheduler.t_warmup=0ba",
+        "checkpoint=none", "trainer.progress_bar=false",
+    ]  # fmt: skip
+    _torchrun(tmp_path, [*args, "run_name=one", "parallelism=none"], nproc=1)
+    _torchrun(tmp_path, [*args, "run_name=fsdp", "parallelism=fsdp"])
+    one, fsdp = _losses(tmp_path / "outputs" / "one"), _losses(tmp_path / "outputs" / "fsdp")
+    assert sorted(one) == sorted(fsdp) == [1, 2, 3]
+    assert all(abs(one[s] - fsdp[s]) < 1e-5 for s in one), (one, fsdp)
+    assert one[3] != one[1]  # the steps trained
