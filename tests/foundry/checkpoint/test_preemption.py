@@ -6,6 +6,7 @@ import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 
 from foundry.train.preemption import REQUEUE_EXIT_CODE
@@ -77,3 +78,65 @@ def test_signal_checkpoints_at_the_next_step_exits_75_and_the_rerun_is_exact(tmp
     assert [r["train/loss"] for r in rows] == [
         r["train/loss"] for r in train_rows(reference / "metrics.jsonl")
     ]
+
+
+def _rank_pid(agent: psutil.Process, rank: int, timeout: float = 120.0) -> int:
+    """The pid of the torchrun worker with `RANK=rank` (a child of the agent `agent`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in agent.children(recursive=True):
+            try:
+                if child.environ().get("RANK") == str(rank):
+                    return child.pid
+            except psutil.Error:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"no torchrun worker with RANK={rank}")
+
+
+@pytest.mark.dist
+def test_sigterm_to_one_of_two_ranks_stops_both_at_the_same_step_and_the_rerun_is_exact(tmp_path):
+    cache = tmp_path / "cache"
+    env = env_for(cache, OMP_NUM_THREADS="1")
+    ddp = [*RUN, "parallelism=ddp"]
+    ref_cwd = tmp_path / "ref"
+    ref_cwd.mkdir()
+    train([*ddp, "run_name=ref"], ref_cwd, env, torchrun=2)
+    reference = ref_cwd / "outputs" / "ref"
+
+    args = [*ddp, "run_name=pre"]
+    run_dir = tmp_path / "outputs" / "pre"
+    proc = subprocess.Popen(
+        command(args, torchrun=2),
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        rank1 = _rank_pid(psutil.Process(proc.pid), 1)
+        while proc.poll() is None and last_step(run_dir / "metrics.jsonl") < 5:
+            time.sleep(0.002)
+        assert proc.poll() is None, "training finished before the signal: raise max_duration"
+        psutil.Process(rank1).send_signal(
+            signal.SIGTERM
+        )  # rank 1 only; rank 0 learns it at the step boundary
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out[-3000:]
+    stopped = last_step(run_dir / "metrics.jsonl")
+    assert f"preempted by SIGTERM at step {stopped}" in out, out[-3000:]
+    assert f"preempted by a signal to another rank at step {stopped}" in out, out[-3000:]
+    assert "exitcode  : 75" in out or "exitcode: 75" in out, out[-3000:]
+    assert (run_dir / "checkpoints" / f"ep0-ba{stopped}" / "manifest.json").exists()
+
+    train(args, tmp_path, env, torchrun=2)
+    model, optim = final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}")
+    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
+    assert_bitwise_equal(model, ref_model, "model")
+    assert_bitwise_equal(optim, ref_optim, "optimizer")
+    rows = train_rows(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
