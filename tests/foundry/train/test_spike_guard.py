@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from foundry.train.spike_guard import SpikeGuardConfig, SpikeGuardError, robust_
 from tests.foundry.train.test_loop import _batches
 
 POISON = 63  # a token id: a batch starting with it gets a NaN loss from `_Poisonable`
+OUTLIER = 62  # ... and with this one a finite loss 20 times too high
 
 
 @dataclass
@@ -39,7 +41,27 @@ class _Poisonable(torch.nn.Module):
         loss = self.inner(input_ids=input_ids, labels=labels, **kw).loss
         if bool((input_ids[:, 0] == POISON).any()):
             loss = loss * float("nan")
+        if bool((input_ids[:, 0] == OUTLIER).any()):
+            loss = loss * 20.0
         return _Out(loss)
+
+
+class _Loader:
+    """A list of batches with a resumable position (`state_dict`), like the real train loader."""
+
+    def __init__(self, batches: list[dict[str, torch.Tensor]]) -> None:
+        self.batches, self.pos = batches, 0
+
+    def __iter__(self):
+        while self.pos < len(self.batches):
+            self.pos += 1
+            yield self.batches[self.pos - 1]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"pos": self.pos}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.pos = state["pos"]
 
 
 class _Log:
@@ -53,7 +75,9 @@ class _Log:
         pass
 
 
-def _run(batches, *, steps: int, guard: SpikeGuardConfig, log: _Log | None = None) -> Trainer:
+def _run(
+    batches, *, steps: int, guard: SpikeGuardConfig, log: _Log | None = None, resume: dict | None = None
+) -> Trainer:
     model = _Poisonable()
     cfg = TrainerConfig(
         global_train_batch_size=8,
@@ -80,21 +104,27 @@ def _run(batches, *, steps: int, guard: SpikeGuardConfig, log: _Log | None = Non
         device=torch.device("cpu"),
         loggers=[log] if log is not None else None,
     )
+    if resume is not None:
+        trainer.load_state_dict(copy.deepcopy(resume))
     trainer.fit()
     return trainer
 
 
-def _poisoned(batches, *at: int):
+def _clean(n: int) -> list[dict[str, torch.Tensor]]:
+    return [b for b in _batches(n + 3) if not bool((b["input_ids"][:, 0] >= OUTLIER).any())][:n]
+
+
+def _poisoned(batches, *at: int, token: int = POISON):
     out = [dict(b) for b in batches]
     for k in at:
         ids = out[k]["input_ids"].clone()
-        ids[0, 0] = POISON
+        ids[0, 0] = token
         out[k] = {**out[k], "input_ids": ids}
     return out
 
 
 def test_nan_batch_is_skipped_and_the_run_equals_one_without_it():
-    batches = [b for b in _batches(9) if not bool((b["input_ids"][:, 0] == POISON).any())][:8]
+    batches = _clean(8)
     guard = SpikeGuardConfig(enabled=True, snapshot_interval=1, min_history=2, window=4)
     log = _Log()
     guarded = _run(_poisoned(batches, 3), steps=7, guard=guard, log=log)
@@ -112,12 +142,39 @@ def test_nan_batch_is_skipped_and_the_run_equals_one_without_it():
 
 
 def test_snapshot_interval_skips_the_batches_since_the_snapshot():
-    batches = [b for b in _batches(12) if not bool((b["input_ids"][:, 0] == POISON).any())][:10]
+    batches = _clean(10)
     guard = SpikeGuardConfig(enabled=True, snapshot_interval=4, min_history=2, window=4)
     guarded = _run(_poisoned(batches, 6), steps=7, guard=guard)
     assert guarded.guard is not None and guarded.guard.skipped == [4, 5, 6]  # snapshot after step 4
     reference = _run(batches[:4] + batches[7:], steps=7, guard=SpikeGuardConfig())
     for a, b in zip(guarded.model.state_dict().values(), reference.model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_an_outlier_loss_is_a_spike_by_robust_z_score(capsys):
+    batches = _clean(8)
+    guard = SpikeGuardConfig(enabled=True, snapshot_interval=1, min_history=3, window=5)
+    guarded = _run(_poisoned(batches, 5, token=OUTLIER), steps=7, guard=guard)
+    assert guarded.guard is not None and guarded.guard.skipped == [5]
+    assert "robust z-scores above the median" in capsys.readouterr().out
+    reference = _run(batches[:5] + batches[6:], steps=7, guard=SpikeGuardConfig())
+    for a, b in zip(guarded.model.state_dict().values(), reference.model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_a_resume_with_the_guard_continues_exactly():
+    """A checkpoint holds the guard's window and skip list; a rerun from it rolls back alike."""
+    batches = _poisoned(_clean(9), 6)
+    guard = SpikeGuardConfig(enabled=True, snapshot_interval=1, min_history=2, window=4)
+    whole = _run(_Loader(batches), steps=8, guard=guard)
+    first = _run(_Loader(batches), steps=4, guard=guard)
+    saved = first.state_dict()
+    assert saved["run"]["spike_guard"]["drawn"] == 4
+    resumed = _run(_Loader(batches), steps=8, guard=guard, resume=saved)
+    assert resumed.guard is not None and whole.guard is not None
+    assert resumed.guard.skipped == whole.guard.skipped == [6]
+    assert resumed.guard.state_dict() == whole.guard.state_dict()
+    for a, b in zip(resumed.model.state_dict().values(), whole.model.state_dict().values()):
         assert torch.equal(a, b)
 
 
