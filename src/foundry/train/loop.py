@@ -8,9 +8,8 @@ device batch's loss-generating tokens, so any microbatch split gives the gradien
 retries the *same* batch; counters move only after a step succeeds, so nothing is lost or counted twice.
 A mixture's batches may carry `stream_id` (see `foundry.train.stream_metrics`): it never reaches the model,
 eval adds a loss/perplexity per stream, and training counts samples and loss tokens per stream.
-Failure handling lives in its own modules and only hooks the step boundary: `foundry.train.preemption`
-(a SIGTERM/SIGUSR1 sets `stop_requested`, the checkpoint callback saves, `fit` raises `Preempted`, exit 75)
-and `foundry.train.spike_guard` (checked before the optimizer step; a spike rolls back and skips batches).
+Failure handling hooks the step boundary from its own modules: `foundry.train.preemption` (a signal sets
+`stop_requested`, the checkpoint callback saves, exit 75) and `foundry.train.spike_guard` (rollback + skip).
 """
 
 from __future__ import annotations
@@ -51,7 +50,11 @@ __all__ = ["Trainer"]
 
 
 class _Spike(Exception):
-    """`train_step` found a spike (before the optimizer step); `fit` rolls back."""
+    """`train_step` found a spike (before the optimizer step); `fit` rolls back with `guard`."""
+
+    def __init__(self, guard: SpikeGuard, reason: str) -> None:
+        super().__init__(reason)
+        self.guard, self.reason = guard, reason
 
 
 class Trainer:
@@ -116,8 +119,7 @@ class Trainer:
         self.stream_names = check_stream_names(stream_names)
         self.streams = None if self.stream_names is None else StreamCounter(self.stream_names, device=device)
         self.guard = SpikeGuard(cfg.spike_guard) if cfg.spike_guard.enabled else None
-        self.stop_requested = False
-        """Set at the step boundary where a preemption signal stops the run (the checkpoint callback saves)."""
+        self.stop_requested = False  # a preemption stops the run at this step (the checkpoint callback saves)
 
     # ------------------------------------------------------------------ state
     def run_state(self) -> dict[str, Any]:
@@ -257,7 +259,7 @@ class Trainer:
             # with a GradScaler an inf gradient is its own business (it skips the step, lowers the scale)
             reason = self.guard.check(float(loss), None if self.scaler is not None else norm)
             if reason is not None:
-                raise _Spike(reason)
+                raise _Spike(self.guard, reason)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -360,9 +362,9 @@ class Trainer:
                 start = time.perf_counter()
                 try:
                     metrics = self.train_step(self._next_batch())
-                except _Spike as spike:
+                except _Spike as spike:  # only raised with a guard
                     at = self.state.step  # the event is logged at the last step logged so far
-                    self._log(self._rollback(str(spike)), step=at)
+                    self._log(spike.guard.rollback(self, spike.reason), step=at)
                     continue
                 seconds = time.perf_counter() - start
                 if self.guard is not None:
@@ -375,11 +377,6 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_fit_end(self)
         return {**self.last_train, **self._stream_counts(), **self.last_eval}
-
-    def _rollback(self, reason: str) -> dict[str, float]:
-        if self.guard is None:  # only train_step raises _Spike, and only with a guard
-            raise RuntimeError(reason)
-        return self.guard.rollback(self, reason)
 
     def _end_step(self, metrics: dict[str, float], seconds: float) -> None:
         """Callbacks (the checkpoint callback saves here, also when `stop_requested`), logging, eval."""
