@@ -96,3 +96,37 @@ def test_fsdp2_full_finetuning_gives_one_process_losses(tmp_path):
     assert sorted(one) == sorted(fsdp) == [1, 2, 3]
     assert all(abs(one[s] - fsdp[s]) < 1e-5 for s in one), (one, fsdp)
     assert one[3] != one[1]  # the steps trained
+
+
+def test_ddp_mds_finetuning_with_dropped_rows_stays_in_lockstep_and_resumes(tmp_path):
+    """MDS rows where every third has no loss token within max_seq_len: each rank drops a different number,
+    yet both take full batches for the same number of steps (past the stream's epoch end), and a resume
+    mid-run (refill carry in the checkpoint) gives the same losses and weights."""
+    from streaming import MDSWriter
+
+    train_bpe_tokenizer(quickstart_corpus(150_000), vocab_size=300, path=tmp_path / "tokenizer.json")
+    with MDSWriter(out=str(tmp_path / "mds" / "train"), columns={"prompt": "str", "response": "str"}) as w:
+        for i in range(48):
+            w.write(
+                {"prompt": "word " * 100 if i % 3 == 1 else f"What is {i} plus {i}?", "response": f"{2 * i}"}
+            )
+    args = [
+        "task=finetune", "model=mpt-tiny", "data=finetune/local-mds", f"data.local={tmp_path / 'mds'}",
+        "data.max_seq_len=64", f"tokenizer.name={tmp_path / 'tokenizer.json'}", "from_scratch=true",
+        "parallelism=ddp", "trainer=cpu", "trainer.max_duration=16ba", "trainer.global_train_batch_size=4",
+        "trainer.device_train_microbatch_size=2", "trainer.eval_interval=0", "trainer.eval_first=false",
+        "trainer.log_interval=1", "trainer.progress_bar=false", "checkpoint=local", "checkpoint.save_interval=1ba",
+        "checkpoint.save_num_checkpoints_to_keep=-1", "checkpoint.async_upload=false",
+    ]  # fmt: skip
+    _torchrun(tmp_path, [*args, "run_name=straight", f"checkpoint.save_folder={tmp_path / 'straight'}"])
+    straight = _losses(tmp_path / "outputs" / "straight")
+    assert sorted(straight) == list(range(1, 17))  # 12 steps per epoch: the second epoch ran too
+    expected = _weights(tmp_path / "straight", 16)
+    for step in range(11, 17):  # a crash after step 10
+        shutil.rmtree(next((tmp_path / "straight").glob(f"*-ba{step}")))
+    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+    _torchrun(tmp_path, [*args, "run_name=resumed", f"checkpoint.save_folder={tmp_path / 'resumed'}"])
+    resumed = _losses(tmp_path / "outputs" / "resumed")
+    assert resumed == {s: straight[s] for s in range(11, 17)}
+    got = _weights(tmp_path / "resumed", 16)
+    assert got.keys() == expected.keys() and all(torch.equal(got[k], expected[k]) for k in got)
