@@ -76,8 +76,15 @@ class _Log:
 
 
 def _run(
-    batches, *, steps: int, guard: SpikeGuardConfig, log: _Log | None = None, resume: dict | None = None
+    batches,
+    *,
+    steps: int,
+    guard: SpikeGuardConfig,
+    log: _Log | None = None,
+    resume: dict | None = None,
+    setup=None,
 ) -> Trainer:
+    """Trains the poisonable model on `batches`; `setup(trainer)` runs before `fit` (e.g. adds checkpoints)."""
     model = _Poisonable()
     cfg = TrainerConfig(
         global_train_batch_size=8,
@@ -106,6 +113,8 @@ def _run(
     )
     if resume is not None:
         trainer.load_state_dict(copy.deepcopy(resume))
+    if setup is not None:
+        setup(trainer)
     trainer.fit()
     return trainer
 
