@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "data"
+SHARED = Path(
+    os.environ.get("FOUNDRY_SHARED_DATA", REPO.parent / "shared" / "data")
+)  # test data (../shared beside the repo)
 MODEL_20M = {  # ~19M parameters with the 50k gpt-neox vocabulary (embedding 12.9M); transformers-MPT compatible
     "d_model": 256, "n_heads": 4, "n_layers": 8, "vocab_size": 50304, "no_bias": True, "learned_pos_emb": False,
     "norm_type": "layernorm", "attn_config": {"attn_impl": "torch", "alibi": True},
@@ -153,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     limit = args.limit or (1000 if gpu else 40)
     precision = "amp_bf16" if gpu else "fp32"
 
-    from lm_eval.models.huggingface import HFLM
+    if not {"lm_eval_hf", "lm_eval_foundry"} <= set(args.skip):  # lm-eval (a dev extra) only when compared
+        from lm_eval.models.huggingface import HFLM
 
-    from foundry.eval.harness import FoundryLM
+        from foundry.eval.harness import FoundryLM
     from foundry.models import register_auto_classes
     from foundry.models.export import export_hf
     from foundry.tokenizers import TokenizerConfig, build_tokenizer
@@ -181,7 +184,11 @@ def main(argv: list[str] | None = None) -> int:
             pretrained=str(Path(tmp) / "hf"), dtype=dtype, device=args.device, batch_size=args.batch_size,
             max_length=args.max_seq_len,
         )  # fmt: skip
-        ours_lm = FoundryLM(model, tok, device=args.device, batch_size=args.batch_size)
+        ours_lm = (
+            None
+            if "lm_eval_foundry" in args.skip
+            else FoundryLM(model, tok, device=args.device, batch_size=args.batch_size)
+        )
         for key in args.tasks:  # warm-up (allocator, kernels, lazy imports) outside the timings
             _ours(
                 model,
@@ -203,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             if hf is not None:
                 runs["lm_eval_hf"] = partial(_lm_eval, hf, harness_task, **kw)
-            if "lm_eval_foundry" not in args.skip:
+            if ours_lm is not None:
                 runs["lm_eval_foundry"] = partial(_lm_eval, ours_lm, harness_task, **kw)
             row: dict[str, Any] = {}
             for _ in range(args.rounds):  # interleaved rounds, best time kept (a shared machine is noisy)
