@@ -10,7 +10,6 @@ import os
 import pickle
 from pathlib import Path
 
-import boto3
 import pytest
 import torch
 from torch.distributed.checkpoint.filesystem import _StorageInfo
@@ -24,6 +23,8 @@ from foundry.checkpoint.safe_dcp import RestrictedReader, UnsafeCheckpointError
 from foundry.models import build_model
 from streaming.safepath import UnsafePathError
 from tests.foundry.checkpoint.test_checkpointer import MODEL, _one_checkpoint
+
+boto3 = pytest.importorskip("boto3")  # the s3 extra (a dev dependency); absent on bare GPU machines
 
 ESCAPE = "escape.pt"
 BAD_NAMES = [
