@@ -31,7 +31,7 @@ from foundry.rng import rng_state, set_rng_state
 from foundry.train.auto_microbatch import is_oom, next_microbatch_size
 from foundry.train.batching import BatchPlan, loss_tokens, split_batch
 from foundry.train.config import TrainerConfig
-from foundry.train.preemption import PreemptionWatch
+from foundry.train.preemption import PreemptionWatch, shield_workers
 from foundry.train.spike_guard import SpikeGuard
 from foundry.train.state import TrainState
 from foundry.train.stream_metrics import (
@@ -120,6 +120,7 @@ class Trainer:
         self.streams = None if self.stream_names is None else StreamCounter(self.stream_names, device=device)
         self.guard = SpikeGuard(cfg.spike_guard) if cfg.spike_guard.enabled else None
         self.stop_requested = False  # a preemption stops the run at this step (the checkpoint callback saves)
+        shield_workers(train_loader, eval_loader)  # data workers must not die of the signal the rank handles
 
     # ------------------------------------------------------------------ state
     def run_state(self) -> dict[str, Any]:

@@ -16,7 +16,10 @@ rerun of the same command autoresumes from that checkpoint and continues exactly
 cannot stretch it, so it reports how long the stop took and warns when that was over the grace (then lower
 the step time or the checkpoint size). `0` turns the handling off (signals keep their previous behaviour).
 Handlers are installed for the duration of `fit` only, from the main thread only, and the previous ones are
-restored afterwards.
+restored afterwards. DataLoader workers must survive the signal too (Slurm signals every process of the
+step): torch installs a SIGTERM handler in each worker that exits it, and the rank then fails on its next
+batch, so `shield_workers` chains a `worker_init_fn` that ignores the preemption signals (a worker still
+exits when its parent does: torch's watchdog checks).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
+from functools import partial
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -31,7 +36,7 @@ import torch
 
 from foundry.parallel.dist import all_reduce_sum, world_size
 
-__all__ = ["PREEMPTION_SIGNALS", "REQUEUE_EXIT_CODE", "Preempted", "PreemptionWatch"]
+__all__ = ["PREEMPTION_SIGNALS", "REQUEUE_EXIT_CODE", "Preempted", "PreemptionWatch", "shield_workers"]
 
 REQUEUE_EXIT_CODE = 75
 """`EX_TEMPFAIL`: the exit code of a run stopped by a preemption signal after its checkpoint (requeue it)."""
@@ -122,3 +127,24 @@ class PreemptionWatch:
                 flush=True,
             )
         return err
+
+
+def _ignore_preemption_signals(worker_id: int, *, previous: Callable[[int], None] | None) -> None:
+    for sig in PREEMPTION_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    if previous is not None:
+        previous(worker_id)
+
+
+def shield_workers(*loaders: Any) -> None:  # noqa: ANN401 - torch DataLoaders (or any iterables, or None)
+    """Makes the loaders' worker processes ignore SIGTERM/SIGUSR1 (chained before their `worker_init_fn`).
+
+    Call before the first `iter(loader)`; a no-op for loaders without workers and when already shielded.
+    Harmless with the handling off: the rank then dies of the signal and its workers follow it.
+    """
+    for loader in loaders:
+        if getattr(loader, "num_workers", 0) <= 0 or not hasattr(loader, "worker_init_fn"):
+            continue
+        current = loader.worker_init_fn
+        if not (isinstance(current, partial) and current.func is _ignore_preemption_signals):
+            loader.worker_init_fn = partial(_ignore_preemption_signals, previous=current)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -29,16 +30,28 @@ RUN = [
 ]
 
 
-def _train_and_signal(args, cwd, env, *, metrics, at_step: int, sig: int) -> subprocess.CompletedProcess:
-    """Starts training, sends `sig` once `metrics` shows `at_step`, and waits for the process to exit."""
+def _train_and_signal(
+    args, cwd, env, *, metrics, at_step: int, sig: int, group: bool
+) -> subprocess.CompletedProcess:
+    """Starts training, sends `sig` once `metrics` shows `at_step` (to its whole process group, data workers
+    included, as Slurm does, with `group`), and waits for the process to exit."""
     proc = subprocess.Popen(
-        command(args), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command(args),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=group,
     )
     try:
         while proc.poll() is None and last_step(metrics) < at_step:
             time.sleep(0.002)
         assert proc.poll() is None, "training finished before the signal: raise max_duration"
-        proc.send_signal(sig)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         out, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -47,18 +60,23 @@ def _train_and_signal(args, cwd, env, *, metrics, at_step: int, sig: int) -> sub
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
-def test_signal_checkpoints_at_the_next_step_exits_75_and_the_rerun_is_exact(tmp_path, sig):
+@pytest.mark.parametrize(
+    ("sig", "group", "workers"),
+    [(signal.SIGTERM, True, 2), (signal.SIGUSR1, False, 0)],
+    ids=["SIGTERM-to-group-2-workers", "SIGUSR1-to-main"],
+)
+def test_signal_checkpoints_at_the_next_step_exits_75_and_the_rerun_is_exact(tmp_path, sig, group, workers):
+    run = [*RUN, f"data.num_workers={workers}"]
     cache = tmp_path / "cache"
     ref_cwd = tmp_path / "ref"
     ref_cwd.mkdir()
-    train([*RUN, "run_name=ref"], ref_cwd, env_for(cache))
+    train([*run, "run_name=ref"], ref_cwd, env_for(cache))
     reference = ref_cwd / "outputs" / "ref"
 
-    args = [*RUN, "run_name=pre"]
+    args = [*run, "run_name=pre"]
     run_dir = tmp_path / "outputs" / "pre"
     proc = _train_and_signal(
-        args, tmp_path, env_for(cache), metrics=run_dir / "metrics.jsonl", at_step=6, sig=sig
+        args, tmp_path, env_for(cache), metrics=run_dir / "metrics.jsonl", at_step=6, sig=sig, group=group
     )
     assert proc.returncode == REQUEUE_EXIT_CODE, proc.stdout[-3000:] + proc.stderr[-3000:]
     stopped = last_step(run_dir / "metrics.jsonl")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 import torch
+from torch.utils.data import DataLoader, IterableDataset
 
 from foundry.callbacks.base import Callback
 from foundry.train.config import TrainerConfig
-from foundry.train.preemption import REQUEUE_EXIT_CODE, Preempted, PreemptionWatch
+from foundry.train.preemption import REQUEUE_EXIT_CODE, Preempted, PreemptionWatch, shield_workers
 from tests.foundry.train.test_loop import _batches, _model, _trainer
 
 
@@ -70,3 +72,29 @@ def test_watch_warns_when_stopping_took_longer_than_the_grace(capsys):
 def test_negative_grace_is_a_config_error():
     with pytest.raises(ValueError, match="trainer.preemption_grace"):
         TrainerConfig(preemption_grace=-1)
+
+
+class _Endless(IterableDataset):
+    def __iter__(self):
+        i = 0
+        while True:
+            time.sleep(0.001)
+            yield torch.tensor([i])
+            i += 1
+
+
+def test_shielded_workers_survive_sigterm():
+    """torch's worker SIGTERM handler would exit the worker (and fail the rank's next batch)."""
+    loader = DataLoader(_Endless(), batch_size=2, num_workers=1, persistent_workers=True)
+    shield_workers(loader, None, [])
+    shield_workers(loader)  # idempotent: chained once
+    assert loader.worker_init_fn.keywords["previous"] is None
+    it = iter(loader)
+    next(it)
+    (worker,) = it._workers
+    os.kill(worker.pid, signal.SIGTERM)
+    time.sleep(0.3)
+    for _ in range(5):
+        next(it)
+    assert worker.is_alive()
+    it._shutdown_workers()
