@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from foundry.checkpoint.callback import attach_checkpointing
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.models import MPTModelConfig
 from foundry.train.spike_guard import SpikeGuardConfig
-from tests.foundry.checkpoint.runs import assert_bitwise_equal, final_state
+from tests.foundry.checkpoint.runs import assert_bitwise_equal, env_for, final_state, train, train_and_kill
 from tests.foundry.train.test_spike_guard import _clean, _poisoned, _run
 
 
@@ -54,3 +55,32 @@ def test_a_checkpoint_inside_the_rolled_back_span_is_saved_again(tmp_path, capsy
         guarded.model.state_dict()["inner.transformer.wte.weight"],
         final_state(tmp_path / "g" / "ck" / "ep0-ba6")[0]["inner.transformer.wte.weight"],
     )
+
+
+GUARDED = [
+    "trainer.max_duration=14ba",
+    "trainer.eval_interval=0",
+    "trainer.spike_guard.enabled=true",
+    "trainer.spike_guard.snapshot_interval=2",
+    "trainer.spike_guard.min_history=2",
+    "checkpoint=local",
+    "checkpoint.save_interval=4ba",
+]
+
+
+@pytest.mark.slow
+def test_train_py_with_the_guard_killed_and_rerun_is_the_same_run(tmp_path):
+    """The guard's state rides in the checkpoint (loaded with weights_only) and the rerun is exact."""
+    cache = tmp_path / "cache"
+    (tmp_path / "ref").mkdir()
+    train([*GUARDED, "run_name=ref"], tmp_path / "ref", env_for(cache))
+    args = [*GUARDED, "run_name=k"]
+    run_dir = tmp_path / "outputs" / "k"
+    assert train_and_kill(args, tmp_path, env_for(cache), metrics=run_dir / "metrics.jsonl", at_step=6) < 14
+    assert "autoresume: loaded" in train(args, tmp_path, env_for(cache)).stdout
+    model, optim = final_state(run_dir / "checkpoints" / "ep0-ba14")
+    ref_model, ref_optim = final_state(tmp_path / "ref" / "outputs" / "ref" / "checkpoints" / "ep0-ba14")
+    assert_bitwise_equal(model, ref_model, "model")
+    assert_bitwise_equal(optim, ref_optim, "optimizer")
+    state = torch.load(run_dir / "checkpoints" / "ep0-ba14" / "state.pt", weights_only=True)
+    assert state["run"]["spike_guard"]["drawn"] == 14
