@@ -28,6 +28,8 @@ Cases (one JSON line each; ``speedup`` > 1 means ours is faster):
   * ``remote_tok8k_w2``: the token dataset served by a loopback S3 server (``_read_remote.py``; skipped with a
     message when moto is not installed): first shuffled sample from a cold cache vs one shard's download, then
     2-worker samples/s once every shard is cached vs the local copy in the same child.
+  * ``cold_start``: ``streaming_cold_start.py`` (10 streams, 500k shards; 50k with ``--quick``): construction to
+    the first shuffled sample on 1 rank and on 8 ranks of a node at once, wall, CPU and RSS per rank.
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ LOADER_CASES = {
     "loader_small64_w2": ("small64", 2),
 }
 COLLATE_CASES = {"collate_tok8k_w0": 0, "collate_tok8k_w2": 2}
-CASES = (*LOADER_CASES, "random_tok8k", "zstd_tok8k", *COLLATE_CASES, "remote_tok8k_w2")
+CASES = (*LOADER_CASES, "random_tok8k", "zstd_tok8k", *COLLATE_CASES, "remote_tok8k_w2", "cold_start")
+"""`cold_start` runs streaming_cold_start.py (10 streams, 500k shards; 50k with --quick; 1 and 8 ranks, the
+reference at 1 rank only at 500k: 8 x 4.5 GB does not fit) and passes its JSON lines through."""
 RATE_KEYS = {"samples_per_s", "local_samples_per_s"}
 TIME_KEYS = {
     "first_batch_s",
@@ -333,6 +337,15 @@ def run_case(case: str, root: str, seconds: float, rounds: int, ref_python: str 
     return line
 
 
+def run_cold_start(ref_python: str | None, *, quick: bool) -> None:
+    """The cold-start case, in its own script (its data is generated apart, and it runs ranks in parallel)."""
+    cmd = [sys.executable, str(Path(__file__).with_name("streaming_cold_start.py")), "--ranks", "1,8"]
+    cmd += ["--quick"] if quick else ["--ref-ranks", "1"]
+    if ref_python:
+        cmd += ["--ref-python", ref_python]
+    subprocess.run(cmd, check=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -362,6 +375,9 @@ def main() -> int:
         prepare_data(root, "quick" if args.quick else "full")
         info = machine()
         for case in args.cases.split(","):
+            if case == "cold_start":
+                run_cold_start(args.ref_python, quick=args.quick)
+                continue
             line = run_case(case, root, seconds, rounds, args.ref_python)
             print(json.dumps({**line, "machine": info}), flush=True)
     finally:
