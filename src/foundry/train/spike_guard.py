@@ -18,8 +18,8 @@ batch); larger intervals cost less copying and discard the good batches since th
 A step that keeps spiking after `retries_per_step` rollbacks, or more than `max_rollbacks` rollbacks in
 one run, stops the run with `SpikeGuardError` naming the steps, batches and reasons.
 The plain `state_dict()`s are used, not `get_state_dict` as in checkpoints: that one initializes an
-optimizer without state by a fake step, which moves Adam's step count and so the whole run. Limits of this
-increment: FSDP2 (DTensor) models are untested here; a resume takes a fresh snapshot at its first step (a later rollback may then skip
+optimizer without state by a fake step, which moves Adam's step count and so the whole run (tested with
+DDP and FSDP2 on 2 CPU ranks; not yet on GPUs, where the CPU copy of a DTensor is untested). Limits: a resume takes a fresh snapshot at its first step (a later rollback may then skip
 fewer batches than the uninterrupted run); the steps between the snapshot and the spike are logged twice.
 """
 
