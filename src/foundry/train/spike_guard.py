@@ -19,8 +19,9 @@ A step that keeps spiking after `retries_per_step` rollbacks, or more than `max_
 one run, stops the run with `SpikeGuardError` naming the steps, batches and reasons.
 The plain `state_dict()`s are used, not `get_state_dict` as in checkpoints: that one initializes an
 optimizer without state by a fake step, which moves Adam's step count and so the whole run (tested with
-DDP and FSDP2 on 2 CPU ranks; not yet on GPUs, where the CPU copy of a DTensor is untested). Limits: a resume takes a fresh snapshot at its first step (a later rollback may then skip
-fewer batches than the uninterrupted run); the steps between the snapshot and the spike are logged twice.
+DDP and FSDP2 on 2 CPU ranks; not yet on GPUs, where the CPU copy of a DTensor is untested).
+Limits: a resume takes a fresh snapshot at its first step (a later rollback may then skip fewer batches than
+the uninterrupted run); the steps between the snapshot and the spike are logged twice.
 """
 
 from __future__ import annotations
