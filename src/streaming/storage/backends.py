@@ -24,6 +24,8 @@ from functools import cache
 from typing import Any
 
 from streaming.storage.errors import TransientStorageError, missing_extra
+from streaming.storage.profiles import ENV_VAR as PROFILES_ENV_VAR
+from streaming.storage.profiles import StorageProfile, profile_for
 from streaming.storage.url import redact, scheme_of, split_bucket
 
 __all__ = ["Backend", "get_backend"]
@@ -90,9 +92,9 @@ class LocalBackend(Backend):
 class S3Backend(Backend):
     """AWS S3 and S3-compatible stores (R2, B2, CoreWeave, MinIO, ...) through boto3.
 
-    Endpoint: ``S3_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, which boto3 reads itself).
-    Credentials: the standard AWS chain. ``S3_UNSIGNED=1`` (or no credentials at all) uses unsigned requests
-    for public buckets.
+    Endpoint, region, credentials and addressing style per URL: ``streaming.storage.profiles.profile_for``
+    (``STREAMING_STORAGE_PROFILES``, else ``S3_ENDPOINT_URL`` or boto3's own ``AWS_ENDPOINT_URL*``, and the
+    standard AWS chain). ``S3_UNSIGNED=1`` (or no credentials at all) uses unsigned requests for public buckets.
     """
 
     def __init__(self) -> None:
@@ -103,35 +105,52 @@ class S3Backend(Backend):
         except ImportError:
             raise missing_extra("boto3", "s3", "s3") from None
         self._boto3, self._unsigned, self._config = boto3, UNSIGNED, Config
-        self._clients: dict[tuple[float, bool, tuple[str, str] | None], Any] = {}
+        self._clients: dict[tuple[Any, ...], Any] = {}
 
     def client(
-        self, timeout: float = 60.0, *, write: bool = False, credentials: tuple[str, str] | None = None
+        self,
+        timeout: float = 60.0,
+        *,
+        write: bool = False,
+        credentials: tuple[str, str] | None = None,
+        url: str = "",
     ) -> Any:  # a boto3 S3 client
-        """The boto3 client for reading (unsigned under ``S3_UNSIGNED=1``) or writing (signed when credentials
-        exist); ``credentials`` = ``(access key id, secret)`` replaces the environment's for this client."""
-        return self._client(timeout, unsigned=not write and not self._signed(), credentials=credentials)
+        """The boto3 client for ``url``'s store (``streaming.storage.profiles.profile_for``), for reading
+        (unsigned for a public store) or writing (signed when credentials exist); ``credentials`` =
+        ``(access key id, secret)`` replaces the profile's for this client."""
+        return self._client(url, timeout, write=write, credentials=credentials)
 
     def _client(
-        self, timeout: float, unsigned: bool = False, credentials: tuple[str, str] | None = None
+        self, url: str, timeout: float, *, write: bool, credentials: tuple[str, str] | None = None
     ) -> Any:
-        key = (timeout, unsigned, credentials)
+        profile = profile_for(url)
+        secrets = (*credentials, None) if credentials else profile.credentials()
+        unsigned = not write and profile.unsigned
+        key = (timeout, unsigned, profile, secrets)
         if key not in self._clients:
-            config = self._config(
-                connect_timeout=timeout,
-                read_timeout=timeout,
-                retries={"total_max_attempts": 1},
-                signature_version=self._unsigned if unsigned else None,
-            )
-            endpoint = os.environ.get("S3_ENDPOINT_URL") or None
-            session = self._boto3.session.Session(*(credentials or ()))
-            if not unsigned and session.get_credentials() is None:
-                return self._client(timeout, unsigned=True, credentials=credentials)
-            self._clients[key] = session.client("s3", endpoint_url=endpoint, config=config)
+            self._clients[key] = self._build(profile, secrets, timeout, unsigned)
         return self._clients[key]
 
-    def _signed(self) -> bool:
-        return os.environ.get("S3_UNSIGNED", "").lower() not in ("1", "true", "yes")
+    def _build(
+        self,
+        profile: StorageProfile,
+        secrets: tuple[str, str, str | None] | None,
+        timeout: float,
+        unsigned: bool,
+    ) -> Any:
+        session = self._boto3.session.Session(
+            *(secrets or ()), region_name=profile.region, profile_name=profile.aws_profile
+        )
+        if not unsigned and session.get_credentials() is None:
+            unsigned = True  # no credentials at all: a public bucket
+        config = self._config(
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            retries={"total_max_attempts": 1},
+            signature_version=self._unsigned if unsigned else None,
+            s3={"addressing_style": profile.addressing_style} if profile.addressing_style else None,
+        )
+        return session.client("s3", endpoint_url=profile.endpoint_url, config=config)
 
     @contextmanager
     def sdk_errors(self, url: str) -> Iterator[None]:
@@ -165,7 +184,7 @@ class S3Backend(Backend):
 
     def download(self, url: str, path: str, *, timeout: float) -> None:
         bucket, key = split_bucket(url)
-        client = self._client(timeout, unsigned=not self._signed())
+        client = self._client(url, timeout, write=False)
 
         def get() -> None:
             obj = client.get_object(Bucket=bucket, Key=key)
@@ -179,12 +198,12 @@ class S3Backend(Backend):
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         bucket, key = split_bucket(url)
-        client = self._client(timeout)
+        client = self._client(url, timeout, write=True)
         self._call(url, lambda: client.upload_file(path, bucket, key))
 
     def list(self, url: str) -> list[str]:
         bucket, prefix = split_bucket(url)
-        client = self._client(60.0, unsigned=not self._signed())
+        client = self._client(url, 60.0, write=False)
         keys: list[str] = []
 
         def run() -> None:
@@ -196,7 +215,7 @@ class S3Backend(Backend):
 
     def delete(self, url: str) -> None:
         bucket, key = split_bucket(url)
-        client = self._client(60.0)
+        client = self._client(url, 60.0, write=True)
         self._call(url, lambda: client.delete_object(Bucket=bucket, Key=key))
 
 
@@ -418,6 +437,7 @@ def get_backend(url: str) -> Backend:
     keys = (
         "S3_ENDPOINT_URL",
         "S3_UNSIGNED",
+        PROFILES_ENV_VAR,
         "AWS_ACCESS_KEY_ID",
         "AWS_PROFILE",
         "STORAGE_EMULATOR_HOST",

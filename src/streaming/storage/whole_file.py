@@ -111,7 +111,7 @@ def _transport(backend: Backend, url: str, mode: str, timeout: float) -> tuple[s
     if isinstance(backend, S3Backend):
         target, credentials = _s3_credentials(url)
         shown = f"s3://***@{target[len('s3://') :]}" if credentials else url
-        client = backend.client(timeout, write=mode[0] == "w", credentials=credentials)
+        client = backend.client(timeout, write=mode[0] == "w", credentials=credentials, url=target)
         return target, shown, {"client": client}
     if isinstance(backend, GCSBackend):
         return url, url, {"client": backend.client}
