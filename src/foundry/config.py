@@ -32,6 +32,7 @@ from foundry.loggers.base import LoggerConfig
 from foundry.models import ModelConfig, register_model_configs
 from foundry.optim import OptimizerConfig, SchedulerConfig, register_optim_configs
 from foundry.parallel.config import ParallelismConfig
+from foundry.storage_config import StorageConfig
 from foundry.tokenizers import TokenizerConfig, register_tokenizer_configs
 from foundry.train.config import TrainerConfig
 
@@ -119,6 +120,8 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    """Per-store S3 settings by URL prefix (`conf/storage/`, `foundry.storage_config`)."""
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
     eval: EvalConfig | None = None
@@ -165,6 +168,7 @@ def register_configs() -> None:
     cs.store(group="checkpoint", name="_checkpoint", node=CheckpointConfig)
     cs.store(group="logger", name="_logger", node=LoggerConfig)
     cs.store(group="callbacks", name="_callbacks", node=CallbacksConfig)
+    cs.store(group="storage", name="_storage", node=StorageConfig)
     register_eval_configs(cs)
 
 

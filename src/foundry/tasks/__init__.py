@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from foundry.config import TrainConfig, to_train_config
 from foundry.hydra_callbacks import redacted_yaml
 from foundry.parallel.dist import process_world
+from foundry.storage_config import apply_storage
 from foundry.tasks.evaluate import eval_task
 from foundry.tasks.finetune import finetune
 from foundry.tasks.pretrain import pretrain
@@ -57,6 +58,7 @@ def run_task(cfg: DictConfig) -> float | None:
         The final `eval/loss` (else `train/loss`), the value Hydra sweepers (Optuna) minimise.
     """
     train_cfg = to_train_config(cfg)
+    apply_storage(train_cfg.storage)  # before anything opens a URL: data, checkpoints, workers
     run_dir = _run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     main = process_world().rank == 0  # before the process group exists: the launcher's environment says
