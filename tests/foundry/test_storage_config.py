@@ -94,10 +94,7 @@ def test_train_reads_data_from_store_a_and_checkpoints_to_store_b(two_stores: Tw
     env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "1"}
     env.pop(ENV_VAR, None)  # only the config names the stores
     assert "S3_ENDPOINT_URL" not in env
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), *args], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    proc = _train(args, tmp_path, env)
     assert any(
         k.startswith("mds/train/") for k in two_stores.keys(two_stores.endpoint_a, two_stores.bucket_a)
     )
@@ -108,3 +105,16 @@ def test_train_reads_data_from_store_a_and_checkpoints_to_store_b(two_stores: Tw
     # moving the run: the checkpoints go back to store A by foundry.sync, verified against the manifests
     report = sync(save, f"{two_stores.bucket_a}/run1/ckpts", progress=False)
     assert report.copied == len(two_stores.keys(two_stores.endpoint_b, two_stores.bucket_b)) > 0
+    # ... and the run continues there by changing the URL only
+    moved = [a.replace(save, f"{two_stores.bucket_a}/run1/ckpts") for a in args]
+    proc = _train([*moved, "trainer.max_duration=3ba"], tmp_path, env)
+    assert f"autoresume: loaded {two_stores.bucket_a}/run1/ckpts/ep0-ba2" in proc.stdout
+    latest = find_latest(CheckpointStore(f"{two_stores.bucket_a}/run1/ckpts"), scratch=str(tmp_path / "s2"))
+    assert latest is not None and latest.manifest.step == 3
+
+
+def _train(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(REPO / "train.py"), *args]
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
