@@ -117,3 +117,39 @@ def test_cli_module_prints_a_summary(two_stores: TwoStores, tmp_path):  # noqa: 
         text=True,
     )
     assert bad.returncode == 1 and "no files there to copy" in bad.stderr
+
+
+def test_a_sync_stopped_mid_way_resumes_and_never_publishes_a_manifest_early(tmp_path, monkeypatch):
+    import foundry.sync as sync_module
+
+    files = _checkpoint(tmp_path / "src")
+    real_upload, uploads = sync_module.upload_file, []
+
+    def failing_upload(path: str, url: str) -> None:
+        if len(uploads) == 2:
+            raise ConnectionError("the network went away")
+        uploads.append(url)
+        real_upload(path, url)
+
+    monkeypatch.setattr(sync_module, "upload_file", failing_upload)
+    with pytest.raises(ConnectionError):
+        sync(str(tmp_path / "src"), str(tmp_path / "dst"), progress=False)
+    assert not (
+        tmp_path / "dst/ep0-ba2/manifest.json"
+    ).exists()  # data first: the copy does not look complete
+    monkeypatch.setattr(sync_module, "upload_file", real_upload)
+    report = sync(str(tmp_path / "src"), str(tmp_path / "dst"), progress=False)
+    assert (report.copied, report.skipped) == (2, 2)
+    assert all((tmp_path / "dst" / n).read_bytes() == d for n, d in files.items())
+
+
+def test_profile_naming_a_missing_aws_profile_is_a_clear_error(two_stores: TwoStores, monkeypatch, tmp_path):  # noqa: F811
+    from streaming.storage.profiles import use_profiles
+
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    use_profiles({**two_stores.profiles, "s3://elsewhere/": {"aws_profile": "nope"}})
+    _checkpoint(tmp_path / "ckpt")
+    with pytest.raises(PermissionError, match="AWS profile 'nope' is not in"):
+        sync(str(tmp_path / "ckpt"), "s3://elsewhere/x", progress=False)
+    assert main([str(tmp_path / "ckpt"), "s3://elsewhere/x", "--quiet"]) == 1

@@ -138,9 +138,17 @@ class S3Backend(Backend):
         timeout: float,
         unsigned: bool,
     ) -> Any:
-        session = self._boto3.session.Session(
-            *(secrets or ()), region_name=profile.region, profile_name=profile.aws_profile
-        )
+        from botocore.exceptions import ProfileNotFound
+
+        try:
+            session = self._boto3.session.Session(
+                *(secrets or ()), region_name=profile.region, profile_name=profile.aws_profile
+            )
+        except ProfileNotFound:
+            raise PermissionError(
+                f"storage profile {profile.prefix!r}: AWS profile {profile.aws_profile!r} is not in "
+                "~/.aws/config or ~/.aws/credentials (AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE)"
+            ) from None
         if not unsigned and session.get_credentials() is None:
             unsigned = True  # no credentials at all: a public bucket
         config = self._config(

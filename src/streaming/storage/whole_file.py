@@ -3,8 +3,8 @@
 Design note: shard transfer keeps ``streaming.storage.transfer`` (atomic renames, retries with backoff, hash
 checks, byte ranges, locks); a file a program simply reads or writes whole goes through smart_open, the
 stack's chosen library for that. smart_open gets the clients our backends build (``get_backend``), so both
-paths see the same endpoint (``S3_ENDPOINT_URL``), ``S3_UNSIGNED``, AWS chain, ``STORAGE_EMULATOR_HOST`` and
-Azure account environment, and its SDK failures go through the backend's ``sdk_errors``: ``FileNotFoundError``
+paths see the same endpoint (the URL's store profile, else ``S3_ENDPOINT_URL``), ``S3_UNSIGNED``, AWS chain,
+``STORAGE_EMULATOR_HOST`` and Azure account environment, and its SDK failures go through the backend's ``sdk_errors``: ``FileNotFoundError``
 / ``PermissionError`` / ``TransientStorageError`` naming the redacted URL. A missing SDK names the extra to
 install, as for shard transfer.
 
