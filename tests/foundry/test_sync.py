@@ -153,3 +153,16 @@ def test_profile_naming_a_missing_aws_profile_is_a_clear_error(two_stores: TwoSt
     with pytest.raises(PermissionError, match="AWS profile 'nope' is not in"):
         sync(str(tmp_path / "ckpt"), "s3://elsewhere/x", progress=False)
     assert main([str(tmp_path / "ckpt"), "s3://elsewhere/x", "--quiet"]) == 1
+
+
+def test_a_dataset_shard_that_disagrees_with_its_index_hash_is_detected(tmp_path):
+    with MDSWriter(out=str(tmp_path / "ds/train"), columns={"x": "int"}, hashes=["sha256"]) as w:
+        for i in range(50):
+            w.write({"x": i})
+    assert sync(str(tmp_path / "ds"), str(tmp_path / "copy"), progress=False).copied == 2
+    shard = tmp_path / "ds/train/shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # same size, one bit pattern changed
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match=r"train/shard\.00000\.mds.*source is corrupt"):
+        sync(str(tmp_path / "ds"), str(tmp_path / "copy2"), progress=False)
