@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from foundry.callbacks.base import (
     RuntimeEstimatorConfig,
     SpeedMonitorConfig,
 )
+from foundry.callbacks.heartbeat import HEARTBEAT_ENV, Heartbeat
 from foundry.callbacks.hf_export import HFExport
 from foundry.callbacks.monitors import LRMonitor, MemoryMonitor, RuntimeEstimator
 from foundry.callbacks.speed import SpeedMonitor, peak_flops
@@ -20,6 +22,7 @@ __all__ = [
     "Callback",
     "CallbacksConfig",
     "HFExport",
+    "Heartbeat",
     "HFExportConfig",
     "LRMonitor",
     "MemoryMonitor",
@@ -40,7 +43,7 @@ def build_callbacks(
     tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer
     run_dir: str | Path = ".",
 ) -> list[Callback]:
-    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime, hf export).
+    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime, hf export, heartbeat).
 
     Args:
         cfg: The `callbacks` group. world_size: Ranks per step.
@@ -61,4 +64,6 @@ def build_callbacks(
                 "callbacks.hf_export needs the run's model config (build_callbacks(model_config=...))"
             )
         out.append(HFExport(cfg.hf_export, model_config=model_config, tokenizer=tokenizer, run_dir=run_dir))
+    if os.environ.get(HEARTBEAT_ENV):  # set by the supervised launcher's worker entry (foundry.launch)
+        out.append(Heartbeat(os.environ[HEARTBEAT_ENV]))
     return out

@@ -1,0 +1,102 @@
+"""`python -m foundry.launch [launcher and torchrun options] -- train.py <overrides>`: parse, start, supervise.
+
+Design note: the launcher's own options are parsed with `parse_known_args`; everything else before `--`
+goes to torchrun unchanged (`--nproc-per-node`, `--standalone`, `--nnodes`, rendezvous), so torchrun's
+documentation stays the reference for those. The run directory is Hydra's `outputs/<run_name>`; a command
+without `run_name=` gets one generated here, so every restart of the group resumes the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from foundry.launch.agent import Supervisor
+from foundry.launch.events import append_event
+from foundry.launch.watchdog import Progress
+from foundry.launch.worker import LAUNCH_ENV, WorkerSettings
+
+__all__ = ["build_parser", "main", "split_command"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m foundry.launch",
+        usage="python -m foundry.launch [options] [torchrun options] -- train.py <overrides>",
+        description="Runs train.py under torchrun's elastic agent with health checks, a hang watchdog "
+        "and events.jsonl in the run directory. Unknown options before `--` go to torchrun.",
+    )
+    p.add_argument("--max-restarts", type=int, default=3, help="group restarts torchrun may do (default 3)")
+    p.add_argument("--hang-k", type=float, default=10.0, help="hang after K x median step time (default 10)")
+    p.add_argument("--hang-floor", type=float, default=120.0, help="...but never under this many seconds")
+    p.add_argument("--min-free-gb", type=float, default=1.0, help="free disk the run dir needs (default 1)")
+    p.add_argument("--check-url", action="append", default=[], help="a store to list before each start")
+    p.add_argument("--cuda", action="store_true", help="health: each rank's GPU must be visible and usable")
+    p.add_argument("--health-timeout", type=float, default=60.0, help="all-reduce smoke test timeout (s)")
+    p.add_argument("--poll", type=float, default=0.05, help="seconds between looks at the heartbeats")
+    return p
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(options before `--`, the training command after it); exits with usage when `--` or script is missing."""
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        raise SystemExit(
+            "usage: python -m foundry.launch [options] [torchrun options] -- train.py <overrides>"
+        )
+    i = argv.index("--")
+    return argv[:i], argv[i + 1 :]
+
+
+def run_name_of(overrides: list[str]) -> tuple[str, list[str]]:
+    """The `run_name=` override (or $RUN_NAME); generates and appends one when neither is set."""
+    for o in reversed(overrides):
+        if o.startswith("run_name="):
+            return o.split("=", 1)[1], overrides
+    if os.environ.get("RUN_NAME"):
+        return os.environ["RUN_NAME"], overrides
+    name = time.strftime("launch-%Y%m%d-%H%M%S")
+    return name, [*overrides, f"run_name={name}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    before, job = split_command(list(sys.argv[1:] if argv is None else argv))
+    args, torchrun_opts = build_parser().parse_known_args(before)
+    run_name, overrides = run_name_of(job[1:])
+    run_dir = Path.cwd() / "outputs" / run_name
+    launch_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    settings = WorkerSettings(
+        run_dir=str(run_dir), launch_id=launch_id, cuda=args.cuda, min_free_gb=args.min_free_gb,
+        check_urls=args.check_url, health_timeout_s=args.health_timeout,
+    )  # fmt: skip
+    for stale in (run_dir / "heartbeat").glob(
+        "rank*.json"
+    ):  # a previous launch's beats (attempts restart at 0)
+        stale.unlink()
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", f"--max-restarts={args.max_restarts}", *torchrun_opts,
+        "-m", "foundry.launch.worker", job[0], *overrides,
+    ]  # fmt: skip
+    append_event(run_dir, "start", launch_id=launch_id, run_name=run_name, max_restarts=args.max_restarts,
+                 torchrun_options=torchrun_opts, script=job[0])  # fmt: skip
+    started = time.time()
+    sup = Supervisor(run_dir, launch_id, Progress(k=args.hang_k, floor=args.hang_floor), poll_s=args.poll)
+    proc = subprocess.Popen(cmd, env={**os.environ, LAUNCH_ENV: json.dumps(asdict(settings))})
+    rc = sup.watch(proc)
+    _drop_empty_dumps(run_dir / "stacks")
+    append_event(
+        run_dir, "summary", ok=rc == 0, exit_code=rc, failures=sup.failures, restarts=sup.progress.attempt,
+        final_step=sup.final_step, time_lost_s=round(sup.time_lost_s, 3), wall_s=round(time.time() - started, 3),
+    )  # fmt: skip
+    return rc
+
+
+def _drop_empty_dumps(folder: Path) -> None:
+    for path in folder.glob("*.txt"):
+        if path.stat().st_size == 0:
+            path.unlink()
