@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check-url", action="append", default=[], help="a store to list before each start")
     p.add_argument("--cuda", action="store_true", help="health: each rank's GPU must be visible and usable")
     p.add_argument("--health-timeout", type=float, default=60.0, help="all-reduce smoke test timeout (s)")
+    p.add_argument("--no-all-reduce-check", action="store_true", help="skip the gloo all-reduce smoke test")
     p.add_argument("--poll", type=float, default=0.05, help="seconds between looks at the heartbeats")
     return p
 
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     launch_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     settings = WorkerSettings(
         run_dir=str(run_dir), launch_id=launch_id, cuda=args.cuda, min_free_gb=args.min_free_gb,
-        check_urls=args.check_url, health_timeout_s=args.health_timeout,
+        check_urls=args.check_url, health_timeout_s=args.health_timeout, all_reduce=not args.no_all_reduce_check,
     )  # fmt: skip
     for stale in (run_dir / "heartbeat").glob(
         "rank*.json"

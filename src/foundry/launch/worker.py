@@ -40,6 +40,7 @@ class WorkerSettings:
     min_free_gb: float = 1.0
     check_urls: list[str] = field(default_factory=list)
     health_timeout_s: float = 60.0
+    all_reduce: bool = True
 
     @classmethod
     def from_env(cls) -> WorkerSettings:
@@ -60,7 +61,8 @@ def run_checks(settings: WorkerSettings, *, attempt: int) -> None:
     check_disk(Path(settings.run_dir), min_free_gb=settings.min_free_gb)
     for url in settings.check_urls:
         check_store(url)
-    check_all_reduce(attempt=attempt, timeout_s=settings.health_timeout_s)
+    if settings.all_reduce:
+        check_all_reduce(attempt=attempt, timeout_s=settings.health_timeout_s)
 
 
 def main(argv: list[str]) -> None:

@@ -159,7 +159,14 @@ def init_distributed(
     kwargs: dict[str, Any] = {"backend": backend, "timeout": timedelta(seconds=timeout_s)}
     if device.type == "cuda":
         kwargs["device_id"] = device
-    if "MASTER_ADDR" in env:  # torchrun: env:// rendezvous (multi-node through c10d)
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent store outlives a group restart:
+        # keys per restart, or restarted ranks read the dead group's addresses (gloo: connection refused)
+        agent = dist.TCPStore(
+            env["MASTER_ADDR"], int(env["MASTER_PORT"]), world_size, False, timeout=kwargs["timeout"]
+        )
+        store = dist.PrefixStore(f"foundry/restart{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", agent)
+        dist.init_process_group(store=store, rank=rank, world_size=world_size, **kwargs)
+    elif "MASTER_ADDR" in env:  # torchrun: env:// rendezvous (multi-node through c10d)
         dist.init_process_group(init_method="env://", rank=rank, world_size=world_size, **kwargs)
     else:  # a DDP/FSDP config in a plain single process: a 1-rank group on an in-memory store
         if world_size != 1:
