@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu gpu-check lint format bench clean train train-ddp bench-trainer eval-harness eval generate finetune
+.PHONY: help install install-emulators test test-all test-dist test-gpu gpu-check lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -85,6 +85,10 @@ PARALLELISM ?= ddp
 train-ddp: ## the quick start on NPROC=2 CPU processes under torchrun (PARALLELISM=ddp|fsdp|fsdp-grad-op|hsdp)
 	OMP_NUM_THREADS=1 $(PY) -m torch.distributed.run --standalone --nproc_per_node=$(NPROC) train.py \
 	  parallelism=$(PARALLELISM) run_name=quickstart-ddp $(ARGS)
+
+launch: ## supervised run: torchrun restarts, health checks, hang watchdog, events.jsonl (NPROC=2 CPU ranks; ARGS=overrides)
+	OMP_NUM_THREADS=1 $(PY) -m foundry.launch $(LAUNCH_ARGS) --standalone --nproc-per-node=$(NPROC) -- train.py \
+	  parallelism=$(PARALLELISM) run_name=quickstart-launch $(ARGS)
 
 bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
 	$(PY) scripts/bench/trainer_overhead.py
