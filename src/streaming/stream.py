@@ -146,6 +146,7 @@ class Stream:
         self.keep_zip = keep_zip
         self._index: DatasetIndex | None = None
         self._table: ShardTable | None = None
+        self._fingerprint: str | None = None  # of the loaded table: it hashes the whole index, once
 
     def apply_defaults(self, **defaults: object) -> None:
         """Fill attributes left unset (``None``) from the dataset-level defaults."""
@@ -206,8 +207,10 @@ class Stream:
 
     def fingerprint(self) -> str:
         """A short hash of this stream's index (shard names, sizes, sample counts, hashes) and weights."""
-        weights = {"proportion": self.proportion, "repeat": self.repeat, "choose": self.choose}
-        return self.shard_table().fingerprint(weights)
+        if self._fingerprint is None:  # resume states ask for it at every checkpoint; the table never changes
+            weights = {"proportion": self.proportion, "repeat": self.repeat, "choose": self.choose}
+            self._fingerprint = self.shard_table().fingerprint(weights)
+        return self._fingerprint
 
     def prepare_shard(self, info: ShardInfo) -> None:
         """Make one shard of a local-only stream readable (remote streams go through ``ShardCache``).
