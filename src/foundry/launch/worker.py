@@ -77,6 +77,7 @@ def main(argv: list[str]) -> None:
     dump_file = dump.open("w")  # stays open: faulthandler writes to its descriptor from the signal handler
     faulthandler.register(STACK_SIGNAL, file=dump_file, all_threads=True)
     where = {"rank": start.rank, "node": socket.gethostname(), "attempt": start.attempt}
+    where["launch_id"] = settings.launch_id  # foundry.launch.nodes: which launcher's rank failed a check
     t0 = time.perf_counter()
     try:
         run_checks(settings, attempt=start.attempt)
