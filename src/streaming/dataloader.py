@@ -14,12 +14,13 @@ Unless the caller passes a ``generator``, the loader owns one, reseeded before e
 are the same after a resume), or seeded once from ``torch.initial_seed()`` for other datasets.
 
 Transport: tensors returned by a worker travel through a fresh shared-memory segment each, which dominates at
-token-batch sizes; one pickled numpy buffer through the worker pipe measured ~2x faster. So with workers, a
-batch is collated in two halves: the worker builds a ``WorkerBatch`` (compact numpy arrays: the default
-``numpy_collate``, or the ``pack`` half of a ``SplitCollator`` such as foundry's text collator, which sends
-narrow token ids), and the rank process turns it into tensors (``WorkerBatch.to_tensors``: widening, derived
-tensors such as labels). With ``pin_memory=True`` DataLoader's pin thread does that conversion and pins the
-result (torch pins any object with a ``pin_memory()`` method; numpy arrays it would leave unpinned).
+token-batch sizes. So with workers, a batch is collated in two halves: the worker builds a ``WorkerBatch``
+(compact numpy arrays: the default ``numpy_collate``, or the ``pack`` half of a ``SplitCollator`` such as
+foundry's text collator, which sends narrow token ids), and the rank process turns it into tensors
+(``WorkerBatch.to_tensors``: widening, derived tensors such as labels). The arrays cross in reusable
+shared-memory slots, one arena per worker (``streaming.shared_batches``; the pipe when no slot is free). With
+``pin_memory=True`` DataLoader's pin thread does that conversion and pins the result (torch pins any object
+with a ``pin_memory()`` method; numpy arrays it would leave unpinned).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 from streaming.dataset import StreamingDataset
+from streaming.shared_batches import ArenaRegistry, SharedBatch, SharedBatchCollate
 
 __all__ = ["NumpyBatch", "SplitCollator", "StreamingDataLoader", "WorkerBatch"]
 
@@ -57,6 +59,9 @@ class WorkerBatch(ABC):
     def pin_memory(self) -> Any:  # noqa: ANN401
         """``to_tensors()`` with every tensor pinned: DataLoader's pin thread calls this."""
         return pin_tensors(self.to_tensors())
+
+
+WorkerBatch.register(SharedBatch)
 
 
 class SplitCollator(ABC):
@@ -157,12 +162,14 @@ class StreamingDataLoader(DataLoader):
         # Workers send WorkerBatches, this process makes tensors (see the module note on transport): numeric
         # columns as numpy by default (same values and dtypes as default_collate), a SplitCollator's `pack`.
         # Any other collate_fn is used as given.
+        self._arenas = ArenaRegistry()
         if kwargs.get("num_workers", 0) > 0:
             collate = kwargs.get("collate_fn")
-            if collate is None:
-                kwargs["collate_fn"] = numpy_batch_collate
-            elif isinstance(collate, SplitCollator):
-                kwargs["collate_fn"] = collate.pack
+            pack = numpy_batch_collate if collate is None else getattr(collate, "pack", None)
+            if isinstance(collate, SplitCollator) or collate is None:
+                # slots per worker: what DataLoader keeps in flight from it, one being converted, one spare
+                slots = (kwargs.get("prefetch_factor") or 2) + 2
+                kwargs["collate_fn"] = SharedBatchCollate(pack, self._arenas, slots=slots)  # type: ignore[arg-type]
         # An own generator keeps iterator creation off torch's global RNG (see the module docstring).
         self._own_generator = kwargs.get("generator") is None
         if self._own_generator:
@@ -181,6 +188,7 @@ class StreamingDataLoader(DataLoader):
                 ds._warm_plan(self.num_workers)  # forked workers inherit the first window
             if self._own_generator:  # worker seeds depend on (seed, epoch) only: the same after a resume
                 self.generator.manual_seed(iteration_seed(ds.shuffle_seed, ds._next()[0]))
+        self._arenas.drop_exited()  # arenas of workers that have exited (an earlier iterator's)
         it = super().__iter__()
         if ds is not None and self.num_workers > 0:
             ds._begin_epoch()  # workers work on copies; keep the rank's epoch counter in step

@@ -17,6 +17,7 @@ from foundry.data.collate import IGNORE_INDEX, PackedRows, TextCollator
 from foundry.data.documents import DocumentRule, sequence_ids_from_tokens
 from foundry.data.loader import TextLoader
 from streaming import MDSWriter, StreamingDataset
+from streaming.shared_batches import SharedBatchCollate
 
 DTYPES = ["uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 
@@ -142,7 +143,8 @@ def test_text_loader_packs_in_workers_with_the_same_batches(tokens, monkeypatch)
     in_process = list(_loader(tokens))
     assert set(calls) == {os.getpid()}
     workers = _loader(tokens, num_workers=2, persistent_workers=True)
-    assert workers.collate_fn == workers.collate_fn.__self__.pack  # the worker half
+    assert isinstance(workers.collate_fn, SharedBatchCollate)  # the worker half, then shared-memory slots
+    assert isinstance(workers.collate_fn.pack.__self__, TextCollator)
     got = list(workers)
     assert len(got) == len(in_process) == 10
     for a, b in zip(got, in_process, strict=True):
