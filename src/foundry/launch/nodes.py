@@ -11,7 +11,7 @@ then autoresumes from the latest checkpoint on fewer ranks with the same global 
 
 So the launcher (1) runs the node-local checks (disk, stores) itself before joining, and does not join when
 one fails, and (2) while torchrun runs, a `NodeGuard` thread reads `events.jsonl` for a failed node-local
-check of one of *its own* ranks (`launch_id`) and SIGTERMs its torchrun agent. Either way it records a
+check of one of *its own* ranks (`launch_id`) and stops its torchrun agent by a signal. Either way it records a
 `node_excluded` event naming the node and the check, prints it on stderr and exits `NODE_EXCLUDED_EXIT`.
 A failed `all_reduce` check does not exclude a node: it cannot tell which node is at fault.
 
@@ -91,11 +91,11 @@ def exclude_node(run_dir: Path, launch_id: str, *, check: str, detail: str, when
 def stop_agent(proc: subprocess.Popen, *, grace_s: float = 20.0) -> None:
     """Stops a torchrun agent without closing the rendezvous: a death signal it handles, else SIGKILL.
 
-    SIGTERM first, then SIGINT (either makes the agent stop its workers and exit; a launcher may have told
-    torchrun to ignore SIGTERM through TORCHELASTIC_SIGNALS_TO_HANDLE); if it is still running, SIGKILL it
-    and its workers (each leads its own process group: torchrun starts them with `start_new_session`).
+    SIGHUP first, then SIGINT: torchrun handles both as death signals (TORCHELASTIC_SIGNALS_TO_HANDLE;
+    SIGTERM is left to the ranks by `foundry.launch.agent`); if it is still running, SIGKILL it and its
+    workers (each leads its own process group: torchrun starts them with `start_new_session`).
     """
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGHUP, signal.SIGINT):
         if proc.poll() is not None:
             return
         proc.send_signal(sig)
@@ -130,8 +130,8 @@ def _children(pid: int) -> list[int]:
 class NodeGuard:
     """Watches `events.jsonl` from a thread; on a failed node-local check of our ranks, stops our agent.
 
-    SIGTERM makes torchrun's agent stop its workers and exit *without* closing the rendezvous, so the other
-    nodes continue. `excluded` holds the `node_excluded` record once that happened.
+    A death signal makes torchrun's agent stop its workers and exit *without* closing the rendezvous, so
+    the other nodes continue. `excluded` holds the `node_excluded` record once that happened.
     """
 
     def __init__(self, run_dir: Path, launch_id: str, proc: subprocess.Popen, *, poll_s: float = 0.1) -> None:

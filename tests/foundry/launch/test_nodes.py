@@ -71,7 +71,7 @@ def test_guard_stops_the_agent_on_our_failed_check(tmp_path):
 
 def test_stop_agent_falls_back_to_sigkill_when_signals_are_ignored():
     code = (
-        "import signal, time; [signal.signal(s, signal.SIG_IGN) for s in (2, 15)]; print(1, flush=True); "
+        "import signal, time; [signal.signal(s, signal.SIG_IGN) for s in (1, 2)]; print(1, flush=True); "
         "time.sleep(60)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
