@@ -15,6 +15,7 @@ from foundry.callbacks.base import (
 )
 from foundry.callbacks.heartbeat import HEARTBEAT_ENV, Heartbeat
 from foundry.callbacks.hf_export import HFExport
+from foundry.callbacks.liveness import Liveness
 from foundry.callbacks.monitors import LRMonitor, MemoryMonitor, RuntimeEstimator
 from foundry.callbacks.speed import SpeedMonitor, peak_flops
 
@@ -25,6 +26,7 @@ __all__ = [
     "Heartbeat",
     "HFExportConfig",
     "LRMonitor",
+    "Liveness",
     "MemoryMonitor",
     "RuntimeEstimator",
     "RuntimeEstimatorConfig",
@@ -43,7 +45,7 @@ def build_callbacks(
     tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer
     run_dir: str | Path = ".",
 ) -> list[Callback]:
-    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime, hf export, heartbeat).
+    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime, hf export, heartbeat, liveness).
 
     Args:
         cfg: The `callbacks` group. world_size: Ranks per step.
@@ -66,4 +68,5 @@ def build_callbacks(
         out.append(HFExport(cfg.hf_export, model_config=model_config, tokenizer=tokenizer, run_dir=run_dir))
     if os.environ.get(HEARTBEAT_ENV):  # set by the supervised launcher's worker entry (foundry.launch)
         out.append(Heartbeat(os.environ[HEARTBEAT_ENV]))
+    out.append(Liveness(run_dir, rank=int(os.environ.get("RANK", "0"))))  # always: `foundry.runs` state
     return out

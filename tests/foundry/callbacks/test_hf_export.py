@@ -36,7 +36,7 @@ def test_every_n_steps_and_at_the_end_with_the_tokenizer(tmp_path, tokenizer):
     schema = MPTModelConfig(**TINY)
     model = build_model_on(schema, device="cpu")
     cfg = HFExportConfig(every_n_steps=2, dtype="float32")
-    (cb,) = build_callbacks(
+    cb, _liveness = build_callbacks(
         CallbacksConfig(hf_export=cfg),
         world_size=1,
         model_config=schema,

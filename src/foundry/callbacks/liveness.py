@@ -1,0 +1,104 @@
+"""Liveness: rank 0 keeps `<run_dir>/live.json` (pid, host, step, phase, time) fresh while a run trains.
+
+Design note: `python -m foundry.runs` tells a running run from a dead one without a server: the record is
+refreshed at most every `interval_s` seconds (and at once at fit start, on a preemption stop and at fit end),
+so a reader calls a run *running* while `time` is recent (within `stale_after(interval_s)`) and, on the same
+host, its pid is alive; a record that went stale in a phase other than `done`/`preempted` is a run that died.
+It is registered for every training run (no config: the cost is one small atomic write per interval) and
+writes only on rank 0 (the one process that also writes `run.json` and `metrics.jsonl`). The record is
+replaced atomically (temp file + `os.replace`), so a reader never sees half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from foundry.callbacks.base import Callback
+
+__all__ = ["LIVE_FILE", "Live", "Liveness", "read_live", "stale_after"]
+
+LIVE_FILE = "live.json"
+
+
+@dataclass(kw_only=True)
+class Live:
+    """Rank 0's latest liveness record."""
+
+    pid: int
+    host: str
+    step: int
+    max_steps: int
+    phase: str
+    """fit | step | preempted | done."""
+    time: float
+    """Unix seconds of this refresh."""
+    started: float
+    """Unix seconds when this process reached fit start."""
+    attempt: int = 0
+    """torchrun's restart count (`TORCHELASTIC_RESTART_COUNT`; 0 outside torchrun)."""
+    interval_s: float = 10.0
+    """How often the record is refreshed while training (readers derive staleness from it)."""
+
+
+def stale_after(interval_s: float) -> float:
+    """Seconds after its last refresh that a record stops counting as live (3 intervals, at least 60 s)."""
+    return max(3 * interval_s, 60.0)
+
+
+def read_live(text: str) -> Live | None:
+    """The record in `text` (the content of `live.json`), or None when it is not one."""
+    try:
+        return Live(**json.loads(text))
+    except (ValueError, TypeError):
+        return None
+
+
+class Liveness(Callback):
+    """Refreshes `<run_dir>/live.json` every `interval_s` seconds of training (rank 0 only).
+
+    Args:
+        run_dir: The run directory. interval_s: Seconds between refreshes while steps run.
+        rank: This process's global rank (only rank 0 writes).
+    """
+
+    def __init__(self, run_dir: str | Path, *, interval_s: float = 10.0, rank: int = 0) -> None:
+        self.path = Path(run_dir) / LIVE_FILE
+        self.interval_s = interval_s
+        self.rank = rank
+        self.started = time.time()
+        self.last_write = 0.0
+
+    def _write(self, trainer: Any, phase: str) -> None:  # noqa: ANN401 - Trainer
+        if self.rank != 0:
+            return
+        now = time.time()
+        live = Live(
+            pid=os.getpid(), host=socket.gethostname(), step=int(trainer.state.step),
+            max_steps=int(trainer.max_steps), phase=phase, time=round(now, 3), started=round(self.started, 3),
+            attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), interval_s=self.interval_s,
+        )  # fmt: skip
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{LIVE_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(asdict(live)))
+        os.replace(tmp, self.path)
+        self.last_write = now
+
+    def on_fit_start(self, trainer: Any) -> None:  # noqa: ANN401
+        self.started = time.time()
+        self._write(trainer, "fit")
+
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+        if getattr(trainer, "stop_requested", False):
+            self._write(trainer, "preempted")  # the checkpoint follows; then the process exits 75
+        elif time.time() - self.last_write >= self.interval_s:
+            self._write(trainer, "step")
+        return {}
+
+    def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401
+        self._write(trainer, "done")

@@ -1,0 +1,150 @@
+"""`python -m foundry.runs {list,show,logs,stop,resume,report}`: look at and act on run directories.
+
+Design note: a thin argparse layer over `store` (where runs are), `state` (what they are doing), `show`,
+`control` and `report`; every subcommand takes a run by name under `--root` (default `outputs`, or an
+`s3://` / `gs://` prefix), by folder path, or by URL. Errors a user can fix (no such run, nothing to stop)
+print `error: ...` and exit 2, like `train.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from foundry.runs.control import format_command, resume_command, stop_run
+from foundry.runs.report import write_report
+from foundry.runs.show import (
+    checkpoint_folder,
+    checkpoints,
+    config_diff,
+    default_config,
+    icl_results,
+    render_show,
+)
+from foundry.runs.state import RunSummary, load_run, summarize
+from foundry.runs.store import RunRoot, resolve_run
+
+__all__ = ["build_parser", "format_list", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m foundry.runs", description=__doc__.split("\n")[0])
+    p.add_argument("--root", default="outputs", help="where runs live: a folder or s3:// / gs:// prefix")
+    sub = p.add_subparsers(dest="command", required=True)
+    ls = sub.add_parser("list", help="one line per run under ROOT")
+    ls.add_argument("root_arg", nargs="?", metavar="ROOT", help="overrides --root")
+    show = sub.add_parser("show", help="config diff, derived values, checkpoints, metrics, evals, events")
+    show.add_argument("run")
+    logs = sub.add_parser("logs", help="the run's train.log")
+    logs.add_argument("run")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing what is appended")
+    stop = sub.add_parser("stop", help="SIGTERM: checkpoint at the next step and exit 75 (preemption path)")
+    stop.add_argument("run")
+    res = sub.add_parser("resume", help="print the command line that continues the run")
+    res.add_argument("run")
+    res.add_argument("--store", help="continue from this checkpoint folder/URL (after foundry.sync)")
+    res.add_argument("--nproc", type=int, help="ranks per node for the continued run")
+    rep = sub.add_parser("report", help="one self-contained HTML file for a run or a sweep")
+    rep.add_argument("run", metavar="RUN|SWEEP")
+    rep.add_argument("-o", "--out", help="output file (default <run>/report.html, or ./report-<name>.html)")
+    return p
+
+
+def _ago(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = max(s, 0.0)
+    return (
+        f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m" if s >= 3600 else f"{int(s // 60)}m{int(s % 60):02d}s"
+    )
+
+
+def format_list(rows: list[RunSummary]) -> str:
+    """The `runs list` table (fixed-width columns)."""
+    head = ("RUN", "TASK", "STATE", "STEP", "LOSS", "TOK/S", "STARTED", "DURATION", "RESTARTS")
+    table = [head] + [
+        (r.name, r.task, r.state, f"{r.step}/{r.max_steps or '?'}",
+         "-" if r.loss is None else f"{r.loss:.4f}", "-" if r.tokens_per_s is None else f"{r.tokens_per_s:.0f}",
+         _ago(r.started), _dur(r.duration_s), str(r.restarts))
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table
+    )
+
+
+def _logs(root: RunRoot, rel: str, *, follow: bool) -> int:
+    text = root.read_text(rel, "train.log")
+    if text is None:
+        raise FileNotFoundError(
+            f"{root.url(rel, 'train.log')}: no train.log (Hydra writes it in the run dir)"
+        )
+    print(text, end="", flush=True)
+    seen = len(text)
+    while follow:
+        time.sleep(1.0)
+        text = root.read_text(rel, "train.log") or ""
+        print(text[seen:], end="", flush=True)
+        seen = len(text)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    root, rel = resolve_run(args.run, root=args.root)
+    runs = [r for r in root.runs() if rel == "." or r == rel or r.startswith(rel + "/")]
+    if not runs:
+        raise FileNotFoundError(f"{args.run}: no run directories there")
+    name = Path(rel if rel != "." else root.root.rstrip("/")).name or "runs"
+    if args.out:
+        out = Path(args.out)
+    elif len(runs) == 1 and not root.remote:
+        out = Path(root.url(runs[0], "report.html"))
+    else:
+        out = Path(f"report-{name}.html")
+    write_report(root, runs, title=f"foundry runs report: {name}", out=out)
+    print(out.resolve())
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs one parsed subcommand; returns the exit code."""
+    if args.command == "list":
+        root = RunRoot(args.root_arg or args.root)
+        print(format_list([summarize(load_run(root, r), local=not root.remote) for r in root.runs()]))
+        return 0
+    if args.command == "report":
+        return _report(args)
+    root, rel = resolve_run(args.run, root=args.root)
+    files = load_run(root, rel)
+    if args.command == "show":
+        diff = config_diff(files.run["config"], default_config()) if "config" in files.run else None
+        ckpts = checkpoints(*checkpoint_folder(root, rel, files.run.get("config", {})))
+        print(render_show(files, diff=diff, ckpts=ckpts, icl=icl_results(root, rel)))
+    elif args.command == "logs":
+        return _logs(root, rel, follow=args.follow)
+    elif args.command == "stop":
+        target = stop_run(root, files)
+        print(
+            f"sent SIGTERM to the {target.what} (pid {target.pid}): it checkpoints at the next step and exits 75"
+        )
+    elif args.command == "resume":
+        print(format_command(resume_command(root, files, store=args.store, nproc=args.nproc)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except (FileNotFoundError, ProcessLookupError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
