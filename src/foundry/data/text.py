@@ -113,6 +113,10 @@ class TextDataConfig:
     """On resume with other streams or weights than the checkpoint's: `error`, or `continue` from its position."""
     num_workers: int = 0
     """DataLoader worker processes per rank."""
+    pin_memory: bool | None = None
+    """Hand out batches in pinned (page-locked) host memory, so copies to the GPU are faster and can overlap
+    compute (with workers, DataLoader's pin thread writes the int64 tensors straight into pinned memory);
+    null: pin when the run's device is CUDA (`trainer.device`), never on CPU runs."""
     token_encoding_type: str = "int64"
     """dtype of legacy `tokens` columns stored as raw `bytes` (ndarray columns carry their own dtype)."""
     create_hint: str = ""
@@ -237,6 +241,7 @@ def build_text_dataloader(
     drop_last: bool | None = None,
     vocab_size: int | None = None,
     documents: DocumentRule | None = None,
+    device_type: str = "cpu",
 ) -> Any:  # noqa: ANN401 - foundry.data.loader.TextLoader (a streaming.StreamingDataLoader)
     """Builds the training or the eval loader: a `StreamingDataLoader` over a `StreamingDataset`.
 
@@ -258,6 +263,8 @@ def build_text_dataloader(
         vocab_size: The model's vocabulary size; token ids at or above it are a clear error.
         documents: How rows split into documents; set (when the model masks attention per document) -> batches
             carry `sequence_id` (B, S).
+        device_type: The run's device type (`cuda`, `cpu`, ...): batches are pinned for `cuda` unless
+            `cfg.pin_memory` says otherwise.
 
     Returns:
         A loader yielding dicts of (B, S) int64 tensors (and `_stream` tags with a mixture), with
@@ -303,6 +310,7 @@ def build_text_dataloader(
         num_workers=cfg.num_workers,
         drop_last=(not evaluate) if drop_last is None else drop_last,
         persistent_workers=cfg.num_workers > 0,
+        pin_memory=cfg.pin_memory if cfg.pin_memory is not None else device_type == "cuda",
         on_mixture_change=cfg.on_mixture_change,
     )
 

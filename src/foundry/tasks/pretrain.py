@@ -184,6 +184,7 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
         "seed": cfg.seed,
         "vocab_size": getattr(cfg.model, "vocab_size", None),
         "documents": DocumentRule.from_tokenizer(tokenizer) if cfg.model.uses_sequence_id() else None,
+        "device_type": resolve_device(cfg.trainer.device).type,  # data.pin_memory=null pins for cuda
     }
     train = build_text_dataloader(cfg.data, device_batch_size=batches.device_batch_size, **common)
     eval_loader = None

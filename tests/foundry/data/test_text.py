@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
+from foundry.config import register_configs, to_train_config
 from foundry.data.collate import TextCollator
 from foundry.data.text import TextDataConfig, build_text_dataloader
+from foundry.tasks.pretrain import build_data
 from streaming import MDSWriter
 from streaming.world import World
+
+CONF = Path(__file__).resolve().parents[3] / "conf"
 
 
 class _Tok:
@@ -114,3 +121,32 @@ def test_loader_with_worker_processes_yields_every_sample(tmp_path):
     firsts = sorted(int(x) for b in loader for x in b["input_ids"][:, 0])
     assert firsts == [i * 8 for i in range(16)]
     assert all(b["input_ids"].dtype == torch.int64 for b in loader)
+
+
+@pytest.mark.parametrize(
+    ("setting", "device_type", "pinned"),
+    [(None, "cuda", True), (None, "cpu", False), (False, "cuda", False), (True, "cpu", True)],
+)
+def test_pin_memory_reaches_the_dataloader(tmp_path, setting, device_type, pinned):
+    _write(tmp_path, "train", 8)
+    cfg = TextDataConfig(local=str(tmp_path), pin_memory=setting)
+    kw = {"tokenizer": _Tok(), "device_batch_size": 4, "world": World(), "split": "train", "max_seq_len": 8}
+    for evaluate in (False, True):
+        loader = build_text_dataloader(cfg, seed=0, device_type=device_type, evaluate=evaluate, **kw)
+        assert loader.pin_memory is pinned
+
+
+def test_train_py_passes_its_device_to_the_pin_memory_default(tmp_path):
+    _write(tmp_path, "train", 8)
+    register_configs()
+    overrides = ["data=c4", f"data.local={tmp_path}", "data.train_split=train", "data.eval_split=null"]
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
+        assert to_train_config(compose("train", overrides=overrides)).data.pin_memory is None
+        cfg = to_train_config(
+            compose("train", overrides=[*overrides, "tokenizer=none", "trainer.device=cpu"])
+        )
+        assert build_data(cfg, world=World(), is_main=True).train.pin_memory is False
+        pinned = to_train_config(
+            compose("train", overrides=[*overrides, "tokenizer=none", "data.pin_memory=true"])
+        )
+        assert build_data(pinned, world=World(), is_main=True).train.pin_memory is True
