@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Logger", "LoggerConfig", "WandbConfig"]
+__all__ = ["Logger", "LoggerConfig", "MLflowConfig", "TensorBoardConfig", "WandbConfig"]
 
 
 class Logger(Protocol):
@@ -44,6 +44,34 @@ class WandbConfig:
 
 
 @dataclass(kw_only=True)
+class MLflowConfig:
+    """MLflow settings (`logger=mlflow`); the local default needs no server."""
+
+    tracking_uri: str | None = None
+    """null -> `MLFLOW_TRACKING_URI`, else `sqlite:///<cwd>/mlruns/mlflow.db` (artifacts beside it in `mlruns/`)."""
+    experiment: str | None = None
+    """The MLflow experiment (created if absent); null -> the run's `run_name`."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Extra run tags (redacted like everything else recorded)."""
+    artifacts: bool = True
+    """Upload `run.json`, `config.yaml`, `icl_results.md` and `final_metrics.json` to the run."""
+
+
+@dataclass(kw_only=True)
+class TensorBoardConfig:
+    """TensorBoard settings (`logger=tensorboard`): event files, one folder per run."""
+
+    log_dir: str | None = None
+    """null -> `<run_dir>/tensorboard`; else `<log_dir>/<run folder name>` (`tensorboard --logdir <log_dir>`)."""
+    flush_secs: int = 30
+    """How often the event file is flushed (and at the end of the run)."""
+
+    def __post_init__(self) -> None:
+        if self.flush_secs < 1:
+            raise ValueError(f"logger.tensorboard.flush_secs={self.flush_secs}: use a number of seconds >= 1")
+
+
+@dataclass(kw_only=True)
 class LoggerConfig:
     """Which loggers a run uses (the `logger` group)."""
 
@@ -53,3 +81,7 @@ class LoggerConfig:
     """`metrics.jsonl` in the run directory (one JSON object per logged step)."""
     wandb: WandbConfig | None = None
     """W&B run named `run_name` with the resolved config; null disables."""
+    mlflow: MLflowConfig | None = None
+    """MLflow run (experiment and run named from `run_name`) with params, metrics, artifacts; null disables."""
+    tensorboard: TensorBoardConfig | None = None
+    """TensorBoard event files (scalars, config as text); null disables."""
