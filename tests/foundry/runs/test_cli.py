@@ -1,0 +1,138 @@
+"""`python -m foundry.runs` subcommands on local run folders and on a bucket (a real moto S3 server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from foundry.callbacks.liveness import LIVE_FILE
+from foundry.runs.cli import main
+from foundry.runs.show import config_diff, default_config
+from foundry.sync import sync
+from tests.foundry.runs.dom import check_against_metrics
+
+
+def test_list(sweep_dir: Path, capsys) -> None:
+    assert main(["list", str(sweep_dir.parents[1])]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "RUN",
+        "TASK",
+        "STATE",
+        "STEP",
+        "LOSS",
+        "TOK/S",
+        "STARTED",
+        "DURATION",
+        "RESTARTS",
+    ]
+    rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
+    job1 = rows["multirun/sweep/1_optimizer.lr=0.03"]
+    assert job1[1:4] == ["pretrain", "finished", "30/30"] and job1[-1] == "1" and job1[-2] == "1m00s"
+
+
+def test_show_diff_checkpoints_evals_events(sweep_dir: Path, capsys) -> None:
+    assert main(["show", str(sweep_dir / "1_optimizer.lr=0.03")]) == 0
+    out = capsys.readouterr().out
+    assert "optimizer.lr: 0.0006 -> 0.03" in out  # the conf default is 6e-4
+    assert "ep0-ba30  step 30  1000 B" in out
+    assert "eval results at step 30:" in out and "icl/piqa/acc: 0.55" in out
+    assert "restart" in out and "resumed" in out
+
+
+def test_config_diff_of_the_defaults_is_empty() -> None:
+    defaults = default_config()
+    assert config_diff(defaults, defaults) == []
+    changed = json.loads(json.dumps(defaults))
+    changed["trainer"]["max_duration"] = "7ba"
+    assert config_diff(changed, defaults) == [
+        ("trainer.max_duration", defaults["trainer"]["max_duration"], "7ba")
+    ]
+
+
+def test_logs_and_unknown_run(sweep_dir: Path, capsys) -> None:
+    root = str(sweep_dir.parents[1])
+    assert main(["--root", root, "logs", "multirun/sweep/0_optimizer.lr=0.01"]) == 0
+    assert capsys.readouterr().out == "[foundry] step 1\n[foundry] step 2\n"
+    assert main(["--root", root, "logs", "nope"]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_resume_command(sweep_dir: Path, capsys) -> None:
+    run = sweep_dir / "1_optimizer.lr=0.03"
+    (run / ".hydra" / "rank0").mkdir(parents=True)
+    (run / ".hydra" / "rank0" / "overrides.yaml").write_text("- optimizer.lr=0.03\n- run_name=sweep\n")
+    assert main(["resume", str(run), "--nproc", "4", "--store", "s3://b/ck"]) == 0
+    cmd = capsys.readouterr().out.split()
+    assert cmd[:4] == ["python", "-m", "foundry.launch", "--max-restarts=3"]
+    assert cmd[4:6] == ["--nproc-per-node=4", "--"]
+    assert cmd[6:10] == [
+        "train.py",
+        "optimizer.lr=0.03",
+        "run_name=sweep",
+        "checkpoint.save_folder=s3://b/ck",
+    ]
+    assert cmd[10] == f"hydra.run.dir={run.resolve()}"  # a sweep job's folder is not outputs/<run_name>
+
+
+def test_stop_signals_rank0_of_a_run_without_launcher(sweep_dir: Path, capsys) -> None:
+    """A real process stands in for rank 0: it exits 75 on SIGTERM, as the trainer's preemption path does."""
+    run = sweep_dir / "0_optimizer.lr=0.01"
+    (run / "final_metrics.json").unlink()
+    code = "import signal,sys,time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(75)); print('ok', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ok\n"
+        live = {"pid": proc.pid, "host": socket.gethostname(), "step": 3, "max_steps": 30, "phase": "step",
+                "time": time.time(), "started": time.time() - 5}  # fmt: skip
+        (run / LIVE_FILE).write_text(json.dumps(live))
+        assert main(["list", str(run)]) == 0 and " running " in capsys.readouterr().out
+        assert main(["stop", str(run)]) == 0
+        assert f"rank 0 (pid {proc.pid})" in capsys.readouterr().out
+        assert proc.wait(timeout=10) == 75
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+    assert main(["list", str(run)]) == 0 and " failed " in capsys.readouterr().out  # its pid is gone
+    assert main(["stop", str(run)]) == 2 and "not running" in capsys.readouterr().err
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "stop" and events[-1]["pid"] == proc.pid
+
+
+def test_runs_on_a_bucket(sweep_dir: Path, s3_bucket: str, tmp_path: Path, capsys) -> None:
+    """Run folders synced to S3 (foundry.sync) list, show and report like local ones."""
+    for job in sweep_dir.iterdir():
+        sync(str(job), f"{s3_bucket}/runs/sweep/{job.name}", progress=False)
+    root = f"{s3_bucket}/runs"
+    assert main(["list", root]) == 0
+    out = capsys.readouterr().out
+    assert "sweep/0_optimizer.lr=0.01" in out and "sweep/1_optimizer.lr=0.03" in out and "finished" in out
+    assert main(["--root", root, "show", "sweep/1_optimizer.lr=0.03"]) == 0
+    out = capsys.readouterr().out
+    assert "ep0-ba30  step 30  1000 B" in out and "optimizer.lr: 0.0006 -> 0.03" in out
+    report = tmp_path / "s3.html"
+    assert main(["--root", root, "report", "sweep", "-o", str(report)]) == 0
+    runs = {f"sweep/{p.name}": p for p in sweep_dir.iterdir()}
+    assert check_against_metrics(report.read_text(), runs) == 2 * (30 + 3 + 30 + 30 + 30) - 1
+    assert main(["stop", f"{root}/sweep/0_optimizer.lr=0.01"]) == 2
+    assert "local folder" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_module_entry_point(sweep_dir: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "foundry.runs", "list", str(sweep_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "1_optimizer.lr=0.03" in proc.stdout
