@@ -10,6 +10,8 @@ Examples:
       --out s3://bucket/mds --tokenizer path/to/tokenizer.json --concat_tokens 2048 --eos_text '<|endoftext|>'
   (files: a local folder or object-store prefix holding <split>/*.{txt,json,jsonl} or <split>*.{txt,json,jsonl},
   or one such file or URL; json rows need a `text` field)
+  Stores are chosen by URL prefix (STREAMING_STORAGE_PROFILES, or --storage_profiles FILE: a profiles file or
+  a conf/storage/<name>.yaml), so input and output may be on different stores.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from streaming.tools.storage_option import add_storage_option, apply_storage_option
 
 # llm-foundry's split constants for C4: our split name -> (HF split, max documents or None)
 C4_SPLITS = {
@@ -74,7 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
         "--txt_docs", choices=["file", "line"], default="file", help=".txt: one document per file or line"
     )
     p.add_argument("--no_progress", action="store_true")
+    add_storage_option(p, "--storage_profiles")
     args = p.parse_args(argv)
+    apply_storage_option(args.storage_profiles)  # before any URL is opened (input, output)
 
     from tqdm.auto import tqdm
 

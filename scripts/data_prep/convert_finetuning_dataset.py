@@ -9,6 +9,8 @@ Examples:
       --preprocessor alpaca --out data/alpaca-mds
   (--dataset: a .jsonl/.json/.csv/.parquet file, a local or store folder of {split}.* files, a folder saved
   with save_to_disk, or a cached HF hub name; then train with data.local=<out> or data.remote=<out>)
+  Stores are chosen by URL prefix (STREAMING_STORAGE_PROFILES, or --storage_profiles FILE: a profiles file or
+  a conf/storage/<name>.yaml), so input and output may be on different stores.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from streaming.tools.storage_option import add_storage_option, apply_storage_option
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -35,7 +39,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--target_responses", default="last")
     p.add_argument("--compression", default=None, help="e.g. zstd")
     p.add_argument("--no_progress", action="store_true")
+    add_storage_option(p, "--storage_profiles")
     args = p.parse_args(argv)
+    apply_storage_option(args.storage_profiles)  # before any URL is opened (input, output)
 
     from foundry.data.finetune.convert import convert_finetuning_dataset
 

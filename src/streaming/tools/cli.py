@@ -1,6 +1,9 @@
 """``python -m streaming``: inspect, validate and repair datasets from the shell.
 
 Exit codes: 0 success, 1 a dataset problem (named on stderr), 2 bad usage.
+
+Every URL's store is chosen by its prefix (`STREAMING_STORAGE_PROFILES`, or `--storage-profiles FILE` before
+the command: the same file `train.py storage=...` uses), so one command can read several stores.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from streaming.sizes import format_bytes
 from streaming.storage import download_file, list_files, upload_file
 from streaming.storage.url import is_remote, join_url
 from streaming.tools.check import describe_dataset, is_shard_file, rebuild_index, validate_dataset
+from streaming.tools.storage_option import add_storage_option, apply_storage_option
 
 
 @contextmanager
@@ -110,9 +114,35 @@ def _rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ls(args: argparse.Namespace) -> int:
+    """Every file under each folder or URL prefix, with its store's settings chosen by URL prefix."""
+    for folder in args.dirs:
+        if is_remote(folder):
+            urls = list_files(folder.rstrip("/") + "/")
+        else:
+            urls = sorted(str(p) for p in _walk(folder))
+        for url in urls:
+            print(url)
+        if not urls:
+            print(f"{folder}: no files", file=sys.stderr)
+    return 0
+
+
+def _walk(folder: str) -> Iterator[str]:
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{folder}: no such folder")
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            yield os.path.join(root, name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m streaming", description=__doc__.splitlines()[0])
+    add_storage_option(parser)
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("ls", help="the files under one or more folders or URL prefixes (any mix of stores)")
+    p.add_argument("dirs", nargs="+", help="folders or URLs (s3://, gs://, azure://, ...)")
+    p.set_defaults(func=_ls)
     p = sub.add_parser("inspect", help="shards, samples, columns, encodings, bytes raw/compressed")
     p.add_argument("dir", help="dataset directory or URL (s3://, gs://, azure://, hf://, https://)")
     p.add_argument("--split", default=None)
@@ -135,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        apply_storage_option(args.storage_profiles)
         return args.func(args)
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
