@@ -90,6 +90,10 @@ launch: ## supervised run: torchrun restarts, health checks, hang watchdog, even
 	OMP_NUM_THREADS=1 $(PY) -m foundry.launch $(LAUNCH_ARGS) --standalone --nproc-per-node=$(NPROC) -- train.py \
 	  parallelism=$(PARALLELISM) run_name=quickstart-launch $(ARGS)
 
+.PHONY: runs
+runs: ## run directories: make runs [ARGS="list" | "show RUN" | "logs RUN -f" | "stop RUN" | "resume RUN" | "report RUN|SWEEP"] (--root s3://...)
+	$(PY) -m foundry.runs $(or $(ARGS),list)
+
 bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
 	$(PY) scripts/bench/trainer_overhead.py
 

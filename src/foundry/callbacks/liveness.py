@@ -1,12 +1,13 @@
 """Liveness: rank 0 keeps `<run_dir>/live.json` (pid, host, step, phase, time) fresh while a run trains.
 
-Design note: `python -m foundry.runs` tells a running run from a dead one without a server: the record is
-refreshed at most every `interval_s` seconds (and at once at fit start, on a preemption stop and at fit end),
-so a reader calls a run *running* while `time` is recent (within `stale_after(interval_s)`) and, on the same
-host, its pid is alive; a record that went stale in a phase other than `done`/`preempted` is a run that died.
-It is registered for every training run (no config: the cost is one small atomic write per interval) and
-writes only on rank 0 (the one process that also writes `run.json` and `metrics.jsonl`). The record is
-replaced atomically (temp file + `os.replace`), so a reader never sees half of it.
+Design note: `python -m foundry.runs` tells a running run from a dead one without a server: the record
+(schema in `foundry.runs.live`) is refreshed at most every `interval_s` seconds (and at once at fit start,
+on a preemption stop and at fit end), so a reader calls a run *running* while `time` is recent (within
+`stale_after(interval_s)`) and, on the same host, its pid is alive; a record that went stale in a phase
+other than `done`/`preempted` is a run that died. It is registered for every training run (no config: the
+cost is one small atomic write per interval) and writes only on rank 0 (the one process that also writes
+`run.json` and `metrics.jsonl`). The record is replaced atomically (temp file + `os.replace`), so a reader
+never sees half of it.
 """
 
 from __future__ import annotations
@@ -15,48 +16,14 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from foundry.callbacks.base import Callback
+from foundry.runs.live import LIVE_FILE, Live
 
-__all__ = ["LIVE_FILE", "Live", "Liveness", "read_live", "stale_after"]
-
-LIVE_FILE = "live.json"
-
-
-@dataclass(kw_only=True)
-class Live:
-    """Rank 0's latest liveness record."""
-
-    pid: int
-    host: str
-    step: int
-    max_steps: int
-    phase: str
-    """fit | step | preempted | done."""
-    time: float
-    """Unix seconds of this refresh."""
-    started: float
-    """Unix seconds when this process reached fit start."""
-    attempt: int = 0
-    """torchrun's restart count (`TORCHELASTIC_RESTART_COUNT`; 0 outside torchrun)."""
-    interval_s: float = 10.0
-    """How often the record is refreshed while training (readers derive staleness from it)."""
-
-
-def stale_after(interval_s: float) -> float:
-    """Seconds after its last refresh that a record stops counting as live (3 intervals, at least 60 s)."""
-    return max(3 * interval_s, 60.0)
-
-
-def read_live(text: str) -> Live | None:
-    """The record in `text` (the content of `live.json`), or None when it is not one."""
-    try:
-        return Live(**json.loads(text))
-    except (ValueError, TypeError):
-        return None
+__all__ = ["Liveness"]
 
 
 class Liveness(Callback):

@@ -65,11 +65,17 @@ def _dur(s: float | None) -> str:
     )
 
 
+def _short(name: str, limit: int = 56) -> str:
+    """A long run name (a Hydra job folder named after its overrides) cut to `limit` characters; any unique
+    prefix of a name is accepted where a RUN is expected."""
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
 def format_list(rows: list[RunSummary]) -> str:
     """The `runs list` table (fixed-width columns)."""
     head = ("RUN", "TASK", "STATE", "STEP", "LOSS", "TOK/S", "STARTED", "DURATION", "RESTARTS")
     table = [head] + [
-        (r.name, r.task, r.state, f"{r.step}/{r.max_steps or '?'}",
+        (_short(r.name), r.task, r.state, f"{r.step}/{r.max_steps or '?'}",
          "-" if r.loss is None else f"{r.loss:.4f}", "-" if r.tokens_per_s is None else f"{r.tokens_per_s:.0f}",
          _ago(r.started), _dur(r.duration_s), str(r.restarts))
         for r in rows

@@ -22,7 +22,6 @@ from typing import Any
 
 import yaml
 
-from foundry.launch.events import append_event
 from foundry.runs.state import RunFiles, pid_alive_here
 from foundry.runs.store import RunRoot
 
@@ -87,6 +86,8 @@ def stop_run(root: RunRoot, files: RunFiles) -> StopTarget:
     if root.remote:
         raise ValueError(f"{root.root}: `runs stop` needs the run's local folder on the machine running it")
     target = stop_target(files)
+    from foundry.launch.events import append_event  # noqa: PLC0415 - foundry.launch imports torch: keep `runs list` light
+
     append_event(root.url(files.name), "stop", pid=target.pid, target=target.what, signal="SIGTERM")
     os.kill(target.pid, signal.SIGTERM)
     return target
@@ -95,6 +96,14 @@ def stop_run(root: RunRoot, files: RunFiles) -> StopTarget:
 def _set(overrides: list[str], key: str, value: str) -> list[str]:
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
     return [*kept, f"{key}={value}"]
+
+
+def _hydra_quote(value: str) -> str:
+    """`value` as one Hydra override value: double-quoted when it holds characters the grammar reads
+    (a comma would make a sweep of a Hydra job folder named after its overrides)."""
+    if not any(c in value for c in ",=[]{}()'\" :$\\"):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _nproc(options: list[str], n: int) -> list[str]:
@@ -128,7 +137,7 @@ def resume_command(
         overrides = _set(overrides, "checkpoint.save_folder", store)
     here = Path(root.url(files.name)).resolve()
     if not root.remote and here != Path("outputs", run_name).resolve():  # a sweep job, or a moved folder
-        overrides = _set(overrides, "hydra.run.dir", str(here))
+        overrides = _set(overrides, "hydra.run.dir", _hydra_quote(str(here)))
     start, _ = _launch(files.events)
     if start is not None:
         opts = [str(o) for o in start.get("torchrun_options", [])]

@@ -119,7 +119,8 @@ class RunRoot:
 
 
 def resolve_run(arg: str, *, root: str) -> tuple[RunRoot, str]:
-    """A `RUN` argument as (root, run name): a URL or an existing path is its own root; else a name under `root`.
+    """A `RUN` argument as (root, run name): a URL or an existing path is its own root; else a run name (or a
+    unique prefix of one) under `root`.
 
     Raises:
         FileNotFoundError: `arg` names no run under `root` (the message lists the runs there).
@@ -131,6 +132,11 @@ def resolve_run(arg: str, *, root: str) -> tuple[RunRoot, str]:
     names = base.names()
     if any(n.startswith(rel + "/") for n in names):
         return base, rel
+    matches = [
+        r for r in base.runs() if r.startswith(rel)
+    ]  # a unique prefix (`runs list` shortens long names)
+    if len(matches) == 1:
+        return base, matches[0]
     known = ", ".join(base.runs()[:20]) or "none"
     raise FileNotFoundError(
         f"no run {arg!r} under {root} (runs there: {known}); pass a run name, a run folder or an s3:// / gs:// URL"

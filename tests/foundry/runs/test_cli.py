@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from foundry.callbacks.liveness import LIVE_FILE
 from foundry.runs.cli import main
+from foundry.runs.live import LIVE_FILE
 from foundry.runs.show import config_diff, default_config
 from foundry.sync import sync
 from tests.foundry.runs.dom import check_against_metrics
@@ -71,7 +72,7 @@ def test_resume_command(sweep_dir: Path, capsys) -> None:
     (run / ".hydra" / "rank0").mkdir(parents=True)
     (run / ".hydra" / "rank0" / "overrides.yaml").write_text("- optimizer.lr=0.03\n- run_name=sweep\n")
     assert main(["resume", str(run), "--nproc", "4", "--store", "s3://b/ck"]) == 0
-    cmd = capsys.readouterr().out.split()
+    cmd = shlex.split(capsys.readouterr().out)
     assert cmd[:4] == ["python", "-m", "foundry.launch", "--max-restarts=3"]
     assert cmd[4:6] == ["--nproc-per-node=4", "--"]
     assert cmd[6:10] == [
@@ -80,7 +81,8 @@ def test_resume_command(sweep_dir: Path, capsys) -> None:
         "run_name=sweep",
         "checkpoint.save_folder=s3://b/ck",
     ]
-    assert cmd[10] == f"hydra.run.dir={run.resolve()}"  # a sweep job's folder is not outputs/<run_name>
+    # a sweep job's folder is not outputs/<run_name>; its name has `=` (quoted for Hydra's override grammar)
+    assert cmd[10] == f'hydra.run.dir="{run.resolve()}"'
 
 
 def test_stop_signals_rank0_of_a_run_without_launcher(sweep_dir: Path, capsys) -> None:

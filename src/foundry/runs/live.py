@@ -1,0 +1,47 @@
+"""The liveness record `<run_dir>/live.json` (written by `foundry.callbacks.liveness`, read by `foundry.runs`).
+
+Design note: the schema lives here, beside its reader, and not in `foundry.callbacks`, so `python -m
+foundry.runs list` never imports the training stack (torch) just to parse a small JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+__all__ = ["LIVE_FILE", "Live", "read_live", "stale_after"]
+
+LIVE_FILE = "live.json"
+
+
+@dataclass(kw_only=True)
+class Live:
+    """Rank 0's latest liveness record."""
+
+    pid: int
+    host: str
+    step: int
+    max_steps: int
+    phase: str
+    """fit | step | preempted | done."""
+    time: float
+    """Unix seconds of this refresh."""
+    started: float
+    """Unix seconds when this process reached fit start."""
+    attempt: int = 0
+    """torchrun's restart count (`TORCHELASTIC_RESTART_COUNT`; 0 outside torchrun)."""
+    interval_s: float = 10.0
+    """How often the record is refreshed while training (readers derive staleness from it)."""
+
+
+def stale_after(interval_s: float) -> float:
+    """Seconds after its last refresh that a record stops counting as live (3 intervals, at least 60 s)."""
+    return max(3 * interval_s, 60.0)
+
+
+def read_live(text: str) -> Live | None:
+    """The record in `text` (the content of `live.json`), or None when it is not one."""
+    try:
+        return Live(**json.loads(text))
+    except (ValueError, TypeError):
+        return None
