@@ -3,15 +3,18 @@
 Design note: shards are prepared (``prepare``) ahead of use: a remote stream's are downloaded once per node
 through ``streaming.cache.ShardCache``; a local stream's are checked and decompressed atomically by
 ``Stream.prepare_shard``. When there is work to overlap (remote or compressed shards), only the shard of a
-chunk's first sample is prepared inline; the chunk's other shards (in order of first use) and the next chunk's
-are prepared in a thread pool, so ahead-of-use work is bounded by the chunk size (``predownload``) and the first
-sample never waits for shards it does not need. One ``ShardAccess`` lives in each process (rank or DataLoader
+chunk's first sample is prepared before that sample is yielded; the chunk's other shards (in order of first use)
+and the next chunk's are prepared in a thread pool, so ahead-of-use work is bounded by the chunk size
+(``predownload``) and the first sample never waits for shards it does not need. The iteration's very first sample
+does not even wait for all of its own shard: a pool thread prepares it while this thread reads the sample from
+the front of its raw file as it is written (``streaming.growing_shard``; not with ``validate_hash``). One ``ShardAccess`` lives in each process (rank or DataLoader
 worker) and is never pickled: its readers, pins and pool are process state.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -20,7 +23,9 @@ import numpy as np
 
 from streaming.cache import CachedShard, ShardCache
 from streaming.format.index import ShardInfo
-from streaming.format.reader import ShardReader, open_shard
+from streaming.format.mds import MDSSchema
+from streaming.format.reader import ShardReader, check_shard_safe, open_shard
+from streaming.growing_shard import GrowingFile, early_sample_bytes
 from streaming.stream import Stream
 
 __all__ = ["ShardAccess"]
@@ -85,10 +90,17 @@ class ShardAccess:
             self.cache = ShardCache(shards=shards, cache_limit=self.cache_limit)
         return self.cache
 
-    def prepare(self, shard_id: int, *, reader: bool = False, prefetch: bool = False) -> None:
+    def prepare(
+        self,
+        shard_id: int,
+        *,
+        reader: bool = False,
+        prefetch: bool = False,
+        on_tmp: Callable[[str], None] | None = None,
+    ) -> None:
         """Make shard ``shard_id`` readable locally. When the cache is full of shards in use, the iterating
         thread (``reader``) first drops its own idle readers, and a ``prefetch`` gives up at once (the shard is
-        prepared when needed)."""
+        prepared when needed). ``on_tmp`` is told the temp name of the raw data file if this call writes it."""
         stream = self.streams[int(self.stream_per_shard[shard_id])]
         if stream.is_remote:
             active, upcoming = self.active_shards, self.upcoming_shards
@@ -99,10 +111,11 @@ class ShardAccess:
                 next_use=lambda k: 0.0 if k in active else 1.0 if k in upcoming else float("inf"),
                 on_full=(lambda: self.release(set())) if reader else None,
                 wait=not prefetch,
+                on_tmp=on_tmp,
             ):
                 return
         else:
-            stream.prepare_shard(self.shards[shard_id])
+            stream.prepare_shard(self.shards[shard_id], on_tmp=on_tmp)
             if stream.validate_hash:
                 self.shard_cache().verify(shard_id)
         self.prepared.add(shard_id)
@@ -175,14 +188,19 @@ class ShardAccess:
                 else:
                     # The pool's threads start on the first submit and, once running, compete with this
                     # thread for the CPU and the GIL (measured: +70 ms on a zstd first sample): the first chunk
-                    # yields its first sample before submitting anything; later chunks submit at once.
+                    # prepares only its first sample's shard (read while it is written) before that sample is
+                    # yielded, then submits the rest; later chunks submit at once.
                     ahead = [*shards[1:], *sorted(nxt)]
                     if started:
                         self._prepare_ahead(pool, pending, ahead)
                     for i, shard in zip(current.tolist(), per_sample.tolist()):
-                        if shard not in self.prepared:
-                            self._await_prepared(shard, pending)
-                        yield self.sample(i)
+                        early = None if started else self._early_sample(pool, pending, shard, i)
+                        if early is not None:
+                            yield early
+                        else:
+                            if shard not in self.prepared:
+                                self._await_prepared(shard, pending)
+                            yield self.sample(i)
                         if not started:
                             started = True
                             self._prepare_ahead(pool, pending, ahead)
@@ -193,6 +211,35 @@ class ShardAccess:
                 for fut in pending.values():
                     fut.cancel()
                 pool.shutdown(wait=True)
+
+    def _early_sample(
+        self, pool: ThreadPoolExecutor, pending: dict[int, Future[None]], shard: int, sample_id: int
+    ) -> dict[str, Any] | None:
+        """Sample ``sample_id`` of the unprepared ``shard``, read while a pool thread prepares the shard (its
+        raw file read as it is written: ``streaming.growing_shard``); None where that does not apply or does
+        not work out (the caller then waits for the preparation, which stays in ``pending``)."""
+        info = self.shards[shard]
+        stream = self.streams[int(self.stream_per_shard[shard])]
+        if (
+            shard in self.prepared
+            or info.format != "mds"
+            or stream.validate_hash
+            or os.path.exists(os.path.join(stream.dirname, info.raw_data.basename))
+        ):
+            return None
+        check_shard_safe(
+            info,
+            path=os.path.join(stream.dirname, info.raw_data.basename),
+            allow_unsafe_types=self.allow_unsafe_types,
+        )
+        growing = GrowingFile()
+        fut = pool.submit(self.prepare, shard, prefetch=True, on_tmp=growing.announce)
+        pending[shard] = fut
+        start = int(self.shard_ends[shard - 1]) if shard else 0
+        raw = early_sample_bytes(growing, info, sample_id - start, fut)
+        if raw is None:
+            return None
+        return MDSSchema.from_config(info.config).decoder()(memoryview(raw))
 
     def _pool(self) -> ThreadPoolExecutor | None:
         """A thread pool preparing shards ahead of use: for remote streams (downloads) and compressed shards

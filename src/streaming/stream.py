@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 
 from streaming.cache import fetch_index
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index
@@ -212,11 +213,12 @@ class Stream:
             self._fingerprint = self.shard_table().fingerprint(weights)
         return self._fingerprint
 
-    def prepare_shard(self, info: ShardInfo) -> None:
+    def prepare_shard(self, info: ShardInfo, *, on_tmp: Callable[[str], None] | None = None) -> None:
         """Make one shard of a local-only stream readable (remote streams go through ``ShardCache``).
 
-        If the raw file is missing but the compressed one is present, decompress it to its raw name (atomic);
-        when the directory is not writable, readers decompress in memory instead.
+        If the raw file is missing but the compressed one is present, decompress it to its raw name (atomic;
+        ``on_tmp`` is told the temp name of the raw data file before it is written, front to back); when the
+        directory is not writable, readers decompress in memory instead.
 
         Raises:
             FileNotFoundError: neither the raw nor the compressed file is present.
@@ -226,7 +228,7 @@ class Stream:
             return
         if info.zip_data is not None and os.path.exists(os.path.join(self.dirname, info.zip_data.basename)):
             try:
-                decompress_shard(self.dirname, info)
+                decompress_shard(self.dirname, info, on_tmp=on_tmp)
             except PermissionError:
                 pass  # read-only dataset directory: open_shard decompresses in memory
             return

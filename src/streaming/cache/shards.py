@@ -223,6 +223,7 @@ class ShardCache:
         next_use: Callable[[int], float] | None = None,
         on_full: Callable[[], None] | None = None,
         wait: bool = True,
+        on_tmp: Callable[[str], None] | None = None,
     ) -> bool:
         """Make shard ``shard_id`` readable locally (raw files present, verified); waits while another process
         prepares it or while the cache is full of shards in use.
@@ -230,6 +231,7 @@ class ShardCache:
         ``next_use(k)``: plan position at which shard k is next needed (``inf``: not again), to pick eviction
         victims (default: oldest first). ``on_full``: called once when the cache is full of pinned shards, so the
         caller can drop its own idle pins. ``wait=False``: return False instead of waiting for space (prefetch).
+        ``on_tmp``: told the temp name of the raw data file when this process writes it (download or decompress).
 
         Raises:
             CacheTooSmallError: The shard cannot fit (larger than the limit, or no space for ``wait_timeout`` s).
@@ -275,7 +277,7 @@ class ShardCache:
                     self._remove_temps(shard_id)
                     if tracked and self._to_create(shard_id)[0] > need:
                         continue  # files vanished meanwhile (evicted): reserve again
-                    self._fetch(shard_id)
+                    self._fetch(shard_id, on_tmp)
                     self._verified.add(shard_id)
                     return True
             finally:
@@ -357,7 +359,7 @@ class ShardCache:
             for stale in glob.glob(glob.escape(path) + ".tmp-*"):
                 os.remove(stale)
 
-    def _fetch(self, k: int) -> None:
+    def _fetch(self, k: int, on_tmp: Callable[[str], None] | None = None) -> None:
         """Download what is missing, verify, decompress (holding the shard's lock)."""
         shard, algo = self.shards[k], self._algo(k)
         if self._ready(k):
@@ -377,12 +379,13 @@ class ShardCache:
                 policy=shard.policy or self.policy,
                 expected_hashes=info.hashes,
                 validate_hash=algo,
+                on_tmp=on_tmp if info is shard.info.raw_data else None,
             )
             self.downloads += 1
             if algo is not None:  # download_file verified it against the index
                 record_verdict(path, self._verdict(k, info, algo), algo, info.hashes[algo])
         if shard.info.zip_data is not None:
-            decompress_shard(shard.local, shard.info)
+            decompress_shard(shard.local, shard.info, on_tmp=on_tmp)
             if shard.evictable:  # the compressed form is only a transport format once raw is present
                 for packed in (shard.info.zip_data, shard.info.zip_meta):
                     if packed is not None and os.path.exists(self._path(k, packed)):

@@ -3,19 +3,21 @@
 The reference reader opens, seeks, reads and closes the shard file for every sample; we map each shard once
 per process and turn a sample lookup into two uint32 reads and a slice of the map, which is what brings random
 access to a few microseconds. Compressed shards are decompressed either in memory (read-only datasets,
-``LocalDataset``) or to their raw name with temp-file + rename (a cache directory, ``decompress_shard``).
+``LocalDataset``) or to their raw name with temp-file + rename (a cache directory, ``decompress_shard``), piece
+by piece, so the front of a shard can be read while the rest is still being decoded.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
-from streaming.format.compression import get_compression
+from streaming.format.compression import Compression, get_compression
 from streaming.format.encodings import decode_text_value, is_encoding_safe
 from streaming.format.index import FileInfo, ShardInfo
 from streaming.format.mds import MDSSchema, ShardFormatError, parse_mds_header
@@ -23,6 +25,7 @@ from streaming.format.mds import MDSSchema, ShardFormatError, parse_mds_header
 __all__ = ["ShardReader", "decompress_shard", "open_shard", "read_file_bytes"]
 
 _U32 = struct.Struct("<I")
+_tmp_counter = itertools.count()
 
 
 def _map_file(path: str) -> memoryview:
@@ -53,10 +56,19 @@ def read_file_bytes(
     raise FileNotFoundError(f"shard file missing: {raw_path}")
 
 
-def decompress_shard(dirname: str, info: ShardInfo) -> None:
-    """Materialize a compressed shard's raw files next to it (temp file + atomic rename; safe to race)."""
-    if info.zip_data is None:
+def decompress_shard(dirname: str, info: ShardInfo, *, on_tmp: Callable[[str], None] | None = None) -> None:
+    """Materialize a compressed shard's raw files next to it (temp file + atomic rename; safe to race).
+
+    The raw data file is written front to back as it is decoded; ``on_tmp`` is told its temp name before the
+    first byte, so another thread can read what is already there (``streaming.growing_shard``).
+
+    Raises:
+        FileNotFoundError: Neither the raw nor the compressed file is present.
+        ShardFormatError: The compressed file does not decode, or not to the size index.json records.
+    """
+    if info.zip_data is None or not info.compression:
         return
+    codec = get_compression(info.compression)
     pairs = [(info.raw_data, info.zip_data), (info.raw_meta, info.zip_meta)]
     for raw, zipped in pairs:
         if raw is None or zipped is None:
@@ -64,11 +76,38 @@ def decompress_shard(dirname: str, info: ShardInfo) -> None:
         raw_path = os.path.join(dirname, raw.basename)
         if os.path.exists(raw_path):
             continue
-        data = read_file_bytes(dirname, raw, zipped, info.compression)
-        tmp = f"{raw_path}.tmp-{os.getpid()}-{id(data)}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, raw_path)
+        zip_path = os.path.join(dirname, zipped.basename)
+        if not os.path.exists(zip_path):
+            raise FileNotFoundError(f"shard file missing: neither {raw_path} nor {zip_path} exists")
+        tmp = f"{raw_path}.tmp-{os.getpid()}-{next(_tmp_counter)}"
+        try:
+            with open(zip_path, "rb") as src, open(tmp, "wb") as dst:
+                if on_tmp is not None and raw is info.raw_data:
+                    on_tmp(tmp)
+                size = _decode_into(codec, src, dst, zip_path)
+            if size != raw.bytes:
+                raise ShardFormatError(
+                    f"{zip_path}: decompresses ({info.compression}) to {size} bytes but index.json says "
+                    f"{raw.bytes} for {raw.basename} (truncated or corrupt); restore the file or rebuild the dataset"
+                )
+            os.replace(tmp, raw_path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+
+def _decode_into(codec: Compression, src: BinaryIO, dst: BinaryIO, zip_path: str) -> int:
+    """``codec.decompress_file(src, dst)``; a codec failure (not a failing disk) names the file."""
+    try:
+        return codec.decompress_file(src, dst)
+    except ImportError:
+        raise  # an optional codec package is missing: its message names what to install
+    except OSError as err:
+        if err.errno is not None:  # the disk, not the data (codecs raise OSError without errno on bad data)
+            raise
+        raise ShardFormatError(f"{zip_path}: cannot decompress ({codec.spec}): {err}") from None
+    except Exception as err:  # noqa: BLE001 - any other codec failure means a corrupt file
+        raise ShardFormatError(f"{zip_path}: cannot decompress ({codec.spec}): {err}") from None
 
 
 class ShardReader:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from streaming.format.hashing import hash_file
 from streaming.safepath import UnsafePathError, is_within
-from streaming.storage.backends import get_backend
+from streaming.storage.backends import Backend, get_backend
 from streaming.storage.errors import TransientStorageError
 from streaming.storage.url import redact
 
@@ -83,6 +83,15 @@ def _tmp_name(path: str) -> str:
     return f"{path}.tmp-{os.getpid()}-{next(_counter)}"
 
 
+def _attempt(
+    backend: Backend, url: str, tmp: str, policy: RetryPolicy, on_tmp: Callable[[str], None] | None
+) -> None:
+    """One download attempt into ``tmp`` (a retry truncates it and writes it again from the start)."""
+    if on_tmp is not None:
+        on_tmp(tmp)
+    backend.download(url, tmp, timeout=policy.timeout)
+
+
 def download_file(
     url: str,
     path: str,
@@ -91,6 +100,7 @@ def download_file(
     expected_hashes: dict[str, str] | None = None,
     validate_hash: str | None = None,
     root: str | None = None,
+    on_tmp: Callable[[str], None] | None = None,
 ) -> None:
     """Download ``url`` to ``path`` atomically.
 
@@ -102,6 +112,8 @@ def download_file(
         validate_hash: An algorithm to verify after download; a mismatch re-downloads once, then raises.
         root: The folder ``path`` must stay under. Pass it whenever ``path`` was built from a name read from an
             untrusted file or listing (index basenames, object names); nothing is created or written otherwise.
+        on_tmp: Told the temp file's name before each attempt writes it (front to back; a retry truncates it
+            first), so another thread can read what has arrived (``streaming.growing_shard``).
 
     Raises:
         streaming.safepath.UnsafePathError: ``path`` leaves ``root`` (before any directory or file is made).
@@ -127,9 +139,8 @@ def download_file(
     for check in range(2):
         tmp = _tmp_name(path)
         try:
-            _with_retries(
-                "download", url, policy, functools.partial(backend.download, url, tmp, timeout=policy.timeout)
-            )
+            attempt = functools.partial(_attempt, backend, url, tmp, policy, on_tmp)
+            _with_retries("download", url, policy, attempt)
             if expected is not None:
                 actual = hash_file(validate_hash, tmp)  # type: ignore[arg-type]
                 if actual != expected:
