@@ -1,0 +1,132 @@
+"""Slurm's requeue path on submitit's local executor: `train.py -m hydra/launcher=slurm-local`, SIGTERM to the
+job mid-run (as Slurm preempts), submitit requeues it, and the requeued job finishes bitwise equal to an
+uninterrupted run.
+
+The signal goes to the local executor's controller, which forwards it to the submitit task; the task's
+submitit handler calls the launcher's `checkpoint`, which forwards it to `python -m foundry.launch` (on Slurm,
+every process of the step gets it directly), waits for the preemption checkpoint (exit 75) and resubmits.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.foundry.checkpoint.runs import (
+    REPO,
+    TINY,
+    assert_bitwise_equal,
+    env_for,
+    final_state,
+    last_step,
+    train,
+    train_rows,
+)
+
+pytestmark = pytest.mark.slow
+
+STEPS = 20
+RUN = [
+    f"trainer.max_duration={STEPS}ba",
+    "trainer.eval_interval=0",
+    "checkpoint=local",
+    "checkpoint.save_interval=50ba",  # only the preemption save and the final one
+]
+
+
+def _controller(submitter: psutil.Process, timeout: float = 120.0) -> psutil.Process:
+    """The local executor's job controller (`python -m submitit.local._local`), a child of the submitter."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in submitter.children(recursive=True):
+            try:
+                # the python process itself, not the `sh -c "export ... && python ..."` around it
+                if "submitit.local._local" in child.cmdline():
+                    return child
+            except psutil.Error:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("no submitit local controller started")
+
+
+def test_preempted_job_is_requeued_and_finishes_exactly(tmp_path):
+    cache = tmp_path / "cache"
+    env = env_for(cache, OMP_NUM_THREADS="1")
+    ref_cwd = tmp_path / "ref"
+    ref_cwd.mkdir()
+    train([*RUN, "run_name=ref"], ref_cwd, env, torchrun=1)
+    reference = ref_cwd / "outputs" / "ref"
+
+    cmd = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        "hydra/launcher=slurm-local",
+        *TINY,
+        *RUN,
+        "run_name=job",
+    ]
+    run_dir = tmp_path / "outputs" / "job"
+    log = (tmp_path / "submitter.log").open("w")
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        controller = _controller(psutil.Process(proc.pid))
+        while proc.poll() is None and last_step(run_dir / "metrics.jsonl") < 6:
+            time.sleep(0.01)
+        assert proc.poll() is None, "the job finished before the signal: raise max_duration"
+        controller.send_signal(signal.SIGTERM)  # Slurm's preemption signal
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    submitter_log = (tmp_path / "submitter.log").read_text()
+    assert proc.returncode == 0, submitter_log[-5000:]
+
+    (task_log,) = (tmp_path / "outputs" / "multirun" / "job" / ".submitit").glob("*/*_0_log.out")
+    text = task_log.read_text()
+    assert "this job is preempted" in text and "Requeued job" in text, text[-5000:]
+    assert text.count("foundry slurm: ") >= 3, "two launcher starts and one requeue line"
+    assert "autoresume: loaded" in text, text[-5000:]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    starts = [e for e in events if e["event"] == "start"]
+    summaries = [e for e in events if e["event"] == "summary"]
+    assert len(starts) == 2 and len(summaries) == 2, [e["event"] for e in events]
+    assert not summaries[0]["ok"] and summaries[1]["ok"] and summaries[1]["final_step"] == STEPS
+
+    stops = sorted(int(p.name.split("ba")[1]) for p in (run_dir / "checkpoints").glob("ep0-ba*"))
+    assert len(stops) == 2 and 6 <= stops[0] < STEPS and stops[1] == STEPS, stops
+    model, optim = final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}")
+    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
+    assert_bitwise_equal(model, ref_model, "model")
+    assert_bitwise_equal(optim, ref_optim, "optimizer")
+    rows = train_rows(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)), "no gap and no duplicate step"
+    assert [r["train/loss"] for r in rows] == [
+        r["train/loss"] for r in train_rows(reference / "metrics.jsonl")
+    ]
+
+
+def test_unknown_launcher_key_fails_before_submission(tmp_path):
+    cmd = [
+        sys.executable,
+        str(REPO / "train.py"),
+        "-m",
+        "hydra/launcher=slurm-local",
+        "+hydra.launcher.gpus_per_nod=1",
+        *TINY,
+    ]
+    out = subprocess.run(
+        cmd, cwd=tmp_path, env=env_for(tmp_path / "cache"), capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode != 0
+    assert "gpus_per_nod" in out.stdout + out.stderr
+    assert not list(Path(tmp_path).glob("outputs/multirun/*/.submitit/[0-9]*")), "nothing was submitted"
