@@ -19,7 +19,7 @@ from pathlib import Path
 
 from foundry.launch.agent import Supervisor
 from foundry.launch.events import append_event
-from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, exclude_node
+from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, elastic_nodes, exclude_node
 from foundry.launch.watchdog import Progress
 from foundry.launch.worker import LAUNCH_ENV, WorkerSettings
 
@@ -86,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     append_event(run_dir, "start", launch_id=launch_id, run_name=run_name, max_restarts=args.max_restarts,
                  torchrun_options=torchrun_opts, script=job[0], pid=os.getpid())  # fmt: skip
-    if (bad := check_node(settings)) is not None:  # a node that fails a node-local check does not join
+    elastic = elastic_nodes(torchrun_opts)  # --nnodes=MIN:MAX: a node failing a node-local check leaves
+    if elastic and (bad := check_node(settings)) is not None:
         exclude_node(run_dir, launch_id, check=bad.check, detail=bad.detail, when="before_join")
         return NODE_EXCLUDED_EXIT
     started = time.time()
     sup = Supervisor(run_dir, launch_id, Progress(k=args.hang_k, floor=args.hang_floor), poll_s=args.poll)
     proc = subprocess.Popen(cmd, env={**os.environ, LAUNCH_ENV: json.dumps(asdict(settings))})
-    guard = NodeGuard(run_dir, launch_id, proc).start()  # a failed node-local check later: leave the job
+    guard = NodeGuard(run_dir, launch_id, proc, enabled=elastic).start()  # ...also after it has joined
     rc = sup.watch(proc)
     guard.stop()
     rc = NODE_EXCLUDED_EXIT if guard.excluded else rc

@@ -9,7 +9,8 @@ agent dies with a signal do NOT shutdown the rdzv_handler"); the survivors' next
 its keep-alive lapses (3 x 5 s) and, with at least MIN nodes, starts the next round without it. `train.py`
 then autoresumes from the latest checkpoint on fewer ranks with the same global batch (elastic resume).
 
-So the launcher (1) runs the node-local checks (disk, stores) itself before joining, and does not join when
+So, for an elastic job (`--nnodes=MIN:MAX`, MIN < MAX; on one node a failed check simply ends the run), the
+launcher (1) runs the node-local checks (disk, stores) itself before joining, and does not join when
 one fails, and (2) while torchrun runs, a `NodeGuard` thread reads `events.jsonl` for a failed node-local
 check of one of *its own* ranks (`launch_id`) and stops its torchrun agent by a signal. Either way it records a
 `node_excluded` event naming the node and the check, prints it on stderr and exits `NODE_EXCLUDED_EXIT`.
@@ -40,6 +41,7 @@ __all__ = [
     "NODE_EXCLUDED_EXIT",
     "NodeGuard",
     "check_node",
+    "elastic_nodes",
     "exclude_node",
     "node_failure",
     "stop_agent",
@@ -48,6 +50,21 @@ __all__ = [
 NODE_CHECKS = frozenset({"devices", "disk", "store"})
 """Checks whose failure is this node's fault (all_reduce involves every node)."""
 NODE_EXCLUDED_EXIT = 4
+
+
+def elastic_nodes(torchrun_options: list[str]) -> bool:
+    """True for `--nnodes=MIN:MAX` with MIN < MAX: a job that may go on without a node (else exclusion is off
+    and a failed check is the run's failure, as on one node)."""
+    value = None
+    for i, opt in enumerate(torchrun_options):
+        if opt.startswith("--nnodes="):
+            value = opt.split("=", 1)[1]
+        elif opt == "--nnodes" and i + 1 < len(torchrun_options):
+            value = torchrun_options[i + 1]
+    if value is None or ":" not in value:
+        return False
+    low, high = value.split(":", 1)
+    return low.strip().isdigit() and high.strip().isdigit() and int(low) < int(high)
 
 
 def check_node(settings: WorkerSettings) -> HealthError | None:
@@ -134,21 +151,32 @@ class NodeGuard:
     the other nodes continue. `excluded` holds the `node_excluded` record once that happened.
     """
 
-    def __init__(self, run_dir: Path, launch_id: str, proc: subprocess.Popen, *, poll_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        launch_id: str,
+        proc: subprocess.Popen,
+        *,
+        poll_s: float = 0.1,
+        enabled: bool = True,
+    ) -> None:
         self.run_dir, self.launch_id, self.proc, self.poll_s = run_dir, launch_id, proc, poll_s
+        self.enabled = enabled
         self.excluded: dict[str, Any] | None = None
         self._offset = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foundry-node-guard", daemon=True)
 
     def start(self) -> NodeGuard:
-        self._thread.start()
+        if self.enabled:
+            self._thread.start()
         return self
 
     def stop(self) -> None:
         """Stops the thread after one last look (a failure recorded just before torchrun exited counts)."""
         self._stop.set()
-        self._thread.join()
+        if self.enabled:
+            self._thread.join()
 
     def _run(self) -> None:
         while True:

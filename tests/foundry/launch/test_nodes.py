@@ -6,9 +6,18 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from foundry.launch import append_event, read_events
 from foundry.launch.cli import main
-from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, node_failure, stop_agent
+from foundry.launch.nodes import (
+    NODE_EXCLUDED_EXIT,
+    NodeGuard,
+    check_node,
+    elastic_nodes,
+    node_failure,
+    stop_agent,
+)
 from foundry.launch.worker import WorkerSettings
 
 
@@ -29,6 +38,16 @@ def test_only_our_node_local_failures_exclude_the_node():
     assert node_failure(events, "me") == events[1]
     for check in ("devices", "disk", "store"):
         assert node_failure([_health(False, check)], "me") is not None
+
+
+def test_exclusion_only_for_an_elastic_node_range():
+    assert elastic_nodes(["--nnodes=1:2", "--nproc-per-node=1"])
+    assert elastic_nodes(["--nnodes", "2:4"])
+    assert not elastic_nodes(["--nnodes=2"]), "a fixed size cannot go on without the node"
+    assert (
+        not elastic_nodes(["--nnodes=2:2"]) and not elastic_nodes(["--standalone"]) and not elastic_nodes([])
+    )
+    assert not elastic_nodes(["--nnodes=a:b"])
 
 
 def test_check_node_names_the_failing_check(tmp_path):
@@ -53,6 +72,19 @@ def test_launcher_with_a_failing_node_check_does_not_join(tmp_path, monkeypatch,
     assert [e["event"] for e in events] == ["start", "node_excluded"], "torchrun never started"
     assert events[1]["check"] == "disk" and events[1]["when"] == "before_join" and events[1]["node"]
     assert "leaves the job: health check 'disk' failed" in capsys.readouterr().err
+
+
+def test_one_node_run_is_not_excluded_before_joining(tmp_path, monkeypatch):
+    """Without --nnodes=MIN:MAX the workers' own checks decide (the launcher starts torchrun as before)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(subprocess, "Popen", _refuse)  # stands in for torchrun: only "was it started"
+    with pytest.raises(RuntimeError, match="torchrun started"):
+        main(["--min-free-gb=1e9", "--standalone", "--", "train.py", "run_name=r"])
+    assert "node_excluded" not in [e["event"] for e in read_events(tmp_path / "outputs" / "r")]
+
+
+def _refuse(*_args: object, **_kwargs: object) -> None:
+    raise RuntimeError("torchrun started")
 
 
 def test_guard_stops_the_agent_on_our_failed_check(tmp_path):
