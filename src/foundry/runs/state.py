@@ -4,11 +4,12 @@ Design note: the state is a pure function (`decide_state`) of three records, so 
 `events.jsonl` (the supervised launcher: start, failure, restart, resumed, summary with the exit code),
 `live.json` (rank 0's liveness record, `foundry.callbacks.liveness`) and whether `final_metrics.json`
 exists. Rules, in order: a launch that ended (a `summary` after the last `start`) is finished (ok),
-preempted (exit 75) or failed; a launch still going whose last failure/restart is newer than its last
-`resumed` is restarting; a fresh live record is running (on this host only while its pid is alive); a
-live record in phase `done`/`preempted` says so; a stale one in any other phase is a run that died
-(failed); without records, `final_metrics.json` means finished. Anything else is `unknown` (a run made
-before live.json existed, or a folder that only has a config).
+preempted (exit 75, or a `stop` event from `runs stop` before it) or failed; a launch still going whose
+last failure/restart is newer than its last `resumed` (and than a fresh live record of the new attempt)
+is restarting; a fresh live record is running (on this host only while its pid is alive); a live record
+in phase `done`/`preempted` says so; a stale one in any other phase is a run that died (failed); without
+records, `final_metrics.json` means finished. Anything else is `unknown` (a run made before live.json
+existed, or a folder that only has a config).
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def decide_state(
         summary = launch[len(kinds) - 1 - kinds[::-1].index("summary")]
         if summary.get("ok"):
             return "finished"
-        return "preempted" if summary.get("exit_code") == REQUEUE_EXIT_CODE else "failed"
+        stopped = (
+            "stop" in kinds or summary.get("exit_code") == REQUEUE_EXIT_CODE
+        )  # `runs stop`, or a scheduler
+        return "preempted" if stopped else "failed"
     fresh = live is not None and now - live.time <= stale_after(live.interval_s) and pid_alive is not False
     if "start" in kinds:
         trouble = max((i for i, k in enumerate(kinds) if k in ("failure", "restart")), default=-1)

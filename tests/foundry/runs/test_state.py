@@ -44,6 +44,7 @@ def ev(event: str, t: float, **fields: object) -> dict[str, object]:
         ([ev("start", 1), ev("summary", 9, ok=True, exit_code=0)], live("step"), True, None, "finished"),
         ([ev("start", 1), ev("summary", 9, ok=False, exit_code=75)], None, False, None, "preempted"),
         ([ev("start", 1), ev("summary", 9, ok=False, exit_code=1)], None, False, None, "failed"),
+        ([ev("start", 1), ev("stop", 5), ev("summary", 9, ok=False, exit_code=1)], None, False, None, "preempted"),
         ([ev("start", 1), ev("failure", 5, attempt=0), ev("restart", 6, attempt=1)], live(age=1e5), 0, 0, "restarting"),
         (
             [ev("start", 1), ev("failure", 5, attempt=0), ev("restart", 6, attempt=1), ev("resumed", 8, attempt=1)],
