@@ -1,4 +1,4 @@
-"""`python -m foundry.runs` subcommands on local run folders and on a bucket (a real moto S3 server)."""
+"""`python -m foundry.runs` subcommands on local run folders and on buckets (real moto S3 / GCS emulator servers)."""
 
 from __future__ import annotations
 
@@ -109,11 +109,21 @@ def test_stop_signals_rank0_of_a_run_without_launcher(sweep_dir: Path, capsys) -
     assert events[-1]["event"] == "stop" and events[-1]["pid"] == proc.pid
 
 
-def test_runs_on_a_bucket(sweep_dir: Path, s3_bucket: str, tmp_path: Path, capsys) -> None:
-    """Run folders synced to S3 (foundry.sync) list, show and report like local ones."""
+@pytest.fixture(params=["s3", "gcs"])
+def bucket(request) -> str:
+    """A fresh bucket on a loopback server: moto (S3) or gcp-storage-emulator (GCS)."""
+    module, fixture = {"s3": ("boto3", "s3_bucket"), "gcs": ("google.cloud.storage", "gcs_bucket")}[
+        request.param
+    ]
+    pytest.importorskip(module)
+    return str(request.getfixturevalue(fixture))
+
+
+def test_runs_on_a_bucket(sweep_dir: Path, bucket: str, tmp_path: Path, capsys) -> None:
+    """Run folders synced to a bucket (foundry.sync) list, show and report like local ones."""
     for job in sweep_dir.iterdir():
-        sync(str(job), f"{s3_bucket}/runs/sweep/{job.name}", progress=False)
-    root = f"{s3_bucket}/runs"
+        sync(str(job), f"{bucket}/runs/sweep/{job.name}", progress=False)
+    root = f"{bucket}/runs"
     assert main(["list", root]) == 0
     out = capsys.readouterr().out
     assert "sweep/0_optimizer.lr=0.01" in out and "sweep/1_optimizer.lr=0.03" in out and "finished" in out
@@ -138,3 +148,22 @@ def test_module_entry_point(sweep_dir: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "1_optimizer.lr=0.03" in proc.stdout
+
+
+def test_logs_follow_prints_appended_lines(sweep_dir: Path) -> None:
+    run = sweep_dir / "0_optimizer.lr=0.01"
+    cmd = [sys.executable, "-m", "foundry.runs", "logs", str(run), "-f"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert [proc.stdout.readline(), proc.stdout.readline()] == [
+            "[foundry] step 1\n",
+            "[foundry] step 2\n",
+        ]
+        with (run / "train.log").open("a") as f:
+            f.write("[foundry] step 3\n")
+        assert proc.stdout.readline() == "[foundry] step 3\n"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+    assert proc.returncode == 130
