@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, default_collate
 
+from streaming.batch_groups import GROUP, BatchGroup, GroupedBatches, interleave
 from streaming.dataset import StreamingDataset
 from streaming.shared_batches import ArenaRegistry, SharedBatch, SharedBatchCollate
 
@@ -62,6 +63,7 @@ class WorkerBatch(ABC):
 
 
 WorkerBatch.register(SharedBatch)
+WorkerBatch.register(BatchGroup)
 
 
 class SplitCollator(ABC):
@@ -127,6 +129,34 @@ def iteration_seed(seed: int, epoch: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
+def unprofiled(it: Any) -> Iterator[Any]:  # noqa: ANN401 - a torch _BaseDataLoaderIter
+    """``it``'s items without the ``record_function`` span torch's ``__next__`` opens per item (~25 us, a
+    tenth of the rank's per-batch cost with workers) unless a profiler is recording: ``__next__`` calls
+    ``_next_data`` and counts, plus a warning for IterableDatasets that yield more than their ``len``, which a
+    ``StreamingDataset`` never does."""
+    next_data = getattr(it, "_next_data", None)
+    while True:
+        if next_data is None or it._sampler_iter is None or torch._C._autograd._profiler_enabled():
+            item = next(it, _END)  # the plain path (it also resets a fresh iterator)
+            if item is _END:
+                return
+        else:
+            try:
+                item = next_data()
+            except StopIteration:
+                return
+            it._num_yielded += 1
+        yield item
+
+
+_END = object()
+
+
+def same(item: Any) -> Any:  # noqa: ANN401
+    """The identity (a picklable collate function for items that are batches already)."""
+    return item
+
+
 def to_tensors(batch: Any) -> Any:
     """Turn the numpy arrays of a ``numpy_collate`` batch into tensors without copying."""
     if isinstance(batch, np.ndarray):
@@ -163,19 +193,50 @@ class StreamingDataLoader(DataLoader):
         # columns as numpy by default (same values and dtypes as default_collate), a SplitCollator's `pack`.
         # Any other collate_fn is used as given.
         self._arenas = ArenaRegistry()
-        if kwargs.get("num_workers", 0) > 0:
-            collate = kwargs.get("collate_fn")
-            pack = numpy_batch_collate if collate is None else getattr(collate, "pack", None)
-            if isinstance(collate, SplitCollator) or collate is None:
-                # slots per worker: what DataLoader keeps in flight from it, one being converted, one spare
-                slots = (kwargs.get("prefetch_factor") or 2) + 2
-                kwargs["collate_fn"] = SharedBatchCollate(pack, self._arenas, slots=slots)  # type: ignore[arg-type]
+        collate = kwargs.get("collate_fn")
+        pack = numpy_batch_collate if collate is None else getattr(collate, "pack", None)
+        split = kwargs.get("num_workers", 0) > 0 and (collate is None or isinstance(collate, SplitCollator))
+        # slots per worker: what DataLoader keeps in flight from it, one being converted, one spare
+        slots = (kwargs.get("prefetch_factor") or 2) + 2
+        if split and not isinstance(dataset, StreamingDataset):
+            kwargs["collate_fn"] = SharedBatchCollate(pack, self._arenas, slots=slots)  # type: ignore[arg-type]
         # An own generator keeps iterator creation off torch's global RNG (see the module docstring).
         self._own_generator = kwargs.get("generator") is None
         if self._own_generator:
             kwargs["generator"] = torch.Generator().manual_seed(torch.initial_seed())
         super().__init__(dataset, *args, **kwargs)
         self.num_samples_yielded = 0
+        self._grouped: DataLoader | None = None
+        if split and isinstance(dataset, StreamingDataset):
+            self._grouped = self._group_loader(dataset, pack, slots)  # type: ignore[arg-type]
+
+    def _group_loader(
+        self, dataset: StreamingDataset, pack: Callable[[list[Any]], Any], slots: int
+    ) -> DataLoader:
+        """The DataLoader this one reads through with workers (``streaming.batch_groups``): the same workers,
+        seeds (one generator), pinning and options, over ``GroupedBatches``, batches travelling in slots."""
+        assert self.batch_size is not None
+        grouped = GroupedBatches(
+            dataset, batch_size=self.batch_size, collate=pack, drop_last=self.drop_last, group=GROUP
+        )
+        return DataLoader(
+            grouped,
+            batch_size=None,
+            num_workers=self.num_workers,
+            collate_fn=SharedBatchCollate(same, self._arenas, slots=slots),
+            pin_memory=self.pin_memory,
+            timeout=self.timeout,
+            worker_init_fn=self.worker_init_fn,
+            multiprocessing_context=self.multiprocessing_context,
+            generator=self.generator,
+            prefetch_factor=self.prefetch_factor,
+            persistent_workers=self.persistent_workers,
+            pin_memory_device=self.pin_memory_device,
+            in_order=self.in_order,
+        )
+
+    def _get_iterator(self) -> Any:  # noqa: ANN401 - a torch _BaseDataLoaderIter
+        return self._grouped._get_iterator() if self._grouped is not None else super()._get_iterator()
 
     # a generator that counts the batches it hands out, not DataLoader's `_BaseDataLoaderIter`
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -193,9 +254,10 @@ class StreamingDataLoader(DataLoader):
         if ds is not None and self.num_workers > 0:
             ds._begin_epoch()  # workers work on copies; keep the rank's epoch counter in step
             ds._drop_plan_caches()
-        for batch in it:
-            if isinstance(batch, WorkerBatch):  # (with pin_memory the pin thread has converted it)
-                batch = batch.to_tensors()
+        items = (x.to_tensors() if isinstance(x, WorkerBatch) else x for x in unprofiled(it))
+        # (with pin_memory the pin thread has converted them; BatchGroup.to_tensors converts what is left)
+        batches = interleave(items, self.num_workers) if self._grouped is not None else items
+        for batch in batches:
             self.num_samples_yielded += _batch_len(batch)
             yield batch
 

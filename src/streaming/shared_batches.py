@@ -251,6 +251,8 @@ def _copied(out: Any, arena: SlotArena | None) -> Any:  # noqa: ANN401
         return {k: _copied(v, arena) for k, v in out.items()}
     if isinstance(out, list | tuple) and not hasattr(out, "_fields"):
         return type(out)(_copied(v, arena) for v in out)
+    if hasattr(out, "__dict__") and not isinstance(out, type):  # e.g. a BatchGroup of converted batches
+        out.__dict__.update({k: _copied(v, arena) for k, v in out.__dict__.items()})
     return out
 
 

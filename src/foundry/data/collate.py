@@ -64,8 +64,9 @@ class PackedRows(WorkerBatch):
     stream_id: np.ndarray | None = None
 
     def to_tensors(self) -> dict[str, torch.Tensor]:
-        """`input_ids` and `labels` (B, S) int64; `attention_mask` only when a row was padded; `sequence_id`
-        and `stream_id` when packed."""
+        """`input_ids` and `labels` (B, S) int64 (one tensor when no row was padded: the labels equal the ids,
+        and a widening copy is a third of the rank's per-batch work); `attention_mask` only when a row was
+        padded; `sequence_id` and `stream_id` when packed."""
         return self._build(pin=False)
 
     def pin_memory(self) -> dict[str, torch.Tensor]:
@@ -91,8 +92,8 @@ class PackedRows(WorkerBatch):
             batch["labels"] = filled(ids)
             batch["labels"].numpy()[~mask] = IGNORE_INDEX
             batch["attention_mask"] = filled(mask)
-        else:
-            batch["labels"] = filled(ids)
+        else:  # one tensor: nothing writes into a batch (the model shifts labels into a new tensor)
+            batch["labels"] = batch["input_ids"]
         if self.sequence_id is not None:
             batch["sequence_id"] = filled(self.sequence_id)
         if self.stream_id is not None:
