@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -22,6 +21,7 @@ from foundry.launch.events import append_event
 from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, elastic_nodes, exclude_node
 from foundry.launch.watchdog import Progress
 from foundry.launch.worker import LAUNCH_ENV, WorkerSettings
+from foundry.loggers.wandb import publish_launch_summary
 
 __all__ = ["build_parser", "main", "split_command"]
 
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=int, default=3, help="group restarts torchrun may do (default 3)")
     p.add_argument("--hang-k", type=float, default=10.0, help="hang after K x median step time (default 10)")
     p.add_argument("--hang-floor", type=float, default=120.0, help="...but never under this many seconds")
+    p.add_argument("--startup-timeout", type=float, default=1800.0, help="s from an attempt's start to fit")
     p.add_argument("--min-free-gb", type=float, default=1.0, help="free disk the run dir needs (default 1)")
     p.add_argument("--check-url", action="append", default=[], help="a store to list before each start")
     p.add_argument("--cuda", action="store_true", help="health: each rank's GPU must be visible and usable")
@@ -91,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         exclude_node(run_dir, launch_id, check=bad.check, detail=bad.detail, when="before_join")
         return NODE_EXCLUDED_EXIT
     started = time.time()
-    sup = Supervisor(run_dir, launch_id, Progress(k=args.hang_k, floor=args.hang_floor), poll_s=args.poll)
-    proc = subprocess.Popen(cmd, env={**os.environ, LAUNCH_ENV: json.dumps(asdict(settings))})
+    progress = Progress(k=args.hang_k, floor=args.hang_floor, startup=args.startup_timeout)
+    sup = Supervisor(run_dir, launch_id, progress, poll_s=args.poll, health_defer_s=15.0)
+    proc = sup.start(cmd, env={**os.environ, LAUNCH_ENV: json.dumps(asdict(settings))})
     guard = NodeGuard(run_dir, launch_id, proc, enabled=elastic).start()  # ...also after it has joined
     rc = sup.watch(proc)
     guard.stop()
@@ -101,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     append_event(
         run_dir, "summary", ok=rc == 0, exit_code=rc, failures=sup.failures, restarts=sup.progress.attempt,
         final_step=sup.final_step, time_lost_s=round(sup.time_lost_s, 3), wall_s=round(time.time() - started, 3),
+        cause=sup.stop_cause,
     )  # fmt: skip
+    publish_launch_summary(run_dir)  # the same events into the run's W&B run, when it logged to W&B
     return rc
 
 

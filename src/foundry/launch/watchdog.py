@@ -5,6 +5,8 @@ so it is tested without processes; the launcher's loop (`foundry.launch.agent`) 
 on the verdict (dump stacks with SIGUSR2, kill the ranks so torchrun's agent restarts the group). A group
 counts as hung when *no* rank has advanced its step for `max(K x median step time, floor)` seconds; it is
 armed only once a rank reached fit start, so data preparation and health checks never look like a hang.
+Those have their own, generous deadline instead (`startup`, seconds from the attempt's first beat to the
+first rank's fit start: a rank stuck in the all-reduce check, the data, a checkpoint download).
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from dataclasses import dataclass, field
 
 from foundry.callbacks.heartbeat import Beat
 
-__all__ = ["Progress", "hang_deadline"]
+__all__ = ["STARTUP_PHASES", "Progress", "hang_deadline", "stuck_phase"]
+
+STARTUP_PHASES = {
+    "start": "health checks (devices, disk, stores, the all-reduce)",
+    "healthy": "train.py before fit (config, data, model, checkpoint load, process group)",
+}
 
 
 def hang_deadline(step_seconds: list[float], *, k: float, floor: float) -> float:
@@ -30,7 +37,10 @@ class Progress:
 
     k: float
     floor: float
+    startup: float = 1800.0
+    """Seconds an attempt may take from its first beat until a rank reaches fit start."""
     attempt: int = -1
+    started_at: float = 0.0
     last_change: float = 0.0
     steps: dict[int, int] = field(default_factory=dict)
     step_seconds: list[float] = field(default_factory=list)
@@ -49,9 +59,9 @@ class Progress:
                 self.steps[rank] = beat.step
                 self.last_change = now
 
-    def new_attempt(self, attempt: int) -> None:
+    def new_attempt(self, attempt: int, now: float = 0.0) -> None:
         """Forgets the previous attempt's progress (step times are kept: same model, same machine)."""
-        self.attempt, self.armed, self.steps = attempt, False, {}
+        self.attempt, self.armed, self.steps, self.started_at = attempt, False, {}, now
 
     def deadline(self) -> float:
         return hang_deadline(self.step_seconds, k=self.k, floor=self.floor)
@@ -59,3 +69,14 @@ class Progress:
     def hung(self, now: float, *, done: bool) -> bool:
         """True when armed, not finished, and nothing advanced for longer than the deadline."""
         return self.armed and not done and now - self.last_change > self.deadline()
+
+    def stuck_starting(self, now: float, *, done: bool) -> bool:
+        """True when no rank reached fit start within `startup` seconds of the attempt's first beat."""
+        return self.attempt >= 0 and not self.armed and not done and now - self.started_at > self.startup
+
+
+def stuck_phase(phases: list[str]) -> str:
+    """The earliest start-up phase any rank is still in (`start`: health checks; `healthy`: before fit)."""
+    order = list(STARTUP_PHASES)
+    known = [p for p in phases if p in order]
+    return min(known, key=order.index) if known else (phases[0] if phases else "start")

@@ -5,23 +5,52 @@ writes `<run_dir>/wandb/offline-run-*` for a later `wandb sync`, so it works wit
 The W&B run name is the run's `run_name` and the resolved config is its `config`. Everything W&B records is
 redacted first (`streaming.storage.redact`): the config, the tags and group, and the command line W&B copies
 from `sys.argv` into the run's metadata (swapped for a redacted copy only while `wandb.init` reads it).
+
+Under the supervised launcher (`python -m foundry.launch`, which writes `<run_dir>/events.jsonl`) the launcher's
+events reach the same W&B run without a second writer: W&B allows one process per run, and the one that
+writes it during training is this logger on rank 0. At start and at every log step it rereads the events file
+when its size changed and puts the whole list into the run summary (`launch/events`, idempotent, so a restarted
+rank 0 that resumes the run rewrites rather than duplicates it) and cumulative counters into the history row of
+that step (`launch/failures`, `launch/restarts`, `launch/time_lost_s`, ...; history rows cannot go back in
+step, so counters, not one row per event). The logger also leaves `<run_dir>/wandb/launch-run.json` (run id,
+project, entity, mode): after torchrun has exited, the launcher resumes that run once, only to add its final
+`summary` event and the complete event list (`publish_launch_summary`).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from foundry.launch.events import EVENTS_FILE, read_events
 from foundry.loggers.base import WandbConfig
 from streaming.storage.redact import redact_text, redact_value
 
 if TYPE_CHECKING:
     from wandb import Run
 
-__all__ = ["WandbLogger"]
+__all__ = ["LAUNCH_RUN_FILE", "WandbLogger", "launch_counters", "publish_launch_summary"]
+
+LAUNCH_RUN_FILE = "launch-run.json"
+"""In `<run_dir>/wandb/`: the W&B run the launcher resumes for its summary."""
+_COUNTED = {"failure": "failures", "restart": "restarts", "preempted": "preemptions", "fatal": "fatal"}
+
+
+def launch_counters(events: list[dict[str, Any]]) -> dict[str, float]:
+    """Cumulative `launch/*` numbers of a run's events (all launches of the run directory)."""
+    out: dict[str, float] = {f"launch/{name}": 0.0 for name in _COUNTED.values()}
+    out["launch/time_lost_s"] = 0.0
+    for e in events:
+        if e.get("event") in _COUNTED:
+            out[f"launch/{_COUNTED[e['event']]}"] += 1
+        if e.get("event") == "resumed":
+            out["launch/time_lost_s"] += float(e.get("time_lost_s") or 0.0)
+            out["launch/resumed_step"] = float(e.get("resumed_step") or 0)
+    return out
 
 
 class WandbLogger:
@@ -58,6 +87,28 @@ class WandbLogger:
                 id=run_id,
                 resume="allow" if run_id else None,
             )
+        self._events_path = Path(run_dir) / EVENTS_FILE
+        self._events_size = -1
+        self._counters: dict[str, float] = {}
+        self._unlogged: dict[str, float] = {}
+        if self.run is not None and self._events_path.exists():  # under the launcher
+            _write_launch_run(Path(run_dir), self.run)
+            self._sync_events()
+
+    def _sync_events(self) -> None:
+        """When events.jsonl grew: the event list into the run summary, changed counters into `_unlogged`."""
+        try:
+            size = self._events_path.stat().st_size
+        except OSError:
+            return
+        if size == self._events_size or self.run is None:
+            return
+        self._events_size = size
+        events = read_events(self._events_path.parent)
+        counters = launch_counters(events)
+        self.run.summary.update({"launch/events": events, **counters})
+        self._unlogged.update({k: v for k, v in counters.items() if self._counters.get(k) != v})
+        self._counters = counters
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
         """Stores the resolved config (and derived quantities), credentials masked, as the run config."""
@@ -67,13 +118,50 @@ class WandbLogger:
     def log_metrics(self, metrics: dict[str, float], *, step: int) -> None:
         """`wandb.log(metrics, step=step)`."""
         assert self.run is not None, "the W&B run is closed"
-        self.run.log(dict(metrics), step=step)
+        self._sync_events()
+        self.run.log({**metrics, **self._unlogged}, step=step)
+        self._unlogged = {}
 
     def close(self) -> None:
         """Finishes the run."""
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def _write_launch_run(run_dir: Path, run: Run) -> None:
+    folder = run_dir / "wandb"
+    folder.mkdir(parents=True, exist_ok=True)
+    mode = "disabled" if run.disabled else "offline" if run.offline else "online"
+    record = {"id": run.id, "project": run.project, "entity": run.entity, "mode": mode, "name": run.name}
+    (folder / LAUNCH_RUN_FILE).write_text(json.dumps(record))
+
+
+def publish_launch_summary(run_dir: str | Path) -> str | None:
+    """Resumes the run's W&B run (if its training logged to W&B) to add the launcher's events; its id or None.
+
+    Called by the launcher after torchrun exited, so it is the run's only writer. Needs `wandb` only when
+    `<run_dir>/wandb/launch-run.json` exists.
+    """
+    path = Path(run_dir) / "wandb" / LAUNCH_RUN_FILE
+    if not path.exists():
+        return None
+    info = json.loads(path.read_text())
+    if info.get("mode") == "disabled":
+        return None
+    import wandb  # optional dependency, present when the training run wrote launch-run.json
+
+    events = read_events(run_dir)
+    summary: dict[str, Any] = next((e for e in reversed(events) if e.get("event") == "summary"), {})
+    run = wandb.init(
+        project=info["project"], entity=info.get("entity"), id=info["id"], name=info.get("name"),
+        dir=str(run_dir), mode=info["mode"], resume="allow", reinit="finish_previous",
+    )  # fmt: skip
+    try:
+        run.summary.update({"launch/events": events, "launch/summary": summary, **launch_counters(events)})
+    finally:
+        run.finish()
+    return str(info["id"])
 
 
 @contextmanager

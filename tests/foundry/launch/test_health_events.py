@@ -13,6 +13,7 @@ from foundry.callbacks.heartbeat import HEARTBEAT_ENV, read_beats
 from foundry.launch import append_event, read_events
 from foundry.launch.cli import run_name_of, split_command
 from foundry.launch.health import HealthError, check_all_reduce, check_devices, check_disk, check_store
+from foundry.launch.worker import exit_note_for, read_exit_notes, write_exit_note
 
 
 def test_events_append_and_read(tmp_path):
@@ -85,3 +86,17 @@ def test_command_line_split_and_run_name(monkeypatch):
     monkeypatch.delenv("RUN_NAME", raising=False)
     name, overrides = run_name_of(["a=1"])
     assert name.startswith("launch-") and overrides == ["a=1", f"run_name={name}"]
+
+
+def test_exit_notes_only_for_exits_a_restart_cannot_fix(tmp_path):
+    assert exit_note_for(1, rank=0, attempt=0, step=5) is None, "a crash: torchrun restarts"
+    assert exit_note_for(0, rank=0, attempt=0, step=5) is None
+    kinds = {code: exit_note_for(code, rank=1, attempt=2, step=5) for code in (2, 3, 75)}
+    assert {c: (n.kind, n.cause) for c, n in kinds.items() if n} == {
+        2: ("fatal", "config"),
+        3: ("fatal", "health"),
+        75: ("preempted", "preempted"),
+    }
+    write_exit_note(tmp_path, kinds[75])  # type: ignore[arg-type]
+    assert read_exit_notes(tmp_path) == {1: kinds[75]}
+    assert read_beats(tmp_path) == {}, "notes are not beats"

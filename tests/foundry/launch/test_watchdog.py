@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from foundry.callbacks.heartbeat import Beat
 from foundry.launch import Progress, hang_deadline
+from foundry.launch.watchdog import stuck_phase
 
 
 def _beat(rank: int, step: int, *, phase: str = "step", attempt: int = 0, seconds: float = 0.1) -> Beat:
@@ -65,3 +66,28 @@ def test_new_attempt_ignores_old_beats_and_disarms():
     p.new_attempt(1)
     p.observe({0: _beat(0, 7)}, now=1.0)  # still attempt 0's beat
     assert not p.armed and not p.hung(100.0, done=False)
+
+
+def test_startup_deadline_from_the_attempts_first_beat():
+    p = Progress(k=10, floor=5, startup=30)
+    assert not p.stuck_starting(1e9, done=False), "no attempt seen yet"
+    p.new_attempt(0, now=100.0)
+    p.observe({0: _beat(0, 0, phase="healthy")}, now=101.0)
+    assert not p.stuck_starting(130.0, done=False)
+    assert p.stuck_starting(130.1, done=False)
+    assert not p.stuck_starting(130.1, done=True)
+    p.observe({0: _beat(0, 0, phase="fit")}, now=131.0)
+    assert not p.stuck_starting(1000.0, done=False), "fit start hands over to the hang deadline"
+    p.new_attempt(1, now=2000.0)
+    assert not p.stuck_starting(2029.0, done=False) and p.stuck_starting(2031.0, done=False)
+
+
+@given(st.lists(st.sampled_from(["start", "healthy", "fit", "step"]), min_size=1))
+def test_stuck_phase_is_the_earliest_start_up_phase(phases):
+    got = stuck_phase(phases)
+    if "start" in phases:
+        assert got == "start"
+    elif "healthy" in phases:
+        assert got == "healthy"
+    else:
+        assert got == phases[0]
