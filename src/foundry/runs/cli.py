@@ -47,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--store", help="continue from this checkpoint folder/URL (after foundry.sync)")
     res.add_argument("--nproc", type=int, help="ranks per node for the continued run")
     rep = sub.add_parser("report", help="one self-contained HTML file for a run or a sweep")
-    rep.add_argument("run", metavar="RUN|SWEEP")
+    rep.add_argument(
+        "run", metavar="RUN|SWEEP", nargs="+", help="a run, a folder of runs (a sweep), or several"
+    )
     rep.add_argument("-o", "--out", help="output file (default <run>/report.html, or ./report-<name>.html)")
     return p
 
@@ -103,11 +105,19 @@ def _logs(root: RunRoot, rel: str, *, follow: bool) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    root, rel = resolve_run(args.run, root=args.root)
-    runs = [r for r in root.runs() if rel == "." or r == rel or r.startswith(rel + "/")]
-    if not runs:
-        raise FileNotFoundError(f"{args.run}: no run directories there")
-    name = Path(rel if rel != "." else root.root.rstrip("/")).name or "runs"
+    """One page for every run under the RUN|SWEEP arguments (several arguments must share one root)."""
+    picked = [resolve_run(a, root=args.root) for a in args.run]
+    root = picked[0][0]
+    if any(r.root != root.root for r, _ in picked):
+        raise ValueError("report: give runs under one root (names under --root, or folders of one parent)")
+    runs: list[str] = []
+    for arg, (_, rel) in zip(args.run, picked, strict=True):
+        found = [r for r in root.runs() if rel == "." or r == rel or r.startswith(rel + "/")]
+        if not found:
+            raise FileNotFoundError(f"{arg}: no run directories there")
+        runs += [r for r in found if r not in runs]
+    rels = [rel for _, rel in picked]
+    name = "+".join(Path(rel if rel != "." else root.root.rstrip("/")).name or "runs" for rel in rels)
     if args.out:
         out = Path(args.out)
     elif len(runs) == 1 and not root.remote:

@@ -98,7 +98,8 @@ def line_chart(chart: Chart) -> str:
 
 
 _EVENT_COLORS = {"start": "#1f77b4", "failure": "#d62728", "restart": "#ff7f0e", "resumed": "#2ca02c",
-                 "summary": "#555555", "stop": "#9467bd", "health": "#bbbbbb", "stacks": "#8c564b"}  # fmt: skip
+                 "summary": "#555555", "stop": "#9467bd", "preempted": "#e377c2", "health": "#bbbbbb",
+                 "stacks": "#8c564b"}  # fmt: skip
 
 
 def timeline(events: list[dict[str, object]], *, run: str) -> str:
@@ -117,6 +118,18 @@ def timeline(events: list[dict[str, object]], *, run: str) -> str:
         f'<text x="{_L}" y="60" font-size="11">0 s</text>',
         f'<text x="{_L + w}" y="60" font-size="11" text-anchor="end">{span:.1f} s</text>',
     ]
+    failed_at = None
+    for e in timed:  # downtime bands: a failure until the restarted attempt's first step (`resumed`)
+        if e.get("event") == "failure" and failed_at is None:
+            failed_at = float(e["time"])  # type: ignore[arg-type]
+        elif e.get("event") == "resumed" and failed_at is not None:
+            x0, x1 = (_L + (t - t0) / span * w for t in (failed_at, float(e["time"])))  # type: ignore[arg-type]
+            lost = float(e.get("time_lost_s", 0.0))  # type: ignore[arg-type]
+            parts.append(
+                f'<rect class="downtime" x="{x0:.2f}" y="18" width="{max(x1 - x0, 1):.2f}" height="24" '
+                f'fill="#d62728" fill-opacity="0.15"><title>time lost {lost:.1f} s</title></rect>'
+            )
+            failed_at = None
     for e in timed:
         kind = str(e.get("event"))
         x = _L + (float(e["time"]) - t0) / span * w  # type: ignore[arg-type]

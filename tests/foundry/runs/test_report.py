@@ -33,6 +33,15 @@ def test_report_of_a_sweep_is_self_contained_and_matches_metrics(
     assert blob["params"] == ["optimizer.lr"]
     assert "job 0" in html and "job 1" in html and "core_average" in html and "icl/piqa/acc" in html
     assert html.count('class="event"') == 5  # job 1's timeline: start, failure, restart, resumed, summary
+    assert html.count('class="downtime"') == 1 and "time lost 9.5 s" in html  # failure -> resumed
+
+
+def test_report_of_several_runs(sweep_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "two.html"
+    root = str(sweep_dir)
+    assert main(["--root", root, "report", "0_optimizer.lr=0.01", "1_optimizer.lr=0.03", "-o", str(out)]) == 0
+    assert check_against_metrics(out.read_text(), {p.name: p for p in sweep_dir.iterdir()}) == 2 * 123 - 1
+    assert main(["--root", root, "report", "0_optimizer.lr=0.01", str(tmp_path), "-o", str(out)]) == 2
 
 
 def test_single_run_report_goes_into_the_run_dir(sweep_dir: Path) -> None:
