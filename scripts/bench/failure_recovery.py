@@ -198,11 +198,17 @@ def repeated_crashes(work: Path, args: argparse.Namespace, n: int = 3) -> dict[s
         os.kill(beat["pid"], signal.SIGKILL)
         _wait_event(run, "resumed", attempt=i + 1)
     rc = finish(run)
-    resumed = [e for e in run.events() if e["event"] == "resumed"]
+    events = run.events()
+    resumed = [e for e in events if e["event"] == "resumed"]
     times = [e["restart_to_first_step_s"] for e in resumed]
+    failed = {e["attempt"] + 1: e["time"] for e in events if e["event"] == "failure"}
+    started = {e["attempt"]: e["time"] for e in events if e["event"] == "restart"}
     return {
         "bench": "failure_recovery", "case": f"{n}_crashes_one_run", "ranks": 2,
         "restart_to_first_step_s": times, "resumed_steps": [e["resumed_step"] for e in resumed],
+        "failure_to_ranks_started_s": [round(started[a] - failed[a], 3) for a in sorted(started) if a in failed],
+        "ranks_started_to_first_step_s": [round(e["time"] - started[e["attempt"]], 3) for e in resumed
+                                          if e["attempt"] in started],
         "grows": len(times) == n and times[-1] > 1.5 * times[0], "launcher_exit": rc,
     }  # fmt: skip
 
@@ -225,6 +231,9 @@ def main() -> None:
     p.add_argument("--every", type=int, default=10, help="checkpoint interval (steps)")
     p.add_argument("--at", type=int, default=15, help="inject at this step (3 crashes: at, 2 at, 3 at)")
     p.add_argument("--hang-floor", type=float, default=4.0)
+    p.add_argument(
+        "--crashes", type=int, default=3, help="successive crashes in the last case (--steps > that x --at)"
+    )
     p.add_argument("--keep", action="store_true", help="keep the work folder (logs, events) and print it")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="failure-recovery-"))
@@ -237,7 +246,7 @@ def main() -> None:
                 elif case == "preemption":
                     out = preemption_case(work, args)
                 else:
-                    out = repeated_crashes(work, args)
+                    out = repeated_crashes(work, args, n=args.crashes)
             except RuntimeError as e:  # a case that did not recover is a finding, not a crash of the bench
                 out = {"bench": "failure_recovery", "case": case, "error": str(e)}
             print(json.dumps({**out, **info}), flush=True)
