@@ -27,7 +27,7 @@ from streaming.format.index import ShardInfo
 __all__ = ["GrowingFile", "early_sample_bytes"]
 
 _U32 = struct.Struct("<I")
-_MAX_POLL_S = 0.002
+_MAX_POLL_S = 0.001
 
 
 class GrowingFile:

@@ -23,7 +23,7 @@ import numpy as np
 
 from streaming.cache import CachedShard, ShardCache
 from streaming.format.index import ShardInfo
-from streaming.format.mds import MDSSchema
+from streaming.format.mds import MDSSchema, ShardFormatError
 from streaming.format.reader import ShardReader, check_shard_safe, open_shard
 from streaming.growing_shard import GrowingFile, early_sample_bytes
 from streaming.stream import Stream
@@ -239,7 +239,10 @@ class ShardAccess:
         raw = early_sample_bytes(growing, info, sample_id - start, fut)
         if raw is None:
             return None
-        return MDSSchema.from_config(info.config).decoder()(memoryview(raw))
+        try:
+            return MDSSchema.from_config(info.config).decoder()(memoryview(raw))
+        except ShardFormatError:
+            return None  # the reader of the prepared file raises it, naming the file and sample
 
     def _pool(self) -> ThreadPoolExecutor | None:
         """A thread pool preparing shards ahead of use: for remote streams (downloads) and compressed shards
