@@ -76,7 +76,7 @@ class RunRoot:
         found = set()
         for name in self.names():
             folder, _, base = name.rpartition("/")
-            if base in RUN_MARKERS:
+            if base in RUN_MARKERS and not _PRUNE.intersection(folder.split("/")):  # not inside checkpoints/
                 found.add(folder or ".")
         return sorted(found)
 

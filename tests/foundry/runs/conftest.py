@@ -39,6 +39,7 @@ def write_run(folder: Path, *, lr: float, nan_at: int | None = None, events: boo
     ck = folder / "checkpoints" / f"ep0-ba{STEPS}"
     ck.mkdir(parents=True)
     (ck / "model.pt").write_bytes(b"x" * 1000)
+    (ck / "run.json").write_text("{}")  # a file named like a run marker inside checkpoints/: not a run
     (ck / "manifest.json").write_text(json.dumps({"step": STEPS, "files": {"model.pt": {"bytes": 1000}}}))
     icl = folder / "icl" / f"step_{STEPS}"
     icl.mkdir(parents=True)
