@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +14,8 @@ import pytest
 
 from foundry.launch import append_event
 from foundry.loggers import WandbConfig
+from tests.foundry.checkpoint.runs import REPO, TINY, env_for
+from tests.foundry.launch.test_launch_e2e import RUN, STEPS, _finish, _wait_for_step
 from tests.foundry.loggers.test_stream_logs import _wandb_records
 
 pytestmark = pytest.mark.slow  # W&B offline runs take several seconds each to start and finish
@@ -87,3 +93,30 @@ def test_no_wandb_summary_without_a_wandb_run(tmp_path):
 
     append_event(tmp_path, "summary", ok=True)
     assert publish_launch_summary(tmp_path) is None
+
+
+def test_launcher_events_reach_the_training_runs_wandb_run(tmp_path):
+    """kill -9 a rank of a `logger=wandb` run under the launcher: the restarted rank 0 logs the failure and the
+    restart into the same (offline) W&B run, and the launcher adds its summary to it at the end."""
+    pytest.importorskip("wandb")
+    cmd = [
+        sys.executable, "-m", "foundry.launch", "--standalone", "--nproc-per-node=2", "--",
+        str(REPO / "train.py"), *TINY, *RUN, "logger=wandb", "run_name=wb",
+    ]  # fmt: skip
+    env = env_for(tmp_path / "cache", OMP_NUM_THREADS="1", WANDB_SILENT="true")  # WANDB_MODE=offline
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    run_dir = tmp_path / "outputs" / "wb"
+    os.kill(_wait_for_step(run_dir, 1, 10, proc), signal.SIGKILL)
+    _finish(proc)
+    records = wandb_records(run_dir, runs=2)  # attempt 1's rank 0 and the launcher (attempt 0's was killed)
+    ids = {r.run.run_id for r in records if r.WhichOneof("record_type") == "run"}
+    assert len(ids) == 1, "one W&B run: the restart resumes it, the launcher too"
+    rows = [r for r in history(records) if "launch/restarts" in r]
+    assert rows and rows[-1]["launch/failures"] == 1 and rows[-1]["launch/restarts"] == 1, rows
+    assert any(r.get("launch/time_lost_s", 0) > 0 for r in history(records)), "the resumed event's time lost"
+    got = summary(records)
+    assert got["launch/summary"]["ok"] is True and got["launch/summary"]["final_step"] == STEPS
+    kinds = [e["event"] for e in got["launch/events"]]
+    assert kinds.count("failure") == 1 and kinds.count("restart") == 1 and kinds[-1] == "summary", kinds
