@@ -185,6 +185,7 @@ class NodeRunner:
         """The launcher stopped for a requeue: submitit's own handler requeues (task 0) when signalled."""
         if not callable(signal.getsignal(self.stop_signal)):
             return  # not inside a submitit task (no handler): reported as a failure with exit code 75
+        print(f"foundry slurm: launcher exited {REQUEUE_EXIT_CODE}; asking submitit to requeue", flush=True)
         os.kill(os.getpid(), self.stop_signal)  # task 0's handler exits this process (requeue)
         time.sleep(1.0 if global_rank == 0 else self.node.stop_grace_s)  # others wait for the requeue
 

@@ -56,13 +56,38 @@ def _controller(submitter: psutil.Process, timeout: float = 120.0) -> psutil.Pro
     raise AssertionError("no submitit local controller started")
 
 
-def test_preempted_job_is_requeued_and_finishes_exactly(tmp_path):
-    cache = tmp_path / "cache"
+def _rank0(submitter: psutil.Process, timeout: float = 120.0) -> psutil.Process:
+    """The training rank (torchrun's worker with RANK=0) under the submitit task."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in submitter.children(recursive=True):
+            try:
+                if child.environ().get("RANK") == "0" and "foundry.launch.worker" in child.cmdline():
+                    return child
+            except psutil.Error:
+                continue
+        time.sleep(0.05)
+    raise AssertionError("no rank 0 started")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("foundry-cache")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache):
+    """An uninterrupted 1-rank torchrun run."""
+    cwd = tmp_path_factory.mktemp("ref")
+    train([*RUN, "run_name=ref"], cwd, env_for(cache, OMP_NUM_THREADS="1"), torchrun=1)
+    return cwd / "outputs" / "ref"
+
+
+@pytest.mark.parametrize("target", ["job", "rank"])
+def test_preempted_job_is_requeued_and_finishes_exactly(tmp_path, cache, reference, target):
+    """`job`: SIGTERM to the job (Slurm's preemption); `rank`: to the training rank alone, so only the
+    launcher's exit code 75 tells the task to requeue."""
     env = env_for(cache, OMP_NUM_THREADS="1")
-    ref_cwd = tmp_path / "ref"
-    ref_cwd.mkdir()
-    train([*RUN, "run_name=ref"], ref_cwd, env, torchrun=1)
-    reference = ref_cwd / "outputs" / "ref"
 
     cmd = [
         sys.executable,
@@ -79,22 +104,28 @@ def test_preempted_job_is_requeued_and_finishes_exactly(tmp_path):
         cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     try:
-        controller = _controller(psutil.Process(proc.pid))
+        submitter = psutil.Process(proc.pid)
+        victim = _controller(submitter) if target == "job" else _rank0(submitter)
         while proc.poll() is None and last_step(run_dir / "metrics.jsonl") < 6:
             time.sleep(0.01)
         assert proc.poll() is None, "the job finished before the signal: raise max_duration"
-        controller.send_signal(signal.SIGTERM)  # Slurm's preemption signal
+        victim.send_signal(signal.SIGTERM)
         proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
-    submitter_log = (tmp_path / "submitter.log").read_text()
-    assert proc.returncode == 0, submitter_log[-5000:]
+    logs = [(tmp_path / "submitter.log").read_text()]
+    logs += [p.read_text()[-6000:] for p in (tmp_path / "outputs" / "multirun").glob("*/.submitit/*/*_log.*")]
+    assert proc.returncode == 0, "\n".join(logs)[-12000:]
 
     (task_log,) = (tmp_path / "outputs" / "multirun" / "job" / ".submitit").glob("*/*_0_log.out")
     text = task_log.read_text()
     assert "this job is preempted" in text and "Requeued job" in text, text[-5000:]
-    assert text.count("foundry slurm: ") >= 3, "two launcher starts and one requeue line"
+    assert text.count("foundry slurm: /") == 2, "two launcher starts"
+    if target == "job":  # the task's handler waited for the launcher's checkpoint
+        assert "foundry slurm: launcher stopped after SIGTERM; requeueing" in text
+    else:  # the launcher's exit code asked for the requeue
+        assert "foundry slurm: launcher exited 75; asking submitit to requeue" in text
     assert "autoresume: loaded" in text, text[-5000:]
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     starts = [e for e in events if e["event"] == "start"]
