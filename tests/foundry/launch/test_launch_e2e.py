@@ -168,3 +168,22 @@ def test_sigterm_to_the_launcher_checkpoints_exits_75_and_the_rerun_continues_ex
     assert [e["event"] for e in rerun if e["event"] in ("failure", "restart", "fatal")] == []
     assert rerun[-1]["ok"] and rerun[-1]["final_step"] == STEPS
     _check_same_run(run_dir, reference)
+
+
+def test_sigterm_to_torchrun_and_one_rank_as_slurm_does_checkpoints_and_exits_75(tmp_path, cache):
+    """Slurm signals every process of the step: torchrun ignores it (it would tear the ranks down), the rank
+    that got it stops every rank at the same step after the checkpoint, and the launcher exits 75."""
+    proc = _launch(tmp_path, cache, "slurm")
+    run_dir = tmp_path / "outputs" / "slurm"
+    rank1 = _wait_for_step(run_dir, 1, 10, proc)
+    torchrun = int(Path(f"/proc/{rank1}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the rank's parent
+    os.kill(torchrun, signal.SIGTERM)
+    os.kill(rank1, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 75, out[-6000:]
+    events = read_events(run_dir)
+    kinds = [e["event"] for e in events]
+    assert "failure" not in kinds and "restart" not in kinds, kinds
+    (preempted,) = [e for e in events if e["event"] == "preempted"]
+    assert (preempted["by"], preempted["checkpoint"]) == ("ranks", True), preempted
+    assert (run_dir / "checkpoints" / f"ep0-ba{preempted['step']}").is_dir()
