@@ -12,7 +12,8 @@ run's `events.jsonl` (and, for the rerun after a preemption, from the heartbeats
 Per case: work lost since the last checkpoint (`work_lost_steps`, and `work_lost_s` = those steps x the
 median step time: the steps redone after the resume), `detection_s` (injection -> the launcher's `failure`
 or `preempted` event), `restart_to_first_step_s` (that event -> the first step after the resumed step) and
-`total_lost_s` (the sum). A last line runs 3 successive crashes in one run: restart-to-first-step per
+`total_lost_s` (the sum); `survivor_stopped_s`: injection -> rank 0 (not injected) gone, i.e. how
+long torchrun takes to stop the rest of the group. A last line runs 3 successive crashes in one run: restart-to-first-step per
 restart must not grow with the number of restarts (`grows`: the last over 1.5x the first).
 
     python scripts/bench/failure_recovery.py              # ~6-10 min on 2 CPU cores
@@ -138,8 +139,10 @@ def restart_case(case: str, work: Path, args: argparse.Namespace) -> dict[str, A
     options = [f"--hang-floor={args.hang_floor}", "--hang-k=5"] if case == "hang" else []
     run = launch(work, case, args, *options)
     beat = wait_step(run, 1, args.at)
+    survivor = _beat(run, 0).get("pid")
     injected = time.time()
     os.kill(beat["pid"], signal.SIGKILL if case == "crash" else signal.SIGSTOP)
+    group_stopped = _gone(survivor, run) - injected if survivor else None
     rc = finish(run)
     events = run.events()
     failure = _only(events, "failure", attempt=0)
@@ -148,7 +151,23 @@ def restart_case(case: str, work: Path, args: argparse.Namespace) -> dict[str, A
         case, run, injected_at=injected, detected=failure["time"], first_step=resumed["time"],
         steps_lost=resumed["steps_lost"], resumed_step=resumed["resumed_step"], injected_at_step=beat["step"],
         cause=failure["cause"], launcher_exit=rc, checkpoint_every=args.every,
+        survivor_stopped_s=None if group_stopped is None else round(group_stopped, 3),
     )  # fmt: skip
+
+
+def _gone(pid: int, run: Run, timeout: float = 300) -> float:
+    """When process `pid` (rank 0, which nothing killed) is gone: torchrun stopped the rest of the group."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and run.proc.poll() is None:
+        try:
+            os.kill(pid, 0)
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.01)
+    return time.time()
 
 
 def preemption_case(work: Path, args: argparse.Namespace) -> dict[str, Any]:
