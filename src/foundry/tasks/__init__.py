@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from foundry.config import TrainConfig, to_train_config
 from foundry.hydra_callbacks import redacted_yaml
+from foundry.loggers import attach_final_metrics
 from foundry.parallel.dist import process_world
 from foundry.storage_config import apply_storage
 from foundry.tasks.evaluate import eval_task
@@ -67,6 +68,8 @@ def run_task(cfg: DictConfig) -> float | None:
     metrics = TASK_RUNNERS[train_cfg.task](train_cfg, run_dir)
     if main:
         write_text_atomic(run_dir / "final_metrics.json", json.dumps(metrics, indent=2))
+        if train_cfg.task != "eval":  # the training run's closed loggers may take the file too (MLflow)
+            attach_final_metrics(train_cfg.logger, run_dir)
     for key in OBJECTIVES:
         if key in metrics and math.isfinite(metrics[key]):
             return float(metrics[key])
