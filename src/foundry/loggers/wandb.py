@@ -153,14 +153,22 @@ def publish_launch_summary(run_dir: str | Path) -> str | None:
 
     events = read_events(run_dir)
     summary: dict[str, Any] = next((e for e in reversed(events) if e.get("event") == "summary"), {})
-    run = wandb.init(
-        project=info["project"], entity=info.get("entity"), id=info["id"], name=info.get("name"),
-        dir=str(run_dir), mode=info["mode"], resume="allow", reinit="finish_previous",
-    )  # fmt: skip
     try:
-        run.summary.update({"launch/events": events, "launch/summary": summary, **launch_counters(events)})
-    finally:
-        run.finish()
+        run = wandb.init(
+            project=info["project"], entity=info.get("entity"), id=info["id"], name=info.get("name"),
+            dir=str(run_dir), mode=info["mode"], resume="allow", reinit="finish_previous",
+        )  # fmt: skip
+        try:
+            run.summary.update(
+                {"launch/events": events, "launch/summary": summary, **launch_counters(events)}
+            )
+        finally:
+            run.finish()
+    except Exception as e:  # noqa: BLE001 - W&B unreachable: the run's outcome and exit code stand
+        print(
+            f"[foundry.launch] W&B run {info['id']}: could not add the launch summary: {e}", file=sys.stderr
+        )
+        return None
     return str(info["id"])
 
 

@@ -120,3 +120,15 @@ def test_launcher_events_reach_the_training_runs_wandb_run(tmp_path):
     assert got["launch/summary"]["ok"] is True and got["launch/summary"]["final_step"] == STEPS
     kinds = [e["event"] for e in got["launch/events"]]
     assert kinds.count("failure") == 1 and kinds.count("restart") == 1 and kinds[-1] == "summary", kinds
+
+
+def test_a_wandb_failure_at_the_end_leaves_the_launch_alone(tmp_path, capsys):
+    pytest.importorskip("wandb")
+    from foundry.loggers.wandb import LAUNCH_RUN_FILE, publish_launch_summary
+
+    (tmp_path / "wandb").mkdir()
+    record = {"id": "abc123", "project": "test", "entity": None, "mode": "no-such-mode", "name": "x"}
+    (tmp_path / "wandb" / LAUNCH_RUN_FILE).write_text(json.dumps(record))
+    append_event(tmp_path, "summary", ok=True)
+    assert publish_launch_summary(tmp_path) is None
+    assert "could not add the launch summary" in capsys.readouterr().err
