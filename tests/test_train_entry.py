@@ -51,10 +51,14 @@ def test_quickstart_with_no_overrides_trains_and_the_loss_falls(tmp_path):
 
 @pytest.mark.slow
 def test_multirun_runs_each_job_in_its_own_dir_and_prints_a_summary(tmp_path):
-    proc = _train(["-m", "experiment=smoke-cpu", "optimizer.lr=1e-3,3e-4", "run_name=grid", *TINY], tmp_path)
+    args = ["-m", "experiment=smoke-cpu", "optimizer.lr=1e-3,3e-4", "run_name=grid", "checkpoint=local", *TINY]
+    proc = _train(args, tmp_path)
     sweep = tmp_path / "outputs" / "multirun" / "grid"
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert len(jobs) == 2 and all((j / "final_metrics.json").is_file() for j in jobs)
+    for job in jobs:  # each job checkpoints into its own folder (a shared one made job 1 resume job 0's end)
+        assert any((job / "checkpoints").iterdir()), job
+        assert any("train/loss" in r for r in _metrics(job)), job
     assert "multirun summary (2 jobs, 0 failed)" in proc.stdout
     (summary,) = sweep.glob("summary-*.md")  # one file per sweep: sweeps sharing a run_name keep theirs
     table = summary.read_text()
