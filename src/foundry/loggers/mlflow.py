@@ -14,10 +14,14 @@ are process-wide state. The same contract as the W&B logger:
   changed is recorded as the tag `resumed.<key>`;
 - metrics by optimizer step, one `log_batch` request per call (names MLflow rejects get their bad characters
   replaced: `metric_key`);
-- at close: `run.json`, `config.yaml` and `icl_results.md` of the run directory as artifacts and the run's
-  status (FINISHED; FAILED on an exception; KILLED on an interrupt or preemption). `final_metrics.json` is
-  written by the task after the loggers close, so `attach_final_metrics` uploads it then, to the run
-  `<run_dir>/mlflow_run.json` names.
+- under the supervised launcher, its events (`events.jsonl`): changed `launch/*` counters with the metrics of
+  the step they are seen at (`LaunchEvents`), the file itself as an artifact at close, and once more after
+  torchrun exited, with the launcher's final `summary` event (`publish_launch_events`);
+- at close: `run.json`, `config.yaml`, `icl_results.md` and `events.jsonl` of the run directory as artifacts
+  and the run's status (FINISHED; FAILED on an exception; KILLED on an interrupt or preemption).
+  `final_metrics.json` is written by the task after the loggers close, so `attach_final_metrics` uploads it
+  then, to the run `<run_dir>/mlflow_run.json` names (it records the tracking URI only when it holds no
+  secret; otherwise a later process takes it from `MLFLOW_TRACKING_URI`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from foundry.launch.events import EVENTS_FILE
 from foundry.loggers.base import MLflowConfig
+from foundry.loggers.launch_events import LaunchEvents
+from foundry.loggers.wandb import launch_counters
 from streaming.storage.redact import redact_text, redact_url, redact_value
 
 if TYPE_CHECKING:
@@ -43,13 +50,14 @@ __all__ = [
     "attach_final_metrics",
     "flatten_params",
     "metric_key",
+    "publish_launch_events",
     "resolve_tracking_uri",
     "run_label",
 ]
 
 RUN_FILE = "mlflow_run.json"
 """Written to the run directory: which MLflow run this training run logs to (for `attach_final_metrics`)."""
-ARTIFACTS = ("run.json", "config.yaml", "icl_results.md")
+ARTIFACTS = ("run.json", "config.yaml", "icl_results.md", EVENTS_FILE)
 """Run-directory files uploaded at close when they exist (`final_metrics.json` comes after the close)."""
 MAX_KEY = 250
 MAX_VALUE = 6000
@@ -137,11 +145,10 @@ class MLflowLogger:
             }
             self.run_id = self.client.create_run(self.experiment_id, run_name=label, tags=tags).info.run_id
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        record = {"run_id": self.run_id, "experiment_id": self.experiment_id}
-        (self.run_dir / RUN_FILE).write_text(
-            json.dumps({**record, "tracking_uri": redact_url(self.tracking_uri)})
-        )
+        _write_run_record(self.run_dir, self.run_id, self.experiment_id, self.tracking_uri)
         self._closed = False
+        self._events = LaunchEvents(self.run_dir)
+        self._unlogged = self._events.changed_counters()
 
     def _experiment(self, name: str) -> str:
         """The id of experiment `name`, created if absent (a concurrent creator wins the race harmlessly)."""
@@ -188,6 +195,8 @@ class MLflowLogger:
         from mlflow.entities import Metric  # optional dependency (see `_client`)
 
         now = int(time.time() * 1000)
+        metrics = {**metrics, **self._unlogged, **self._events.changed_counters()}
+        self._unlogged = {}
         rows = [Metric(metric_key(k), float(v), now, step) for k, v in metrics.items()]
         for i in range(0, len(rows), METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=rows[i : i + METRICS_PER_BATCH])
@@ -210,6 +219,14 @@ class MLflowLogger:
         self.client.set_terminated(self.run_id, status=status)
 
 
+def _write_run_record(run_dir: Path, run_id: str, experiment_id: str, tracking_uri: str) -> None:
+    """`<run_dir>/mlflow_run.json`; the tracking URI is kept only when it has no secret to mask."""
+    record: dict[str, Any] = {"run_id": run_id, "experiment_id": experiment_id}
+    record["tracking_uri"] = redact_url(tracking_uri)
+    record["reusable_uri"] = record["tracking_uri"] == tracking_uri
+    (run_dir / RUN_FILE).write_text(json.dumps(record))
+
+
 def attach_final_metrics(cfg: MLflowConfig, run_dir: str | Path) -> None:
     """Uploads `<run_dir>/final_metrics.json` to the MLflow run `<run_dir>/mlflow_run.json` names (if both exist)."""
     run_dir = Path(run_dir)
@@ -218,6 +235,47 @@ def attach_final_metrics(cfg: MLflowConfig, run_dir: str | Path) -> None:
         return
     run_id = json.loads(record.read_text())["run_id"]
     _client(resolve_tracking_uri(cfg.tracking_uri, os.environ)).log_artifact(run_id, str(final))
+
+
+def publish_launch_events(run_dir: str | Path) -> str | None:
+    """After torchrun exited: the launcher's events (with its `summary`) into the run's MLflow run; its id or None.
+
+    The counterpart of `foundry.loggers.wandb.publish_launch_summary`: `events.jsonl` as an artifact and the
+    final `launch/*` counters at the run's last step. The tracking URI is the one `mlflow_run.json` recorded,
+    else `MLFLOW_TRACKING_URI`. Does nothing when the training run did not log to MLflow; an unreachable
+    server is reported on stderr and does not change the launch's outcome.
+    """
+    run_dir = Path(run_dir)
+    path, events = run_dir / RUN_FILE, run_dir / EVENTS_FILE
+    if not path.is_file() or not events.is_file():
+        return None
+    info = json.loads(path.read_text())
+    uri = info["tracking_uri"] if info.get("reusable_uri") else os.environ.get("MLFLOW_TRACKING_URI")
+    try:
+        from mlflow.entities import Metric  # optional dependency, present when mlflow_run.json was written
+
+        client = _client(resolve_tracking_uri(uri, os.environ))
+        run = client.get_run(info["run_id"])
+        step = max(
+            (int(m.step) for m in _latest_metrics(client, info["run_id"], run.data.metrics)), default=0
+        )
+        now = int(time.time() * 1000)
+        counters = launch_counters([json.loads(x) for x in events.read_text().splitlines() if x.strip()])
+        client.log_batch(info["run_id"], metrics=[Metric(k, v, now, step) for k, v in counters.items()])
+        client.log_artifact(info["run_id"], str(events))
+    except Exception as e:  # noqa: BLE001 - MLflow unreachable: the run's outcome and exit code stand
+        print(
+            f"[foundry.launch] MLflow run {info['run_id']}: could not add the launch events: {e}",
+            file=sys.stderr,
+        )
+        return None
+    return str(info["run_id"])
+
+
+def _latest_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float]) -> list[Any]:
+    """The last logged value (with its step) of the run's training loss, or of any metric it has."""
+    key = "train/loss" if "train/loss" in metrics else next(iter(metrics), None)
+    return client.get_metric_history(run_id, key)[-1:] if key is not None else []
 
 
 def _run_key(label: str) -> str:

@@ -4,7 +4,9 @@ Design note: event files are written with torch's own `SummaryWriter` (it needs 
 nothing else), one folder per run: `<run_dir>/tensorboard`, so `tensorboard --logdir outputs` lists every run
 and sweep job; a shared `log_dir` gets `<log_dir>/<run folder name>`. The same contract as the W&B logger:
 every metric is a scalar at its optimizer step, and the hyperparameters (resolved config and `derived`,
-redacted by `streaming.storage.redact`) are one text entry each, as JSON in a Markdown code block. A resumed
+redacted by `streaming.storage.redact`) are one text entry each, as JSON in a Markdown code block. Under the
+supervised launcher, changed `launch/*` counters are scalars at the step they are seen (`LaunchEvents`) and the
+event list is the `launch/events` text at close. A resumed
 run writes a new event file in the same folder with `purge_step = resume_step + 1`: TensorBoard then drops
 the steps that the crashed run logged after its checkpoint, so the curves have no duplicate and no gap.
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foundry.loggers.base import TensorBoardConfig
+from foundry.loggers.launch_events import LaunchEvents
 from streaming.storage.redact import redact_value
 
 if TYPE_CHECKING:
@@ -59,6 +62,9 @@ class TensorBoardLogger:
         self.writer: SummaryWriter | None = SummaryWriter(
             str(self.log_dir), purge_step=purge, flush_secs=cfg.flush_secs
         )
+        self._events = LaunchEvents(run_dir)
+        self._unlogged = self._events.changed_counters()
+        self._last_step = resume_step or 0
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
         """One text entry per top-level key (`config`, `derived`), redacted, at the start step."""
@@ -70,11 +76,16 @@ class TensorBoardLogger:
     def log_metrics(self, metrics: dict[str, float], *, step: int) -> None:
         """Every metric as a scalar at `step`."""
         assert self.writer is not None, "the TensorBoard writer is closed"
+        metrics = {**metrics, **self._unlogged, **self._events.changed_counters()}
+        self._unlogged = {}
         for name, value in metrics.items():
             self.writer.add_scalar(name, float(value), global_step=step)
+        self._last_step = step
 
     def close(self) -> None:
-        """Flushes and closes the event file."""
+        """The launcher's event list as text (under the launcher); flushes and closes the event file."""
         if self.writer is not None:
+            if self._events.active:
+                self.writer.add_text("launch/events", as_markdown(self._events.events()), self._last_step)
             self.writer.close()
             self.writer = None

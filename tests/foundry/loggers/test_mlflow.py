@@ -210,3 +210,46 @@ def test_tracking_server_run_params_metrics_artifacts_and_resume(tmp_path, mlflo
     resumed = _log_a_run(cfg, tmp_path / "elsewhere" / "run-a", resume=True, steps=range(4, 7))
     assert resumed.run_id == first.run_id, "found by name on the server, from another run directory"
     assert [m.step for m in client.get_metric_history(first.run_id, "train/loss")] == list(range(1, 7))
+
+
+def test_launcher_events_reach_the_run_like_wandb(tmp_path, monkeypatch):
+    from foundry.launch.events import append_event
+    from foundry.loggers.mlflow import publish_launch_events
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    cfg = MLflowConfig(tracking_uri=(tmp_path / "store").as_uri())
+    run_dir = tmp_path / "outputs" / "run-a"
+    append_event(run_dir, "start", run_name="run-a")
+    append_event(run_dir, "failure", rank=1)
+    append_event(run_dir, "restart", attempt=1)
+    append_event(run_dir, "resumed", resumed_step=2, time_lost_s=4.5)
+    log = MLflowLogger(cfg, run_name="run-a", run_dir=run_dir)
+    log.log_metrics({"train/loss": 1.0}, step=3)
+    append_event(run_dir, "failure", rank=0)
+    log.log_metrics({"train/loss": 0.5}, step=4)
+    log.log_metrics({"train/loss": 0.4}, step=5)  # nothing new: no counter row
+    log.close()
+    client = MlflowClient(tracking_uri=cfg.tracking_uri)
+    history = client.get_metric_history(log.run_id, "launch/failures")
+    assert [(m.step, m.value) for m in history] == [(3, 1.0), (4, 2.0)]
+    assert [(m.step, m.value) for m in client.get_metric_history(log.run_id, "launch/time_lost_s")] == [
+        (3, 4.5)
+    ]
+    assert "events.jsonl" in {a.path for a in client.list_artifacts(log.run_id)}
+
+    append_event(run_dir, "summary", final_step=5, restarts=1)  # the launcher, after torchrun exited
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert (
+        publish_launch_events(run_dir) == log.run_id
+    )  # the URI recorded in mlflow_run.json (no secret in it)
+    events = Path(client.download_artifacts(log.run_id, "events.jsonl")).read_text()
+    assert '"event": "summary"' in events
+    assert client.get_metric_history(log.run_id, "launch/restarts")[-1].step == 5
+
+
+def test_run_record_keeps_no_secret(tmp_path, monkeypatch):
+    from foundry.loggers.mlflow import _write_run_record
+
+    _write_run_record(tmp_path, "abc", "1", f"https://user:{SECRET}@mlflow.example.com")
+    record = json.loads((tmp_path / "mlflow_run.json").read_text())
+    assert SECRET not in json.dumps(record) and record["reusable_uri"] is False

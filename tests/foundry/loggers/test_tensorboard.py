@@ -89,3 +89,20 @@ def test_missing_package_names_the_extra(tmp_path, monkeypatch):
 def test_flush_secs_must_be_positive():
     with pytest.raises(ValueError, match="logger.tensorboard.flush_secs=0"):
         TensorBoardConfig(flush_secs=0)
+
+
+def test_launcher_events_as_counters_and_text(tmp_path):
+    from foundry.launch.events import append_event
+
+    run_dir = tmp_path / "outputs" / "run-a"
+    append_event(run_dir, "start", run_name="run-a")
+    append_event(run_dir, "failure", rank=1)
+    log = TensorBoardLogger(TensorBoardConfig(), run_dir=run_dir)
+    log.log_metrics({"train/loss": 1.0}, step=1)
+    append_event(run_dir, "failure", rank=0)
+    log.log_metrics({"train/loss": 0.5}, step=2)
+    log.close()
+    acc = read_events(run_dir / "tensorboard")
+    assert scalars(acc, "launch/failures") == [(1, 1.0), (2, 2.0)]
+    (text,) = texts(acc, "launch/events/text_summary")
+    assert text.count('"event": "failure"') == 2
