@@ -1,7 +1,7 @@
 """Liveness: rank 0 keeps `<run_dir>/live.json` (pid, host, step, phase, time) fresh while a run trains.
 
 Design note: `python -m foundry.runs` tells a running run from a dead one without a server: the record
-(schema in `foundry.runs.live`) is refreshed at most every `interval_s` seconds (and at once at fit start,
+(schema in `foundry.live`) is refreshed at most every `interval_s` seconds (and at once at fit start,
 on a preemption stop and at fit end), so a reader calls a run *running* while `time` is recent (within
 `stale_after(interval_s)`) and, on the same host, its pid is alive; a record that went stale in a phase
 other than `done`/`preempted` is a run that died. It is registered for every training run (no config: the
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from foundry.callbacks.base import Callback
-from foundry.runs.live import LIVE_FILE, Live
+from foundry.live import LIVE_FILE, Live
 
 __all__ = ["Liveness"]
 

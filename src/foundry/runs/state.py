@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from foundry.runs.live import LIVE_FILE, Live, read_live, stale_after
+from foundry.live import LIVE_FILE, Live, read_live, stale_after
 from foundry.runs.store import RunRoot
 
 __all__ = ["STATES", "RunFiles", "RunSummary", "decide_state", "load_run", "parse_jsonl", "summarize"]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from foundry.live import LIVE_FILE
 from foundry.runs.cli import main
-from foundry.runs.live import LIVE_FILE
 from foundry.runs.show import config_diff, default_config
 from foundry.sync import sync
 from tests.foundry.runs.dom import check_against_metrics

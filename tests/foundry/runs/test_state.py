@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from foundry.callbacks.liveness import Liveness
-from foundry.runs.live import LIVE_FILE, Live, read_live, stale_after
+from foundry.live import LIVE_FILE, Live, read_live, stale_after
 from foundry.runs.state import STATES, decide_state, load_run, parse_jsonl, summarize
 from foundry.runs.store import RunRoot, resolve_run
 

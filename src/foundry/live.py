@@ -1,7 +1,8 @@
 """The liveness record `<run_dir>/live.json` (written by `foundry.callbacks.liveness`, read by `foundry.runs`).
 
-Design note: the schema lives here, beside its reader, and not in `foundry.callbacks`, so `python -m
-foundry.runs list` never imports the training stack (torch) just to parse a small JSON file.
+Design note: the schema is a leaf module that both sides import (`foundry.callbacks` writes, `foundry.runs`
+reads; neither imports the other), so `python -m foundry.runs list` never imports the training stack (torch)
+just to parse a small JSON file.
 """
 
 from __future__ import annotations
