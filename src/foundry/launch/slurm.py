@@ -124,7 +124,8 @@ def prepare_params(executor: str, params: dict[str, Any]) -> tuple[dict[str, Any
     sub["setup"] = [f"export {PREEMPT_SIGNAL_ENV}={sig}", *(sub.get("setup") or [])]
     if executor == "slurm":  # the sbatch `--signal` line (submitit writes USR2@<delay> otherwise)
         extra = dict(sub.get("additional_parameters") or {})
-        sub["additional_parameters"] = {**extra, "signal": f"{sig}@{sub['signal_delay_s']}"}
+        # --requeue: eligible for `scontrol requeue` and PreemptMode=REQUEUE even where JobRequeue=0
+        sub["additional_parameters"] = {"requeue": True, **extra, "signal": f"{sig}@{sub['signal_delay_s']}"}
     return sub, node
 
 

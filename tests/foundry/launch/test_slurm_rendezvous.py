@@ -117,7 +117,7 @@ def test_prepare_params_wires_the_preemption_signal_and_rejects_typos():
          "additional_parameters": {"mail-type": "END"}, "node": {"launcher_args": ["--cuda"]}},
     )  # fmt: skip
     assert sub["setup"] == ["export SUBMITIT_PREEMPT_SIGNAL=TERM"]
-    assert sub["additional_parameters"] == {"mail-type": "END", "signal": "TERM@300"}
+    assert sub["additional_parameters"] == {"requeue": True, "mail-type": "END", "signal": "TERM@300"}
     assert sub["nodes"] == 2 and sub["account"] == "acct" and "node" not in sub and "_target_" not in sub
     assert node.launcher_args == ["--cuda"] and node.rdzv_backend == "c10d"
     with pytest.raises(ValueError, match="gpus_per_nod"):
