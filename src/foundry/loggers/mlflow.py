@@ -12,8 +12,10 @@ are process-wide state. The same contract as the W&B logger:
   as flat params (`config.optimizer.lr`) -- MLflow params are immutable strings of at most 6000 characters, so
   longer values are cut (the whole tree is also the `hyperparameters.json` artifact) and a value a resumed run
   changed is recorded as the tag `resumed.<key>`;
-- metrics by optimizer step, one `log_batch` request per call (names MLflow rejects get their bad characters
-  replaced: `metric_key`);
+- metrics by optimizer step, one `log_batch` per call, sent by MLflow's async logging thread so a step does not
+  wait for the store (a local SQLite commit takes tens of ms); at most one batch is in flight: each call first
+  waits for the previous one, so an unreachable server stops the run one step late, not at the end (names
+  MLflow rejects get their bad characters replaced: `metric_key`);
 - under the supervised launcher, its events (`events.jsonl`): changed `launch/*` counters with the metrics of
   the step they are seen at (`LaunchEvents`), the file itself as an artifact at close, and once more after
   torchrun exited, with the launcher's final `summary` event (`publish_launch_events`);
@@ -44,6 +46,7 @@ from streaming.storage.redact import redact_text, redact_url, redact_value
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
+    from mlflow.utils.async_logging.run_operations import RunOperations
 
 __all__ = [
     "MLflowLogger",
@@ -147,6 +150,7 @@ class MLflowLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         _write_run_record(self.run_dir, self.run_id, self.experiment_id, self.tracking_uri)
         self._closed = False
+        self._in_flight: RunOperations | None = None
         self._events = LaunchEvents(self.run_dir)
         self._unlogged = self._events.changed_counters()
 
@@ -199,7 +203,15 @@ class MLflowLogger:
         self._unlogged = {}
         rows = [Metric(metric_key(k), float(v), now, step) for k, v in metrics.items()]
         for i in range(0, len(rows), METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=rows[i : i + METRICS_PER_BATCH])
+            self._wait()
+            batch = rows[i : i + METRICS_PER_BATCH]
+            self._in_flight = self.client.log_batch(self.run_id, metrics=batch, synchronous=False)
+
+    def _wait(self) -> None:
+        """Blocks until the batch in flight is stored (raises what storing it raised)."""
+        op, self._in_flight = self._in_flight, None
+        if op is not None:
+            op.wait()
 
     def close(self) -> None:
         """Uploads the run directory's files and ends the run (its status from the exception in flight, if any)."""
@@ -207,6 +219,7 @@ class MLflowLogger:
             return
         self._closed = True
         error = sys.exc_info()[1]  # close() runs in the trainer's `finally`: an exception may be propagating
+        self._wait()
         if self.cfg.artifacts:
             for name in ARTIFACTS:
                 if (self.run_dir / name).is_file():
