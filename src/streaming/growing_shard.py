@@ -31,7 +31,7 @@ _MAX_POLL_S = 0.001
 
 
 class GrowingFile:
-    """The temp file another thread is writing front to back, as announced by it; byte ranges read as they land.
+    """The temp file another thread writes front to back, as announced by it; byte ranges read as they land.
 
     One writer announces (``announce``, from the preparing thread); one reader reads (``read``).
     """
@@ -78,8 +78,8 @@ class GrowingFile:
 
 
 def early_sample_bytes(growing: GrowingFile, info: ShardInfo, index: int, done: Future[None]) -> bytes | None:
-    """The bytes of sample ``index`` of the MDS shard ``info`` from its raw file being written into ``growing``
-    (header first, checked against the index), or None (see the module note)."""
+    """The bytes of sample ``index`` of the MDS shard ``info``, read from its raw file as it is written
+    (``growing``; the header first, checked against the index), or None (see the module note)."""
     n, size = info.samples, info.raw_data.bytes
     table_end = 4 + 4 * (n + 1)
     if info.format != "mds" or not 0 <= index < n or table_end > size:

@@ -3,12 +3,13 @@
 Design note: shards are prepared (``prepare``) ahead of use: a remote stream's are downloaded once per node
 through ``streaming.cache.ShardCache``; a local stream's are checked and decompressed atomically by
 ``Stream.prepare_shard``. When there is work to overlap (remote or compressed shards), only the shard of a
-chunk's first sample is prepared before that sample is yielded; the chunk's other shards (in order of first use)
-and the next chunk's are prepared in a thread pool, so ahead-of-use work is bounded by the chunk size
-(``predownload``) and the first sample never waits for shards it does not need. The iteration's very first sample
-does not even wait for all of its own shard: a pool thread prepares it while this thread reads the sample from
-the front of its raw file as it is written (``streaming.growing_shard``; not with ``validate_hash``). One ``ShardAccess`` lives in each process (rank or DataLoader
-worker) and is never pickled: its readers, pins and pool are process state.
+chunk's first sample is prepared before that sample is yielded; the chunk's other shards (by first use) and
+the next chunk's are prepared in a thread pool, so ahead-of-use work is bounded by the chunk size
+(``predownload``) and the first sample never waits for shards it does not need. The iteration's very first
+sample does not even wait for all of its own shard: a pool thread prepares that shard while this thread reads
+the sample from the front of its raw file as it is written (``streaming.growing_shard``; not with
+``validate_hash``). One ``ShardAccess`` lives in each process (rank or DataLoader worker) and is never pickled:
+its readers, pins and pool are process state.
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ class ShardCache:
         ``next_use(k)``: plan position at which shard k is next needed (``inf``: not again), to pick eviction
         victims (default: oldest first). ``on_full``: called once when the cache is full of pinned shards, so the
         caller can drop its own idle pins. ``wait=False``: return False instead of waiting for space (prefetch).
-        ``on_tmp``: told the temp name of the raw data file when this process writes it (download or decompress).
+        ``on_tmp``: told the temp name of the raw data file if this process writes it (download or decompress).
 
         Raises:
             CacheTooSmallError: The shard cannot fit (larger than the limit, or no space for ``wait_timeout`` s).

@@ -112,7 +112,7 @@ class Compression:
         return _optional("snappy", family).decompress(bytes(data))
 
     def decompress_file(self, src: BinaryIO, dst: BinaryIO, *, chunk: int = 1 << 20) -> int:
-        """Decompress the file ``src`` into ``dst``, writing each piece (up to ``chunk`` bytes) as soon as it is
+        """Decompress the file ``src`` into ``dst``, writing each piece (up to ``chunk`` bytes) once it is
         decoded, so a reader of ``dst`` sees a growing prefix; returns the bytes written. zstd (every frame),
         gz and bz2 stream; br and snappy (no streaming decoder in their packages) decode in one piece.
 

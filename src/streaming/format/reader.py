@@ -88,7 +88,8 @@ def decompress_shard(dirname: str, info: ShardInfo, *, on_tmp: Callable[[str], N
             if size != raw.bytes:
                 raise ShardFormatError(
                     f"{zip_path}: decompresses ({info.compression}) to {size} bytes but index.json says "
-                    f"{raw.bytes} for {raw.basename} (truncated or corrupt); restore the file or rebuild the dataset"
+                    f"{raw.bytes} for {raw.basename} (truncated or corrupt); restore the file or rebuild the "
+                    "dataset"
                 )
             os.replace(tmp, raw_path)
         finally:
