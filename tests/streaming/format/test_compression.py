@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import sys
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streaming.format.compression import (
     COMPRESSION_FAMILIES,
@@ -136,3 +140,37 @@ def test_missing_optional_codec_message(monkeypatch: pytest.MonkeyPatch) -> None
             match=r"needs the '(brotli|snappy)' package: pip install 'foundry-stack\[compression\]'",
         ):
             get_compression(spec).compress(b"x")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.binary(max_size=5000) | st.sampled_from([DATA, DATA * 3]),
+    spec=st.sampled_from(["br", "bz2", "gz", "snappy", "zstd"]),
+    chunk=st.integers(1, 4096),
+)
+def test_decompress_file_streams_what_decompress_returns(data: bytes, spec: str, chunk: int) -> None:
+    """``decompress_file`` (piece by piece into a file) writes exactly ``decompress``'s bytes, in pieces of at
+    most ``chunk`` bytes for the streaming families."""
+    codec = get_compression(spec)
+    writes: list[int] = []
+
+    class Recording(io.BytesIO):
+        def write(self, b: Any) -> int:
+            writes.append(len(b))
+            return super().write(b)
+
+    out = Recording()
+    assert codec.decompress_file(io.BytesIO(codec.compress(data)), out, chunk=chunk) == len(data)
+    assert out.getvalue() == data
+    if spec in ("bz2", "gz", "zstd"):
+        assert all(n <= chunk for n in writes)
+
+
+def test_decompress_file_reads_every_zstd_frame() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    two_frames = zstandard.ZstdCompressor().compress(DATA[:100]) + zstandard.ZstdCompressor(
+        write_content_size=False
+    ).compress(DATA)
+    out = io.BytesIO()
+    assert get_compression("zstd").decompress_file(io.BytesIO(two_frames), out, chunk=1000) == 100 + len(DATA)
+    assert out.getvalue() == DATA[:100] + DATA
