@@ -86,3 +86,11 @@ def test_resume_inside_a_group_is_exact(data, stop):
     resumed = StreamingDataLoader(make(data), batch_size=4, num_workers=2)
     resumed.load_state_dict(state)
     assert seen + ids(resumed) == full
+
+
+@pytest.mark.slow
+def test_spawned_workers_yield_the_in_process_batches(data):
+    # spawn pickles GroupedBatches, the collate and the dataset into fresh interpreters (~5 s of imports)
+    plain = ids(StreamingDataLoader(make(data), batch_size=4))
+    loader = StreamingDataLoader(make(data), batch_size=4, num_workers=2, multiprocessing_context="spawn")
+    assert ids(loader) == plain
