@@ -17,8 +17,10 @@ Transport: tensors returned by a worker travel through a fresh shared-memory seg
 token-batch sizes. So with workers, a batch is collated in two halves: the worker builds a ``WorkerBatch``
 (compact numpy arrays: the default ``numpy_collate``, or the ``pack`` half of a ``SplitCollator`` such as
 foundry's text collator, which sends narrow token ids), and the rank process turns it into tensors
-(``WorkerBatch.to_tensors``: widening, derived tensors such as labels). The arrays cross in reusable
-shared-memory slots, one arena per worker (``streaming.shared_batches``; the pipe when no slot is free). With
+(``WorkerBatch.to_tensors``: widening, derived tensors such as labels). Over a ``StreamingDataset`` each worker
+collates whole batches and returns several per item, put back in the global order here
+(``streaming.batch_groups``). The arrays cross in reusable shared-memory slots, one arena per worker
+(``streaming.shared_batches``; the pipe when no slot is free). With
 ``pin_memory=True`` DataLoader's pin thread does that conversion and pins the result (torch pins any object
 with a ``pin_memory()`` method; numpy arrays it would leave unpinned).
 """
