@@ -1,0 +1,159 @@
+"""AWS S3 and S3-compatible stores (R2, B2, CoreWeave, MinIO, ...) as a backend, through boto3.
+
+Design note: one boto3 client per (timeout, signed or not, storage profile, credentials), built on first use
+and cached on the backend, so each store a run touches keeps its own endpoint and connection pool. boto3's own
+retries are off (``total_max_attempts=1``): ``streaming.storage.transfer`` decides and logs every retry.
+``client`` is public so that ``streaming.storage.whole_file`` reads through smart_open with the same client.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from streaming.storage.backends.base import TRANSIENT_HTTP, Backend
+from streaming.storage.errors import TransientStorageError, missing_extra
+from streaming.storage.profiles import StorageProfile, profile_for
+from streaming.storage.url import redact, split_bucket
+
+__all__ = ["S3Backend"]
+
+
+class S3Backend(Backend):
+    """AWS S3 and S3-compatible stores (R2, B2, CoreWeave, MinIO, ...) through boto3.
+
+    Endpoint, region, credentials and addressing style per URL: ``streaming.storage.profiles.profile_for``
+    (``STREAMING_STORAGE_PROFILES``, else ``S3_ENDPOINT_URL`` or boto3's own ``AWS_ENDPOINT_URL*``, and the
+    standard AWS chain). ``S3_UNSIGNED=1`` (or no credentials at all) uses unsigned requests for public buckets.
+    """
+
+    def __init__(self) -> None:
+        try:
+            import boto3
+            from botocore import UNSIGNED
+            from botocore.config import Config
+        except ImportError:
+            raise missing_extra("boto3", "s3", "s3") from None
+        self._boto3, self._unsigned, self._config = boto3, UNSIGNED, Config
+        self._clients: dict[tuple[Any, ...], Any] = {}
+
+    def client(
+        self,
+        timeout: float = 60.0,
+        *,
+        write: bool = False,
+        credentials: tuple[str, str] | None = None,
+        url: str = "",
+    ) -> Any:  # a boto3 S3 client
+        """The boto3 client for ``url``'s store (``streaming.storage.profiles.profile_for``), for reading
+        (unsigned for a public store) or writing (signed when credentials exist); ``credentials`` =
+        ``(access key id, secret)`` replaces the profile's for this client."""
+        return self._client(url, timeout, write=write, credentials=credentials)
+
+    def _client(
+        self, url: str, timeout: float, *, write: bool, credentials: tuple[str, str] | None = None
+    ) -> Any:
+        profile = profile_for(url)
+        secrets = (*credentials, None) if credentials else profile.credentials()
+        unsigned = not write and profile.unsigned
+        key = (timeout, unsigned, profile, secrets)
+        if key not in self._clients:
+            self._clients[key] = self._build(profile, secrets, timeout, unsigned)
+        return self._clients[key]
+
+    def _build(
+        self,
+        profile: StorageProfile,
+        secrets: tuple[str, str, str | None] | None,
+        timeout: float,
+        unsigned: bool,
+    ) -> Any:
+        from botocore.exceptions import ProfileNotFound
+
+        try:
+            session = self._boto3.session.Session(
+                *(secrets or ()), region_name=profile.region, profile_name=profile.aws_profile
+            )
+        except ProfileNotFound:
+            raise PermissionError(
+                f"storage profile {profile.prefix!r}: AWS profile {profile.aws_profile!r} is not in "
+                "~/.aws/config or ~/.aws/credentials (AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE)"
+            ) from None
+        if not unsigned and session.get_credentials() is None:
+            unsigned = True  # no credentials at all: a public bucket
+        config = self._config(
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            retries={"total_max_attempts": 1},
+            signature_version=self._unsigned if unsigned else None,
+            s3={"addressing_style": profile.addressing_style} if profile.addressing_style else None,
+        )
+        return session.client("s3", endpoint_url=profile.endpoint_url, config=config)
+
+    @contextmanager
+    def sdk_errors(self, url: str) -> Iterator[None]:
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        try:
+            yield
+        except ClientError as err:
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            code = str(err.response.get("Error", {}).get("Code", ""))
+            if status == 404 or code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
+                raise FileNotFoundError(f"{redact(url)}: not found ({code or status})") from None
+            if status == 403 or code in ("403", "AccessDenied"):
+                raise PermissionError(
+                    f"{redact(url)}: access denied; check the credentials for this bucket"
+                ) from None
+            if status in TRANSIENT_HTTP or code in (
+                "SlowDown",
+                "Throttling",
+                "RequestTimeout",
+                "InternalError",
+            ):
+                raise TransientStorageError(f"{redact(url)}: {code or status}") from None
+            raise
+        except NoCredentialsError:
+            raise PermissionError(
+                f"{redact(url)}: no AWS credentials found (set S3_UNSIGNED=1 for public buckets)"
+            ) from None
+        except BotoCoreError as err:  # connection resets, timeouts, truncated bodies
+            raise TransientStorageError(f"{redact(url)}: {type(err).__name__}") from None
+
+    def download(self, url: str, path: str, *, timeout: float) -> None:
+        bucket, key = split_bucket(url)
+        client = self._client(url, timeout, write=False)
+
+        def get() -> None:
+            obj = client.get_object(Bucket=bucket, Key=key)
+            with open(path, "wb") as f:
+                for chunk in obj["Body"].iter_chunks(1 << 20):
+                    f.write(chunk)
+            if obj.get("ContentLength") is not None and os.path.getsize(path) != obj["ContentLength"]:
+                raise TransientStorageError(f"{redact(url)}: body shorter than Content-Length")
+
+        self._call(url, get)
+
+    def upload(self, path: str, url: str, *, timeout: float) -> None:
+        bucket, key = split_bucket(url)
+        client = self._client(url, timeout, write=True)
+        self._call(url, lambda: client.upload_file(path, bucket, key))
+
+    def list(self, url: str) -> list[str]:
+        bucket, prefix = split_bucket(url)
+        client = self._client(url, 60.0, write=False)
+        keys: list[str] = []
+
+        def run() -> None:
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                keys.extend(obj["Key"] for obj in page.get("Contents", []))
+
+        self._call(url, run)
+        return [f"s3://{bucket}/{k}" for k in sorted(keys)]
+
+    def delete(self, url: str) -> None:
+        bucket, key = split_bucket(url)
+        client = self._client(url, 60.0, write=True)
+        self._call(url, lambda: client.delete_object(Bucket=bucket, Key=key))
