@@ -38,7 +38,7 @@ from typing import Any
 
 from _common import machine
 
-from foundry.launch.events import read_events
+from foundry.events import read_events
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["experiment=smoke-cpu", "data.corpus_mb=0.15", "data.vocab_size=300", "trainer.progress_bar=false"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 
 from foundry.callbacks.heartbeat import Beat, read_beats
-from foundry.launch.events import append_event
+from foundry.events import append_event
 from foundry.launch.watchdog import STARTUP_PHASES, Progress, stuck_phase
 from foundry.launch.worker import STACK_SIGNAL, ExitNote, read_exit_notes, stacks_path
 from foundry.train.preemption import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE

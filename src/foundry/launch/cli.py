@@ -16,11 +16,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from foundry.events import append_event
 from foundry.launch.agent import Supervisor
-from foundry.launch.events import append_event
 from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, elastic_nodes, exclude_node
 from foundry.launch.watchdog import Progress
 from foundry.launch.worker import LAUNCH_ENV, WorkerSettings
+from foundry.loggers.mlflow import publish_launch_events
 from foundry.loggers.wandb import publish_launch_summary
 
 __all__ = ["build_parser", "main", "split_command"]
@@ -93,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return NODE_EXCLUDED_EXIT
     started = time.time()
     progress = Progress(k=args.hang_k, floor=args.hang_floor, startup=args.startup_timeout)
-    sup = Supervisor(run_dir, launch_id, progress, poll_s=args.poll, health_defer_s=15.0)
-    proc = sup.start(cmd, env={**os.environ, LAUNCH_ENV: json.dumps(asdict(settings))})
+    sup = Supervisor(run_dir, launch_id, progress, poll_s=args.poll, health_defer_s=15.0 if elastic else 0.0)
+    env = {**os.environ, LAUNCH_ENV: json.dumps(asdict(settings)), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    proc = sup.start(cmd, env=env)  # a fresh store per rendezvous round: all nodes agree on its keys (health)
     guard = NodeGuard(run_dir, launch_id, proc, enabled=elastic).start()  # ...also after it has joined
     rc = sup.watch(proc)
     guard.stop()
@@ -106,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         cause=sup.stop_cause,
     )  # fmt: skip
     publish_launch_summary(run_dir)  # the same events into the run's W&B run, when it logged to W&B
+    publish_launch_events(run_dir)  # ...and into its MLflow run, when it logged to MLflow
     return rc
 
 

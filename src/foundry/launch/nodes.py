@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from foundry.launch.events import EVENTS_FILE, append_event
+from foundry.events import EVENTS_FILE, append_event
 from foundry.launch.health import HealthError, check_disk, check_store
 from foundry.launch.worker import WorkerSettings
 

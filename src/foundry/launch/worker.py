@@ -30,7 +30,7 @@ from pathlib import Path
 
 from foundry.callbacks.heartbeat import HEARTBEAT_ENV, beat_now, read_beats, write_beat
 from foundry.cli import EXIT_USER_ERROR
-from foundry.launch.events import append_event
+from foundry.events import append_event
 from foundry.launch.health import HealthError, check_all_reduce, check_devices, check_disk, check_store
 from foundry.train.preemption import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE
 
@@ -119,14 +119,18 @@ def stacks_path(run_dir: str | Path, launch_id: str, attempt: int, rank: int) ->
     return Path(run_dir) / "stacks" / f"{launch_id}-attempt{attempt}-rank{rank}.txt"
 
 
-def run_checks(settings: WorkerSettings, *, attempt: int) -> None:
-    """Every health check in order; raises `HealthError` at the first that fails."""
+def run_checks(settings: WorkerSettings, *, attempt: int) -> object:
+    """Every health check in order; raises `HealthError` at the first that fails.
+
+    Returns the all-reduce check's store, to keep until `train.py` has its group (`check_all_reduce`).
+    """
     check_devices(cuda=settings.cuda)
     check_disk(Path(settings.run_dir), min_free_gb=settings.min_free_gb)
     for url in settings.check_urls:
         check_store(url)
     if settings.all_reduce:
-        check_all_reduce(attempt=attempt, timeout_s=settings.health_timeout_s)
+        return check_all_reduce(attempt=attempt, timeout_s=settings.health_timeout_s)
+    return None
 
 
 def exit_note_for(
@@ -174,7 +178,7 @@ def main(argv: list[str]) -> None:
     where["launch_id"] = settings.launch_id  # foundry.launch.nodes: which launcher's rank failed a check
     t0 = time.perf_counter()
     try:
-        run_checks(settings, attempt=start.attempt)
+        health_store = run_checks(settings, attempt=start.attempt)  # noqa: F841 - kept alive on purpose
     except HealthError as e:
         append_event(run_dir, "health", ok=False, check=e.check, detail=e.detail, **where)
         print(f"[foundry.launch] rank {start.rank} on {where['node']}: {e}", file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from foundry.launch.events import EVENTS_FILE, read_events
+from foundry.events import EVENTS_FILE, read_events
 from foundry.loggers.wandb import launch_counters
 
 __all__ = ["LaunchEvents"]

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from foundry.launch.events import EVENTS_FILE
+from foundry.events import EVENTS_FILE
 from foundry.loggers.base import MLflowConfig
 from foundry.loggers.launch_events import LaunchEvents
 from foundry.loggers.wandb import launch_counters

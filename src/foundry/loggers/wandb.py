@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from foundry.launch.events import EVENTS_FILE, read_events
+from foundry.events import EVENTS_FILE, read_events
 from foundry.loggers.base import WandbConfig
 from streaming.storage.redact import redact_text, redact_value
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from foundry.events import append_event
 from foundry.runs.state import RunFiles, pid_alive_here
 from foundry.runs.store import RunRoot
 
@@ -86,8 +87,6 @@ def stop_run(root: RunRoot, files: RunFiles) -> StopTarget:
     if root.remote:
         raise ValueError(f"{root.root}: `runs stop` needs the run's local folder on the machine running it")
     target = stop_target(files)
-    from foundry.launch.events import append_event  # noqa: PLC0415 - foundry.launch imports torch: keep `runs list` light
-
     append_event(root.url(files.name), "stop", pid=target.pid, target=target.what, signal="SIGTERM")
     os.kill(target.pid, signal.SIGTERM)
     return target

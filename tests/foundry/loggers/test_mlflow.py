@@ -213,7 +213,7 @@ def test_tracking_server_run_params_metrics_artifacts_and_resume(tmp_path, mlflo
 
 
 def test_launcher_events_reach_the_run_like_wandb(tmp_path, monkeypatch):
-    from foundry.launch.events import append_event
+    from foundry.events import append_event
     from foundry.loggers.mlflow import publish_launch_events
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")

@@ -92,7 +92,7 @@ def test_flush_secs_must_be_positive():
 
 
 def test_launcher_events_as_counters_and_text(tmp_path):
-    from foundry.launch.events import append_event
+    from foundry.events import append_event
 
     run_dir = tmp_path / "outputs" / "run-a"
     append_event(run_dir, "start", run_name="run-a")

@@ -1,5 +1,7 @@
 """`events.jsonl`: the launcher's and the ranks' structured record of a supervised run.
 
+A leaf module (standard library only): the launcher writes it; loggers, `foundry.runs` and tests read it.
+
 Design note: every process (the launcher and each rank's worker entry) appends whole JSON lines with one
 `os.write` on an `O_APPEND` descriptor, so lines from several processes never interleave on a local disk and
 no lock or server is needed. Each line has `event`, `time` (unix seconds) and event-specific fields.
