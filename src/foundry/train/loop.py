@@ -8,6 +8,7 @@ device batch's loss-generating tokens, so any microbatch split gives the gradien
 retries the *same* batch; counters move only after a step succeeds, so nothing is lost or counted twice.
 A mixture's batches may carry `stream_id` (see `foundry.train.stream_metrics`): it never reaches the model,
 eval adds a loss/perplexity per stream, and training counts samples and loss tokens per stream.
+The eval pass itself is `foundry.train.evaluation.eval_pass`.
 Failure handling hooks the step boundary from its own modules: `foundry.train.preemption` (a signal sets
 `stop_requested`, the checkpoint callback saves, exit 75) and `foundry.train.spike_guard` (rollback + skip).
 """
@@ -31,19 +32,16 @@ from foundry.rng import rng_state, set_rng_state
 from foundry.train.auto_microbatch import is_oom, next_microbatch_size
 from foundry.train.batching import BatchPlan, loss_tokens, split_batch
 from foundry.train.config import TrainerConfig
+from foundry.train.evaluation import eval_pass
 from foundry.train.preemption import PreemptionWatch, shield_workers
 from foundry.train.spike_guard import SpikeGuard
 from foundry.train.state import TrainState
 from foundry.train.stream_metrics import (
     STREAM_ID,
     StreamCounter,
-    check_rows,
     check_stream_names,
     model_inputs,
     require_names,
-    row_losses,
-    stream_eval_metrics,
-    stream_matrix,
 )
 
 __all__ = ["Trainer"]
@@ -281,54 +279,20 @@ class Trainer:
         return metrics
 
     # ------------------------------------------------------------------ eval
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Token-weighted loss and perplexity over the eval split (or its first `eval_subset_num_batches` per
         rank), summed over all ranks; with `stream_id` in the batches also per stream (`eval/<name>/loss`)."""
         if self.eval_loader is None:
             return {}
-        self.model.eval()
-        k = 0 if self.stream_names is None else len(self.stream_names)
-        # [loss x tokens, tokens] + with streams [loss sums (k), tokens (k), rows matched, rows]
-        totals = torch.zeros(2 + (2 * k + 2 if k else 0), dtype=torch.float64, device=self.device)
-        for i, batch in enumerate(self.eval_loader):
-            if 0 <= self.cfg.eval_subset_num_batches <= i:
-                break
-            self._eval_batch({key: v.to(self.device) for key, v in batch.items()}, totals)
-        self.model.train()
-        values = all_reduce_sum(totals).tolist()  # over every rank's share of the eval split
-        loss_sum, count = values[:2]
-        if count == 0:
-            return {}
-        mean = loss_sum / count
-        metrics = {"eval/loss": mean, "eval/perplexity": math.exp(min(mean, 700.0))}
-        if self.stream_names is not None:
-            check_rows(values[-2], values[-1], self.stream_names)
-            sums, tokens = values[2 : 2 + k], values[2 + k : 2 + 2 * k]
-            metrics.update(stream_eval_metrics(self.stream_names, sums, tokens))
-        return metrics
-
-    def _eval_batch(self, batch: dict[str, torch.Tensor], totals: torch.Tensor) -> None:
-        """Adds one batch to `totals` (see `evaluate`); per-stream sums come from the returned logits."""
-        stream_id = batch.get(STREAM_ID)
-        n = loss_tokens(batch)
-        with autocast(self.cfg.precision, device=self.device):
-            out = self.forward_model(**model_inputs(batch))
-        totals[0] += out.loss.double() * n
-        totals[1] += n
-        if stream_id is None:
-            return
-        k = len(require_names(self.stream_names))
-        if getattr(out, "logits", None) is None:
-            raise ValueError(
-                f"{type(self.model).__name__} returned no logits: per-stream eval losses are computed from them"
-            )
-        sums, tokens = row_losses(out.logits, batch["labels"])
-        member = stream_matrix(stream_id, k).double()
-        totals[2 : 2 + k] += member.T @ sums
-        totals[2 + k : 2 + 2 * k] += member.T @ tokens.double()
-        totals[-2] += member.sum()
-        totals[-1] += stream_id.shape[0]
+        return eval_pass(
+            self.model,
+            self.eval_loader,
+            forward=self.forward_model,
+            precision=self.cfg.precision,
+            device=self.device,
+            subset_num_batches=self.cfg.eval_subset_num_batches,
+            stream_names=self.stream_names,
+        )
 
     def _run_eval(self) -> None:
         start = time.perf_counter()
