@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import overload
 
 import numpy as np
 
 from streaming.format.index import ShardInfo
 from streaming.format.reader import check_shard_safe
 from streaming.index_cache import ShardTable
+from streaming.shard_sequence import ShardSequence
 from streaming.stream import Stream
 
 __all__ = ["AllShards", "DatasetShards", "load_dataset_shards"]
 
 
-class AllShards(Sequence[ShardInfo]):
+class AllShards(ShardSequence):
     """The shards of several tables as one sequence (global shard index), built on demand."""
 
     def __init__(self, tables: Sequence[ShardTable]) -> None:
@@ -34,19 +34,7 @@ class AllShards(Sequence[ShardInfo]):
     def __len__(self) -> int:
         return self._starts[-1]
 
-    @overload
-    def __getitem__(self, i: int) -> ShardInfo: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[ShardInfo]: ...
-
-    def __getitem__(self, i: int | slice) -> ShardInfo | list[ShardInfo]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"shard {i} out of range for {n} shards")
-        i %= n
+    def _shard(self, i: int) -> ShardInfo:
         t = int(np.searchsorted(self._starts, i, side="right")) - 1
         return self.tables[t][i - self._starts[t]]
 

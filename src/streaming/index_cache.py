@@ -29,13 +29,14 @@ import json
 import os
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
 from streaming.cache.locks import file_lock
 from streaming.format.encodings import is_encoding_safe
 from streaming.format.index import DatasetIndex, ShardInfo, index_path, load_index
+from streaming.shard_sequence import ShardSequence
 
 __all__ = ["CACHE_VERSION", "MIN_CACHE_BYTES", "CacheDamaged", "ShardTable", "cache_file", "load_shard_table"]
 
@@ -53,7 +54,7 @@ def _first_unsafe(shards: Sequence[ShardInfo]) -> int:
     return -1
 
 
-class ShardTable(Sequence[ShardInfo]):
+class ShardTable(ShardSequence):
     """One stream's shards: ``samples`` and ``total_bytes`` arrays, ``ShardInfo`` objects on demand.
 
     Attributes:
@@ -103,21 +104,9 @@ class ShardTable(Sequence[ShardInfo]):
     def __len__(self) -> int:
         return len(self.samples)
 
-    @overload
-    def __getitem__(self, i: int) -> ShardInfo: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[ShardInfo]: ...
-
-    def __getitem__(self, i: int | slice) -> ShardInfo | list[ShardInfo]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
+    def _shard(self, i: int) -> ShardInfo:
         if self._eager is not None:
             return self._eager[i]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"shard {i} out of range for {n} shards")
-        i %= n
         info = self._memo.get(i)
         if info is None:
             if len(self._memo) >= _MEMO:
