@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators test test-all test-dist test-gpu gpu-check lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
+.PHONY: help install install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,12 @@ test-all: ## every test that can run on this machine (slow and multi-process inc
 
 test-dist: ## multi-process gloo tests only
 	$(PY) -m pytest -m dist -q
+
+test-browser: ## the HTML report rendered in headless Chromium (needs /usr/bin/chromium: make install-browser)
+	$(PY) -m pytest -m browser -q
+
+install-browser: ## Debian's chromium for the browser tests (root, apt)
+	apt-get install -y --no-install-recommends chromium
 
 test-gpu: ## GPU tests (device machine only; none selected is not a failure)
 	$(PY) -m pytest -m gpu -q || [ $$? -eq 5 ]
