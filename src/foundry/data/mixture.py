@@ -7,8 +7,9 @@ is by a layout path (`path`) under two roots shared by every stream (`data.local
 one override moves the whole mixture (stand-in data, another bucket); explicit `local` / `remote` win. The
 dict's order is the stream order: it fixes the sample order and the stream index that tags every sample
 (`stream_tag`), which the trainer maps back to names. Evaluation reads every stream that has an `eval_split`,
-each sample once, unshuffled; its samples carry their *training* stream index (`StreamTagRemap`), so a
-stream keeps one index whether or not the streams before it are evaluated.
+each sample once, unshuffled; its samples carry their *training* stream index (`eval_streams` gives the map,
+`foundry.data.collate.TextCollator(stream_map=)` applies it), so a stream keeps one index whether or not the
+streams before it are evaluated.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from streaming.storage.url import join_url
 __all__ = [
     "STREAM_TAG",
     "StreamConfig",
-    "StreamTagRemap",
     "build_streams",
     "check_streams",
     "eval_streams",
@@ -192,24 +192,3 @@ def eval_streams(streams: Mapping[str, StreamConfig]) -> tuple[dict[str, StreamC
     names = list(streams)
     chosen = {n: s for n, s in streams.items() if s.eval_split is not None}
     return chosen, [names.index(n) for n in chosen]
-
-
-class StreamTagRemap:
-    """A picklable collate wrapper: rewrites each sample's stream index (`key`) through `mapping`, then collates.
-
-    The eval dataset holds only the evaluated streams, so its own index i is training stream `mapping[i]`.
-
-    Args:
-        collate: The collate function to call on the rewritten samples.
-        mapping: Eval-dataset stream index -> training stream index.
-        key: The stream tag key.
-    """
-
-    def __init__(self, collate: Any, *, mapping: Sequence[int], key: str = STREAM_TAG) -> None:  # noqa: ANN401
-        self.collate = collate
-        self.mapping = list(mapping)
-        self.key = key
-
-    def __call__(self, samples: list[dict[str, Any]]) -> Any:  # noqa: ANN401
-        """Collates `samples` with their stream tags mapped to training indices."""
-        return self.collate([{**s, self.key: self.mapping[int(s[self.key])]} for s in samples])
