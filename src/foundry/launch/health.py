@@ -2,8 +2,13 @@
 
 Design note: each check is a small function returning `None` or raising `HealthError(check, detail)`; the
 worker entry runs them in order and records one `health` event per rank naming the node, the rank and the
-first failing check. The all-reduce uses its own gloo group on a prefixed view of torchrun's agent store,
-so it never touches the default process group `train.py` creates afterwards.
+first failing check. The all-reduce uses its own gloo group on a prefixed view (`foundry-health/`) of the
+round's store, so it never touches the default process group `train.py` creates afterwards. The launcher
+runs torchrun with `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`: every rendezvous round then gets a fresh store at
+a fresh MASTER_PORT, hosted by rank 0 (a multi-tenant TCPStore, which `train.py`'s `env://` store on rank 0
+joins while the health check's is kept alive), so all nodes agree on the keys without a per-attempt prefix.
+Under torchrun's shared agent store (a long-lived server), the keys carry the attempt instead: right on one
+node, but nodes count restarts differently after a membership change (issue 16).
 """
 
 from __future__ import annotations
@@ -44,18 +49,25 @@ def check_devices(*, cuda: bool) -> None:
         raise HealthError("devices", f"cuda:{local} matmul gave a wrong result")
 
 
-def check_all_reduce(*, attempt: int, timeout_s: float = 60.0) -> None:
-    """A gloo all-reduce of ones across all ranks sums to the world size (skipped for a single rank)."""
+def check_all_reduce(*, attempt: int, timeout_s: float = 60.0) -> dist.Store | None:
+    """A gloo all-reduce of ones across all ranks sums to the world size (skipped for a single rank).
+
+    Returns:
+        The store it used (None for one rank). Keep it until `train.py` has created its process group: on
+        rank 0 without the agent store it hosts the round's store server, which `train.py` then shares.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        return
+        return None
     rank = int(os.environ["RANK"])
     timeout = datetime.timedelta(seconds=timeout_s)
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     try:
         base = dist.TCPStore(
-            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False, timeout=timeout
-        )
-        store = dist.PrefixStore(f"foundry-health/{attempt}", base)
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, rank == 0 and not agent_store,
+            timeout=timeout, multi_tenant=True,
+        )  # fmt: skip
+        store = dist.PrefixStore(f"foundry-health/{attempt}" if agent_store else "foundry-health", base)
         group = dist.ProcessGroupGloo(store, rank, world, timeout)
         t = torch.ones(1)
         group.allreduce([t]).wait()  # type: ignore[attr-defined]  # in the C++ binding, not the stub
@@ -63,6 +75,7 @@ def check_all_reduce(*, attempt: int, timeout_s: float = 60.0) -> None:
         raise HealthError("all_reduce", f"{type(e).__name__}: {e}") from e
     if int(t.item()) != world:
         raise HealthError("all_reduce", f"sum of ones was {t.item()}, expected {world}")
+    return base
 
 
 def check_disk(run_dir: Path, *, min_free_gb: float) -> None:

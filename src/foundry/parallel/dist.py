@@ -8,11 +8,20 @@ exists, or from the environment before it does; the world is then passed down, n
 plain `python train.py` gets a 1-rank group on an in-memory store, so every strategy also runs without
 torchrun. A group that already exists (a test harness made it) is used and left alone at teardown. The
 collective helpers are no-ops without a group, so the trainer calls them unconditionally.
+
+Group keys across torchrun restarts: by default torchrun shares its agent's TCPStore with the workers
+(`TORCHELASTIC_USE_AGENT_STORE=True`); that server outlives a group restart, so the default group's keys are
+prefixed with `TORCHELASTIC_RESTART_COUNT` (else restarted gloo ranks read the dead group's addresses). The
+count is per node, and after a membership change the nodes' counts differ (issue 16), so
+`python -m foundry.launch` sets `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`: each rendezvous round then gets a
+fresh store at a fresh MASTER_PORT (`env://`, hosted by rank 0) and needs no prefix. Plain multi-node
+torchrun with restarts and the shared store gets a warning naming that variable.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,8 +34,9 @@ from foundry.parallel.config import ParallelismConfig
 from streaming.world import World
 
 __all__ = [
-    "rank",
+    "SHARED_STORE_WARNING",
     "DistContext",
+    "rank",
     "all_reduce_sum",
     "barrier",
     "broadcast_object",
@@ -37,6 +47,13 @@ __all__ = [
     "teardown",
     "world_size",
 ]
+
+
+SHARED_STORE_WARNING = (
+    "several nodes restart under torchrun's shared agent store: after a membership change the nodes' "
+    "TORCHELASTIC_RESTART_COUNT differ and the group's keys (per restart) never meet; set "
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (python -m foundry.launch does) for a fresh store per round"
+)
 
 
 @dataclass(frozen=True)
@@ -161,6 +178,8 @@ def init_distributed(
         kwargs["device_id"] = device
     if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent store outlives a group restart:
         # keys per restart, or restarted ranks read the dead group's addresses (gloo: connection refused)
+        if local_world < world_size and _env_int(env, "TORCHELASTIC_MAX_RESTARTS", 0) > 0:
+            warnings.warn(SHARED_STORE_WARNING, stacklevel=2)
         agent = dist.TCPStore(
             env["MASTER_ADDR"], int(env["MASTER_PORT"]), world_size, False, timeout=kwargs["timeout"]
         )
