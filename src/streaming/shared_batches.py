@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from streaming.cache.space import pid_alive
+
 __all__ = ["ArenaRegistry", "SharedBatch", "SharedBatchCollate", "SlotArena"]
 
 _ALIGN = 64
@@ -88,18 +90,8 @@ class ArenaRegistry:
     def drop_exited(self) -> None:
         """Forget the arenas of workers that have exited (an earlier iterator's; their batches are gone)."""
         for key in list(self.arenas):
-            if not _alive(int(key.split(":")[1])):
+            if not pid_alive(int(key.split(":")[1])):
                 del self.arenas[key]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _strip(obj: Any, arrays: list[np.ndarray]) -> Any:  # noqa: ANN401

@@ -29,29 +29,15 @@ from foundry.events import append_event
 from foundry.launch.watchdog import STARTUP_PHASES, Progress, stuck_phase
 from foundry.launch.worker import STACK_SIGNAL, ExitNote, read_exit_notes, stacks_path
 from foundry.train.preemption import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE
+from streaming.cache.space import pid_alive
 
-__all__ = ["STOP_SIGNAL", "Supervisor", "alive"]
+__all__ = ["STOP_SIGNAL", "Supervisor"]
 
 STOP_SIGNAL = signal.SIGHUP
 """What the launcher sends torchrun to stop the group for good (torchrun passes it on to the ranks)."""
 TORCHRUN_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
 """`TORCHELASTIC_SIGNALS_TO_HANDLE` for torchrun: not SIGTERM (ignored there, handled by the ranks)."""
 KILL_AFTER_S = 60.0
-
-
-def alive(pid: int) -> bool:
-    """True while `pid` runs (a zombie waiting to be reaped counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no procfs: trust kill(0)
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
@@ -167,7 +153,7 @@ class Supervisor:
         done = bool(current) and all(b.phase == "done" for b in current.values())
         if attempt in self.failed:
             return
-        dead = sorted(r for r, b in current.items() if b.phase != "done" and not alive(b.pid))
+        dead = sorted(r for r, b in current.items() if b.phase != "done" and not pid_alive(b.pid))
         if dead:
             b = current[dead[0]]  # several dead at the first look: torchrun already stopped the others
             self._failure(attempt, now, cause="exited", rank=b.rank, pid=b.pid, step=b.step, ranks=dead)
@@ -205,7 +191,7 @@ class Supervisor:
             self._stop(n.code, "fatal", now)
             return True
         preempted = [n for n in notes.values() if n.kind == "preempted"]
-        if preempted and all(r in notes or not alive(b.pid) for r, b in beats.items()):
+        if preempted and all(r in notes or not pid_alive(b.pid) for r, b in beats.items()):
             self._preempted(now, step=max(n.step for n in preempted), checkpoint=True)
             return True
         return False
@@ -227,7 +213,7 @@ class Supervisor:
         if not any(b.phase in ("fit", "step") for b in beats.values()):  # not training: nothing to save
             self._preempted(now, step=self.final_step, checkpoint=False)
             return True
-        if any(b.phase != "done" and not alive(b.pid) for b in beats.values()):
+        if any(b.phase != "done" and not pid_alive(b.pid) for b in beats.values()):
             self._preempted(now, step=self.final_step, checkpoint=False)  # a rank died instead of saving
             return True
         stepping = [b for b in beats.values() if b.phase == "step"]

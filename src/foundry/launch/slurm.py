@@ -39,9 +39,9 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
 from omegaconf import OmegaConf
 
-from foundry.launch.agent import alive
 from foundry.launch.rendezvous import placement_from_env, torchrun_options
 from foundry.train.preemption import REQUEUE_EXIT_CODE
+from streaming.cache.space import pid_alive
 
 __all__ = ["NodeCommandConfig", "NodeRunner", "node_command", "prepare_params", "run_names"]
 
@@ -193,12 +193,12 @@ class NodeRunner:
     def stop_for_requeue(self) -> None:
         """From submitit's signal handler: wait (up to `stop_grace_s`) for the preemption checkpoint."""
         proc = self._proc
-        if proc is None or not alive(proc.pid):
+        if proc is None or not pid_alive(proc.pid):
             return
         if self.local:  # Slurm signals every process of the step itself; the local executor only the task
             proc.send_signal(self.stop_signal)
         deadline = time.monotonic() + self.node.stop_grace_s
-        while alive(proc.pid) and time.monotonic() < deadline:
+        while pid_alive(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        state = "still running" if alive(proc.pid) else "stopped"
+        state = "still running" if pid_alive(proc.pid) else "stopped"
         print(f"foundry slurm: launcher {state} after {self.stop_signal.name}; requeueing", flush=True)

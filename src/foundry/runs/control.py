@@ -25,6 +25,7 @@ import yaml
 from foundry.events import append_event
 from foundry.runs.state import RunFiles, pid_alive_here
 from foundry.runs.store import RunRoot
+from streaming.cache.space import pid_alive
 
 __all__ = ["StopTarget", "resume_command", "stop_run", "stop_target"]
 
@@ -53,22 +54,12 @@ def _launcher_pid(start: dict[str, Any]) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stop_target(files: RunFiles) -> StopTarget:
     """Which process to signal; raises ProcessLookupError naming why there is none (finished, elsewhere)."""
     start, ended = _launch(files.events)
     if start is not None and not ended:
         pid = _launcher_pid(start)
-        if pid is not None and _alive(pid):
+        if pid is not None and pid_alive(pid):
             return StopTarget(pid=pid, what="launcher")
     live = files.live
     if live is None:

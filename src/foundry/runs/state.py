@@ -15,7 +15,6 @@ existed, or a folder that only has a config).
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 from foundry.live import LIVE_FILE, Live, read_live, stale_after
 from foundry.runs.store import RunRoot
+from streaming.cache.space import pid_alive
 
 __all__ = ["STATES", "RunFiles", "RunSummary", "decide_state", "load_run", "parse_jsonl", "summarize"]
 
@@ -124,13 +124,7 @@ def pid_alive_here(live: Live | None) -> bool | None:
     """Whether the live record's pid runs, when it was written on this host (None: cannot tell)."""
     if live is None or live.host != socket.gethostname():
         return None
-    try:
-        os.kill(live.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(live.pid)
 
 
 @dataclass(kw_only=True)

@@ -24,6 +24,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from streaming.cache.locks import LOCK_DIR, file_lock
 from streaming.sizes import format_bytes
@@ -54,7 +55,11 @@ class CacheTooSmallError(ValueError):
 
 
 def pid_alive(pid: int) -> bool:
-    """True if process ``pid`` exists on this machine (signal 0 probe; a foreign user's process counts)."""
+    """True while process ``pid`` runs on this machine (signal 0 probe; a foreign user's process counts).
+
+    A zombie (exited, not yet reaped by its parent) counts as dead: it holds no files and will never run again.
+    The one liveness probe of the project (cache reservations, worker batch arenas, the launcher, `foundry.runs`).
+    """
     if pid == os.getpid():
         return True
     try:
@@ -63,7 +68,11 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs (or it just exited): trust the probe
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ import sys
 
 from foundry.callbacks.heartbeat import Beat
 from foundry.launch import Progress, read_events
-from foundry.launch.agent import STOP_SIGNAL, Supervisor, alive
+from foundry.launch.agent import STOP_SIGNAL, Supervisor
 from foundry.launch.worker import exit_note_for, write_exit_note
+from streaming.cache.space import pid_alive as alive
 
 
 def _beat(rank: int, step: int, pid: int, *, phase: str = "step", attempt: int = 0) -> Beat:
