@@ -10,11 +10,15 @@ around its place, keeping few shards resident.
 Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
 the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
 of keys below v0 is ``max(0, v0 - H)`` plus a count over that range. Windows hold ``Wx = 2**19`` keys
-(``[(k - 3) Wx, (k - 2) Wx)`` for k >= 4; a window of 2**20 keys took 2.6x as long to sort, for 10% less per
-sample in the steady state), after a ramp of four windows of Wx/8, Wx/8, Wx/4 and Wx/2 keys, since the
-first sample pays for a whole window (the ramp keeps the slots of one reach per window, but sorts and
-permutes fewer). A window needs nothing but the O(spans) span table, so the first sample costs one small
-window whatever the epoch size, and a resume starts at the window it lands in.
+(``[(k - 7) Wx, (k - 6) Wx)`` for k >= 8; a window of 2**20 keys took 2.6x as long to sort, for 10% less per
+sample in the steady state), after a ramp of eight windows of Wx/128, Wx/128, Wx/64, ..., Wx/2 keys, since
+the first sample pays for a whole window: the first window holds 4096 keys (enough for the first batch of
+8 ranks x 8 workers x 32), so it sorts and permutes 4096 samples instead of 65536 (the 60k-sample epoch of
+issue 14 was one window: 15 ms of CPU before the first sample, now ~3). Each ramp window still computes the
+keys of the slots of one reach, a vector pass cheaper per slot than the sort and permutation; the windows
+only partition the key axis, so the order does not depend on them. A window needs nothing but the O(spans)
+span table, so the first sample costs one small window whatever the epoch size, and a resume starts at the
+window it lands in.
 Every random value is counter-based (``streaming.plan.counter_rng``), keyed by (seed, epoch) and a position:
 slot i's delta fraction by (node, i), span k's ``bs'`` and within-span permutation by k. A window is therefore
 a few vector ops over the slots in its reach, taken in chunks that keep only the keys inside ``[v0, v1)`` (and
@@ -39,7 +43,7 @@ TAG_PY1E_DELTA = 42
 TAG_PY1E_BLOCK = 43
 TAG_PY1E_PERM = 44
 _CHUNK = 1 << 19  # slots per vector pass (~40 MB of temporaries)
-_RAMP = 4  # windows before the full width: Wx/8, Wx/8, Wx/4, Wx/2
+_RAMP = 8  # windows before the full width: Wx/128, Wx/128, Wx/64, ..., Wx/2 (they add up to Wx)
 
 
 class ExpandingShuffle(BlockShuffle):

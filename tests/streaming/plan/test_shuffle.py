@@ -232,3 +232,37 @@ def test_divide_spans_gives_each_node_a_contiguous_run_of_the_unit_order(sizes, 
             assert start == at
             at += length
         assert at == (cc + 1) * e // c
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    shard=st.integers(50, 3000),
+    num_shards=st.integers(2, 12),
+    c=st.integers(1, 2),
+    bs=st.integers(100, 300_000),
+    seed=st.integers(0, 2**31),
+)
+def test_py1e_default_ramp_windows_concatenate_to_the_global_sort(shard, num_shards, c, bs, seed):
+    """With the default width (first window 4096 keys, then doubling), the windows computed one by one, each by a
+    fresh shuffle, concatenate to the node's full sort by key: the ramp only splits the work."""
+    sh, *_ = _setup([shard] * num_shards, c, "py1e", bs=bs, seed=seed)
+    assert sh.window_start(1) == 4096 and sh.window_start(8) == 1 << 19
+    for node in range(c):
+        want, _ = _py1e_full(sh, node)
+        pieces = []
+        for k in range(sh.num_blocks(node)):
+            fresh, *_ = _setup([shard] * num_shards, c, "py1e", bs=bs, seed=seed)
+            start, ids = fresh._compute_block(node, k)
+            assert start == sum(len(p) for p in pieces)
+            pieces.append(ids)
+        assert np.array_equal(np.concatenate(pieces), want)
+
+
+def test_py1e_first_window_of_a_60k_epoch_is_small():
+    """The first sample of a 60k-sample epoch (issue 14's remote case) computes one 4096-key window, not the epoch."""
+    sh, *_ = _setup([2040] * 29 + [840], 1, "py1e", bs=262_144, seed=7)
+    assert sh.num_blocks(0) == 5  # keys [0, 4096), [4096, 8192), [8192, 16384), ..., [32768, 65536)
+    first = sh.lookup(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    assert list(sh._cache) == [(0, 0)] and 0 < len(sh._cache[(0, 0)][1]) < 8192
+    want, _ = _py1e_full(sh, 0)
+    assert first[0] == want[0]
