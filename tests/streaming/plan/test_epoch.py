@@ -155,3 +155,34 @@ def test_first_batch_of_a_large_epoch_is_cheap():
     )
     first = next(plan.batches())
     assert len(first) == 4 and np.all((first >= 0) & (first < n))
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    shards=st.lists(st.integers(500, 4000), min_size=2, max_size=6),
+    c=st.integers(1, 2),
+    seed=st.integers(0, 2**31),
+    epoch=st.integers(0, 3),
+    world=st.sampled_from(WORLDS),
+)
+def test_py1e_ramp_pieces_concatenate_to_the_one_window_order(shards, c, seed, epoch, world):
+    """The default py1e ramp (first window 4096 keys) gives the same epoch as one window over each whole node
+    (``py1e_window=2**27``: its first window holds 2**20 keys), and every world's worker pieces reassemble it."""
+    kw = dict(
+        shard_sizes=tuple(shards),
+        shards_per_stream=(len(shards),),
+        choose_per_stream=(sum(shards),),
+        num_canonical_nodes=c,
+        global_batch_size=8,
+        shuffle=True,
+        shuffle_algo="py1e",
+        shuffle_seed=seed,
+    )
+    order = _order(PlanSpec(**kw), epoch)
+    whole = _order(PlanSpec(**kw, py1e_window=1 << 27), epoch)
+    ids = np.arange(len(order))
+    assert np.array_equal(order.sample_ids(ids), whole.sample_ids(ids))
+    p, r, w = world
+    got = global_batches(order, drop=0, P=p, R=r, W=w, B=8 // (p * r))
+    want = _expected(whole, 0, 8)
+    assert got[:-1] == want[:-1]
