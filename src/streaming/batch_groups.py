@@ -10,16 +10,21 @@ is unchanged: worker ``w`` of ``W`` owns device batches ``w, w + W, ...`` (``str
 .worker_batches``) in order, so ``interleave`` yields batch ``g`` as the next batch of worker ``g % W``,
 pulling items until that worker has one; the first worker with none left ends the epoch (batch ``g`` does not
 exist). The loader counts the batches it yields, never the ones buffered, so resume states stay exact.
+When the collate function names the ``columns`` it reads, a worker reads each batch's samples together
+(``streaming.batch_read``: unread refs from the same iteration, one column read per shard) and collates a
+``ColumnBatch``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
+
+from streaming.batch_read import read_batch
 
 __all__ = ["GROUP", "BatchGroup", "GroupedBatches", "interleave"]
 
@@ -56,6 +61,8 @@ class GroupedBatches(IterableDataset):
         collate: Samples -> one batch (the worker half: a ``SplitCollator``'s ``pack``).
         drop_last: Drop a final partial batch.
         group: Batches per item after the first.
+        columns: The sample keys ``collate`` reads: batches are read as ``ColumnBatch`` es (see the module
+            note); None: a list of sample dicts each.
     """
 
     def __init__(
@@ -63,17 +70,20 @@ class GroupedBatches(IterableDataset):
         dataset: Any,
         *,
         batch_size: int,
-        collate: Callable[[list[Any]], Any],
+        collate: Callable[[Any], Any],
         drop_last: bool,
         group: int,
+        columns: Sequence[str] | None = None,
     ) -> None:  # noqa: ANN401
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
         self.drop_last, self.group = drop_last, group
+        self.columns = None if columns is None else tuple(columns)
 
     def __iter__(self) -> Iterator[BatchGroup]:
         info = get_worker_info()
         worker = info.id if info is not None else 0
-        samples = iter(self.dataset)
+        columns, tag = self.columns, getattr(self.dataset, "stream_tag", None)
+        samples = iter(self.dataset) if columns is None else self.dataset._iter_refs()
         size = 1
         while True:
             batches = []
@@ -81,7 +91,7 @@ class GroupedBatches(IterableDataset):
                 chunk = list(islice(samples, self.batch_size))
                 if not chunk or (self.drop_last and len(chunk) < self.batch_size):
                     break
-                batches.append(self.collate(chunk))
+                batches.append(self.collate(chunk if columns is None else read_batch(chunk, columns, tag)))
             if batches:
                 yield BatchGroup(worker, batches)
             if len(batches) < size:

@@ -72,8 +72,13 @@ class SplitCollator(ABC):
     """A collate function in two halves: ``pack`` (samples -> a compact ``WorkerBatch``) and its ``to_tensors``.
 
     A ``StreamingDataLoader`` with workers runs ``pack`` in them and ``to_tensors`` in the rank process;
-    called directly (or with ``num_workers=0``) it does both.
+    called directly (or with ``num_workers=0``) it does both. A subclass that sets ``columns`` (the sample keys
+    ``pack`` reads) opts in to the workers' batch read path: over a ``StreamingDataset`` its ``pack`` gets a
+    ``streaming.batch_read.ColumnBatch`` (a sequence of sample dicts with only those keys and the stream tag,
+    plus whole columns as arrays).
     """
+
+    columns: tuple[str, ...] | None = None
 
     @abstractmethod
     def pack(self, samples: list[Any]) -> WorkerBatch:
@@ -218,8 +223,16 @@ class StreamingDataLoader(DataLoader):
         """The DataLoader this one reads through with workers (``streaming.batch_groups``): the same workers,
         seeds (one generator), pinning and options, over ``GroupedBatches``, batches travelling in slots."""
         assert self.batch_size is not None
+        columns = (
+            getattr(self.collate_fn, "columns", None) if isinstance(self.collate_fn, SplitCollator) else None
+        )
         grouped = GroupedBatches(
-            dataset, batch_size=self.batch_size, collate=pack, drop_last=self.drop_last, group=GROUP
+            dataset,
+            batch_size=self.batch_size,
+            collate=pack,
+            drop_last=self.drop_last,
+            group=GROUP,
+            columns=columns,
         )
         return DataLoader(
             grouped,

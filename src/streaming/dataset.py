@@ -319,6 +319,25 @@ class StreamingDataset(IterableDataset):
         for sample in self._shards_access().iter_chunks(recorded()):
             yield {**sample, tag: streams.popleft()}
 
+    def _iter_refs(self) -> Iterator[Any]:
+        """``__iter__``'s samples as unread ``streaming.batch_read.SampleRef`` s, with their stream index when
+        samples are tagged: a DataLoader worker reads a batch of them at once (``streaming.batch_groups``)."""
+        chunks = self._plan.iteration(chunk=max(self.predownload, 1))
+        if self.stream_tag is None:
+            yield from self._shards_access().iter_chunks(chunks, refs=True)
+            return
+        ends = np.asarray(self._stream_ends, dtype=np.int64)
+        streams: deque[int] = deque()
+
+        def recorded() -> Iterator[np.ndarray]:
+            for chunk in chunks:
+                streams.extend(np.searchsorted(ends, chunk, side="right").tolist())
+                yield chunk
+
+        for ref in self._shards_access().iter_chunks(recorded(), refs=True):
+            ref.stream = streams.popleft()
+            yield ref
+
     def _warm_plan(self, num_workers: int) -> None:
         self._plan.warm(num_workers)
 

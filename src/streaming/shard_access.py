@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from streaming.batch_read import SampleRef
 from streaming.cache import CachedShard, ShardCache
 from streaming.format.index import ShardInfo
 from streaming.format.mds import MDSSchema, ShardFormatError
@@ -163,8 +164,17 @@ class ShardAccess:
         shard = bisect.bisect_right(self._ends, sample_id)
         return self.reader(shard)[sample_id - (self._ends[shard - 1] if shard else 0)]
 
-    def iter_chunks(self, chunks: Iterator[np.ndarray]) -> Iterator[dict[str, Any]]:
-        """The samples of each chunk of sample ids, preparing shards ahead of use (see the module note)."""
+    def sample_ref(self, sample_id: int) -> SampleRef:
+        """Sample ``sample_id`` unread: its shard's reader and in-shard index (``streaming.batch_read``)."""
+        if self._ends is None:
+            self._ends = self.shard_ends.tolist()
+        shard = bisect.bisect_right(self._ends, sample_id)
+        return SampleRef(self.reader(shard), sample_id - (self._ends[shard - 1] if shard else 0))
+
+    def iter_chunks(self, chunks: Iterator[np.ndarray], *, refs: bool = False) -> Iterator[Any]:
+        """The samples of each chunk of sample ids, preparing shards ahead of use (see the module note); as
+        unread ``SampleRef`` s when ``refs`` (the batch read path)."""
+        read = self.sample_ref if refs else self.sample
         pool = self._pool()
         pending: dict[int, Future[None]] = {}
         started = False  # whether anything was submitted to the pool
@@ -185,7 +195,7 @@ class ShardAccess:
                         if shard not in self.prepared:
                             self.prepare(shard, reader=True)
                     for i in current.tolist():
-                        yield self.sample(i)
+                        yield read(i)
                 else:
                     # The pool's threads start on the first submit and, once running, compete with this
                     # thread for the CPU and the GIL (measured: +70 ms on a zstd first sample): the first chunk
@@ -197,11 +207,11 @@ class ShardAccess:
                     for i, shard in zip(current.tolist(), per_sample.tolist()):
                         early = None if started else self._early_sample(pool, pending, shard, i)
                         if early is not None:
-                            yield early
+                            yield SampleRef(None, -1, early) if refs else early
                         else:
                             if shard not in self.prepared:
                                 self._await_prepared(shard, pending)
-                            yield self.sample(i)
+                            yield read(i)
                         if not started:
                             started = True
                             self._prepare_ahead(pool, pending, ahead)

@@ -38,6 +38,7 @@ from foundry.data.documents import (
     sequence_ids_from_tokens,
 )
 from foundry.tokenizers import round_vocab_size
+from streaming.batch_read import ColumnBatch
 from streaming.dataloader import SplitCollator, WorkerBatch
 
 __all__ = ["IGNORE_INDEX", "STREAM_KEY", "PackedRows", "TextCollator"]
@@ -140,6 +141,8 @@ class TextCollator(SplitCollator):
         self.vocab_size = vocab_size
         self.documents = documents
         self.stream_map = None if stream_map is None else np.asarray(stream_map, dtype=np.int64)
+        # the workers' batch read path (streaming.batch_read): only these columns are read, `tokens` gathered
+        self.columns = ("tokens", "text", *((DOCUMENT_LENGTHS_COLUMN,) if documents is not None else ()))
 
     def _row(self, sample: dict[str, Any]) -> tuple[np.ndarray, bool]:
         """The row's ids in their stored integer dtype (uint64 as int64), truncated; and whether it is a
@@ -162,9 +165,13 @@ class TextCollator(SplitCollator):
             return np.asarray(ids, dtype=np.int64), False
         raise KeyError(f"dataset rows need a 'tokens' or 'text' column; got columns {sorted(sample)}")
 
-    def pack(self, samples: list[dict[str, Any]]) -> PackedRows:
-        """The worker half: rows -> one (B, S) array in the narrowest dtype holding the ids and the pad id."""
-        full = self._stack_full_rows(samples)
+    def pack(self, samples: Sequence[dict[str, Any]]) -> PackedRows:
+        """The worker half: rows -> one (B, S) array in the narrowest dtype holding the ids and the pad id.
+        `samples` may be a `ColumnBatch` (the workers' batch read path): its gathered `tokens` are used as is."""
+        columns = samples if isinstance(samples, ColumnBatch) else None
+        full = self._gathered_rows(columns) if columns is not None else None
+        if full is None:
+            full = self._stack_full_rows(samples)
         if full is not None:
             ids, lengths, checked = full, np.full(len(samples), full.shape[1]), np.ones(len(samples), bool)
         else:
@@ -177,12 +184,24 @@ class TextCollator(SplitCollator):
         if self.documents is not None:
             doc_ids = _sequence_ids(samples, ids, rule=self.documents, lengths=packed.lengths)
             packed.sequence_id = doc_ids.astype(np.int16 if seq < np.iinfo(np.int16).max else np.int32)
-        if STREAM_KEY in samples[0]:
+        if columns is not None and columns.tag == STREAM_KEY and columns.streams is not None:
+            streams = columns.streams
+            packed.stream_id = streams if self.stream_map is None else self.stream_map[streams]
+        elif STREAM_KEY in samples[0]:
             streams = np.fromiter((self._stream(s) for s in samples), dtype=np.int64, count=len(samples))
             packed.stream_id = streams if self.stream_map is None else self.stream_map[streams]
         return packed
 
-    def _stack_full_rows(self, samples: list[dict[str, Any]]) -> np.ndarray | None:
+    def _gathered_rows(self, batch: ColumnBatch) -> np.ndarray | None:
+        """`_stack_full_rows` of a batch whose `tokens` were gathered into one (B, L) integer array."""
+        ids = batch.columns.get("tokens")
+        if not (
+            type(ids) is np.ndarray and ids.ndim == 2 and ids.dtype.kind in "iu" and ids.dtype != np.uint64
+        ):
+            return None
+        return ids if ids.shape[1] <= self.max_seq_len else np.ascontiguousarray(ids[:, : self.max_seq_len])
+
+    def _stack_full_rows(self, samples: Sequence[dict[str, Any]]) -> np.ndarray | None:
         """The common case in one copy: every sample's `tokens` is an ndarray of one length and integer dtype
         -> (B, min(length, S)); None otherwise (`_pad_rows` handles it)."""
         rows: list[Any] = [s.get("tokens") for s in samples]
@@ -200,7 +219,7 @@ class TextCollator(SplitCollator):
         ids: np.ndarray = np.concatenate(rows).reshape(len(rows), shape[0])
         return ids if shape[0] <= self.max_seq_len else np.ascontiguousarray(ids[:, : self.max_seq_len])
 
-    def _pad_rows(self, samples: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _pad_rows(self, samples: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Any rows: (B, S) ids right-padded to the longest row, (B,) lengths, (B,) which rows are `tokens`."""
         rows, checked = zip(*(self._row(s) for s in samples), strict=True)
         lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
@@ -241,7 +260,7 @@ class TextCollator(SplitCollator):
 
 
 def _sequence_ids(
-    samples: list[dict[str, Any]], ids: np.ndarray, *, rule: DocumentRule, lengths: np.ndarray | None
+    samples: Sequence[dict[str, Any]], ids: np.ndarray, *, rule: DocumentRule, lengths: np.ndarray | None
 ) -> np.ndarray:
     """(B, S) document ids: a row's recorded `document_lengths` where it has them, its separators otherwise."""
     recorded = np.array([DOCUMENT_LENGTHS_COLUMN in s for s in samples])
@@ -257,7 +276,7 @@ def _sequence_ids(
     out = sequence_ids_from_tokens(ids, rule=rule, lengths=lengths)
     if recorded.any():  # a mixture of streams converted with and without --record_documents
         which = np.flatnonzero(recorded)
-        docs = [samples[i][DOCUMENT_LENGTHS_COLUMN] for i in which]
+        docs = [samples[i][DOCUMENT_LENGTHS_COLUMN] for i in which.tolist()]
         sub_len = None if lengths is None else lengths[which]
         out[which] = sequence_ids_from_lengths(docs, lengths=sub_len, seq=ids.shape[1])
     return out

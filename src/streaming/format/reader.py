@@ -14,13 +14,16 @@ import json
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO
+
+import numpy as np
 
 from streaming.format.compression import Compression, get_compression
 from streaming.format.encodings import decode_text_value, is_encoding_safe
 from streaming.format.index import FileInfo, ShardInfo
 from streaming.format.mds import MDSSchema, ShardFormatError, parse_mds_header
+from streaming.format.mds_columns import ColumnRead, ColumnSource, mds_column_reader, mds_column_sources
 
 __all__ = ["ShardReader", "decompress_shard", "open_shard", "read_file_bytes"]
 
@@ -115,7 +118,8 @@ class ShardReader:
     """Random access to the samples of one shard.
 
     ``reader[i]`` returns a dict of column values; ``reader.sample_bytes(i)`` the raw sample bytes (a
-    zero-copy memoryview for MDS). Iteration yields samples in order.
+    zero-copy memoryview for MDS); ``reader.read_columns(indices, columns)`` some columns of many samples (MDS:
+    fixed-size ndarray columns as one array, ``streaming.format.mds_columns``). Iteration yields samples in order.
     """
 
     def __init__(
@@ -125,11 +129,32 @@ class ShardReader:
         num_samples: int,
         slice_fn: Callable[[int], memoryview],
         decode: Callable[[memoryview], dict[str, Any]],
+        column_read: ColumnRead | None = None,
+        column_sources: dict[str, ColumnSource] | None = None,
+        column_names: Sequence[str] | None = None,
     ) -> None:
         self.path = path
         self._n = num_samples
         self._slice = slice_fn
         self._decode = decode
+        self._column_read = column_read
+        self.column_sources: dict[str, ColumnSource] = column_sources or {}
+        """Columns a batch can gather straight from the shard (``streaming.format.mds_columns``)."""
+        self.column_names = None if column_names is None else frozenset(column_names)
+        """The shard's columns (None: not known without reading a sample, e.g. JSON lines)."""
+
+    def read_columns(self, indices: np.ndarray, columns: Sequence[str]) -> dict[str, Any]:
+        """``columns`` of the samples at in-shard ``indices`` (int64): ``{name: (B, ...) array or a list of B
+        values}``, equal to the per-sample values; columns the shard lacks are left out."""
+        if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= self._n):
+            bad = int(indices.max()) if int(indices.min()) >= 0 else int(indices.min())
+            raise IndexError(f"{self.path}: sample {bad} out of range [0, {self._n})")
+        if self._column_read is not None:
+            out = self._column_read(indices, columns)
+            if out is not None:
+                return out
+        rows = [self[i] for i in indices.tolist()]
+        return {c: [r[c] for r in rows] for c in columns if rows and c in rows[0]}
 
     def __len__(self) -> int:
         return self._n
@@ -168,12 +193,22 @@ def _mds_reader(dirname: str, info: ShardInfo) -> ShardReader:
     path = os.path.join(dirname, info.raw_data.basename)
     buf = read_file_bytes(dirname, info.raw_data, info.zip_data, info.compression)
     n, offsets, _ = parse_mds_header(buf, path=path, expected_samples=info.samples)
-    decode = MDSSchema.from_config(info.config).decoder()
+    schema = MDSSchema.from_config(info.config)
+    decode = schema.decoder()
 
     def slice_fn(i: int) -> memoryview:
         return buf[offsets[i] : offsets[i + 1]]
 
-    return ShardReader(path=path, num_samples=n, slice_fn=slice_fn, decode=decode)
+    sources = mds_column_sources(buf, offsets, schema)
+    return ShardReader(
+        path=path,
+        num_samples=n,
+        slice_fn=slice_fn,
+        decode=decode,
+        column_read=mds_column_reader(buf, offsets, schema, sources),
+        column_sources=sources,
+        column_names=schema.names,
+    )
 
 
 def _meta_offsets(meta: memoryview, *, path: str, samples: int, data_size: int) -> memoryview:
