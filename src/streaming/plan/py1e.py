@@ -10,13 +10,15 @@ around its place, keeping few shards resident.
 Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
 the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
 of keys below v0 is ``max(0, v0 - H)`` plus a count over that range. Windows hold ``Wx = 2**19`` keys
-(``[(k - 7) Wx, (k - 6) Wx)`` for k >= 8; a window of 2**20 keys took 2.6x as long to sort, for 10% less per
-sample in the steady state), after a ramp of eight windows of Wx/128, Wx/128, Wx/64, ..., Wx/2 keys, since
-the first sample pays for a whole window: the first window holds 4096 keys (enough for the first batch of
-8 ranks x 8 workers x 32), so it sorts and permutes 4096 samples instead of 65536 (the 60k-sample epoch of
-issue 14 was one window: 15 ms of CPU before the first sample, now ~3). Each ramp window still computes the
-keys of the slots of one reach, a vector pass cheaper per slot than the sort and permutation; the windows
-only partition the key axis, so the order does not depend on them. A window needs nothing but the O(spans)
+(``[(k - m) Wx, (k - m + 1) Wx)`` for k > m; a window of 2**20 keys took 2.6x as long to sort, for 10% less per
+sample in the steady state), after a ramp of windows Wx/2**m, Wx/2**m, Wx/2**(m-1), ..., Wx/2 keys, since the
+first sample pays for a whole window. A window costs a key pass over the slots of its reach (at most the
+node) plus a sort and permutation of the samples inside, ~8x as much per sample as the pass, so the first
+window is the smallest ``Wx/2**m`` (m in 3..7) of at least ``min(node, reach) / 8`` keys: ``Wx/8`` (65536 keys) for big
+nodes, 8192 keys for the 60k-sample epoch of issue 14 (which was one window: 15 ms of CPU before the first
+sample, now ~3). Not smaller: keys are sparse near a node's start (~0.2 samples per key under the default
+block size), a window too thin for the first batches of 64 workers means a second pass over the reach. The
+windows only partition the key axis, so the order does not depend on them. A window needs nothing but the O(spans)
 span table, so the first sample costs one small window whatever the epoch size, and a resume starts at the
 window it lands in.
 Every random value is counter-based (``streaming.plan.counter_rng``), keyed by (seed, epoch) and a position:
@@ -43,7 +45,8 @@ TAG_PY1E_DELTA = 42
 TAG_PY1E_BLOCK = 43
 TAG_PY1E_PERM = 44
 _CHUNK = 1 << 19  # slots per vector pass (~40 MB of temporaries)
-_RAMP = 8  # windows before the full width: Wx/128, Wx/128, Wx/64, ..., Wx/2 (they add up to Wx)
+_MAX_RAMP = 8  # windows before the full width at most: Wx/128, Wx/128, Wx/64, ..., Wx/2 (they add up to Wx)
+_MIN_RAMP = 4  # at least: Wx/8, Wx/8, Wx/4, Wx/2
 
 
 class ExpandingShuffle(BlockShuffle):
@@ -58,20 +61,24 @@ class ExpandingShuffle(BlockShuffle):
         self.width = (1 << 19) if window is None else max(1, int(window))
         self.chunk = _CHUNK
         self._warned = False
+        span = min(int(self.spans.node_len.max(initial=0)), self.reach)
+        self.ramp = _MIN_RAMP
+        while self.ramp < _MAX_RAMP and (self.width >> self.ramp) * 8 >= span:
+            self.ramp += 1
         self._block_key = derive_key(self.seed, self.epoch, TAG_PY1E_BLOCK)
         self._perm_key = derive_key(self.seed, self.epoch, TAG_PY1E_PERM)
 
     def window_start(self, k: int) -> int:
         """The first key of window ``k`` (see the module docstring's ramp)."""
-        if k < _RAMP:
-            return 0 if k == 0 else (self.width << (k - 1)) >> (_RAMP - 1)
-        return (k - _RAMP + 1) * self.width
+        if k < self.ramp:
+            return 0 if k == 0 else (self.width << (k - 1)) >> (self.ramp - 1)
+        return (k - self.ramp + 1) * self.width
 
     def num_blocks(self, c: int) -> int:
         node_len = int(self.spans.node_len[c])
         if node_len > self.width:
-            return _RAMP - 1 + -(-node_len // self.width)
-        return sum(1 for k in range(_RAMP) if self.window_start(k) < node_len)
+            return self.ramp - 1 + -(-node_len // self.width)
+        return sum(1 for k in range(self.ramp) if self.window_start(k) < node_len)
 
     def _span_spread(self, c: int, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(low end, width) of the delta range of spans ``ks`` of node ``c``."""
@@ -146,6 +153,7 @@ class ExpandingShuffle(BlockShuffle):
         return below, np.concatenate(bigs)[order]
 
     def _block_guess(self, c: int, j: np.ndarray) -> np.ndarray:
-        ramp = np.array([self.window_start(k) for k in range(_RAMP + 1)], dtype=np.int64)
-        k = np.where(j < self.width, np.searchsorted(ramp, j, side="right") - 1, _RAMP - 1 + j // self.width)
+        ramp = np.array([self.window_start(k) for k in range(self.ramp + 1)], dtype=np.int64)
+        full = self.ramp - 1 + j // self.width
+        k = np.where(j < self.width, np.searchsorted(ramp, j, side="right") - 1, full)
         return np.minimum(k, self.num_blocks(c) - 1)

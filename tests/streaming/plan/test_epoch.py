@@ -166,7 +166,7 @@ def test_first_batch_of_a_large_epoch_is_cheap():
     world=st.sampled_from(WORLDS),
 )
 def test_py1e_ramp_pieces_concatenate_to_the_one_window_order(shards, c, seed, epoch, world):
-    """The default py1e ramp (first window 4096 keys) gives the same epoch as one window over each whole node
+    """The default py1e ramp (first window 4096 to 65536 keys) gives the same epoch as one window over each whole node
     (``py1e_window=2**27``: its first window holds 2**20 keys), and every world's worker pieces reassemble it."""
     kw = dict(
         shard_sizes=tuple(shards),

@@ -243,10 +243,12 @@ def test_divide_spans_gives_each_node_a_contiguous_run_of_the_unit_order(sizes, 
     seed=st.integers(0, 2**31),
 )
 def test_py1e_default_ramp_windows_concatenate_to_the_global_sort(shard, num_shards, c, bs, seed):
-    """With the default width (first window 4096 keys, then doubling), the windows computed one by one, each by a
-    fresh shuffle, concatenate to the node's full sort by key: the ramp only splits the work."""
+    """With the default width (first window 4096 to 65536 keys, then doubling), the windows computed one by one,
+    each by a fresh shuffle, concatenate to the node's full sort by key: the ramp only splits the work."""
     sh, *_ = _setup([shard] * num_shards, c, "py1e", bs=bs, seed=seed)
-    assert sh.window_start(1) == 4096 and sh.window_start(8) == 1 << 19
+    first, span = sh.window_start(1), min(int(sh.spans.node_len.max()), sh.reach)
+    assert sh.window_start(sh.ramp) == 1 << 19 and 4096 <= first <= 65536
+    assert first * 8 >= span and (first == 4096 or first * 4 < span)
     for node in range(c):
         want, _ = _py1e_full(sh, node)
         pieces = []
@@ -259,10 +261,10 @@ def test_py1e_default_ramp_windows_concatenate_to_the_global_sort(shard, num_sha
 
 
 def test_py1e_first_window_of_a_60k_epoch_is_small():
-    """The first sample of a 60k-sample epoch (issue 14's remote case) computes one 4096-key window, not the epoch."""
-    sh, *_ = _setup([2040] * 29 + [840], 1, "py1e", bs=262_144, seed=7)
-    assert sh.num_blocks(0) == 5  # keys [0, 4096), [4096, 8192), [8192, 16384), ..., [32768, 65536)
+    """The first sample of a 60k-sample epoch (issue 14's remote case) computes one 8192-key window, not the epoch."""
+    sh, *_ = _setup([2040] * 29 + [840], 1, "py1e", bs=4_000_000, seed=7)
+    assert sh.num_blocks(0) == 4  # keys [0, 8192), [8192, 16384), [16384, 32768), [32768, 65536)
     first = sh.lookup(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
-    assert list(sh._cache) == [(0, 0)] and 0 < len(sh._cache[(0, 0)][1]) < 8192
+    assert list(sh._cache) == [(0, 0)] and 0 < len(sh._cache[(0, 0)][1]) < 16384
     want, _ = _py1e_full(sh, 0)
     assert first[0] == want[0]
