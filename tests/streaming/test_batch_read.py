@@ -55,7 +55,9 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = {}
     for name, (columns, compression, hashes) in LAYOUTS.items():
         path = str(tmp_path_factory.mktemp(name))
-        with MDSWriter(out=path, columns=columns, compression=compression, hashes=hashes, size_limit=200) as w:
+        with MDSWriter(
+            out=path, columns=columns, compression=compression, hashes=hashes, size_limit=200
+        ) as w:
             for i in range(60):
                 w.write(_sample(columns, i))
         if compression:  # only the compressed files: shards are decompressed when prepared
@@ -148,6 +150,7 @@ def test_tagged_refs_and_missing_columns(tmp_path) -> None:
                 w.write({"tokens": np.full(6, 100 * k + i, dtype=np.int32), "doc": i}) if k == 0 else w.write(
                     {"tokens": np.full(6, 100 * k + i, dtype=np.int32)}
                 )
+
     def dataset() -> StreamingDataset:  # a fresh one each: an iteration advances the epoch
         streams = [Stream(local=p) for p in paths]
         return StreamingDataset(streams=streams, batch_size=4, shuffle=True, shuffle_seed=1, stream_tag="_s")
@@ -173,9 +176,15 @@ class _Recorder:
 def test_grouped_batches_read_columns_when_the_collator_names_them(datasets: dict[str, str]) -> None:
     ds = StreamingDataset(local=datasets["fixed"], batch_size=4, shuffle=True, shuffle_seed=5)
     plain, columnar = _Recorder(), _Recorder()
-    a = [b for g in GroupedBatches(ds, batch_size=4, collate=plain, drop_last=False, group=2) for b in g.batches]
+    a = [
+        b
+        for g in GroupedBatches(ds, batch_size=4, collate=plain, drop_last=False, group=2)
+        for b in g.batches
+    ]
     ds2 = StreamingDataset(local=datasets["fixed"], batch_size=4, shuffle=True, shuffle_seed=5)
-    grouped = GroupedBatches(ds2, batch_size=4, collate=columnar, drop_last=False, group=2, columns=["tokens"])
+    grouped = GroupedBatches(
+        ds2, batch_size=4, collate=columnar, drop_last=False, group=2, columns=["tokens"]
+    )
     b = [b for g in grouped for b in g.batches]
     assert set(plain.kinds) == {list} and set(columnar.kinds) == {ColumnBatch}
     assert len(a) == len(b) == 15
