@@ -76,12 +76,13 @@ def read_batch(refs: Sequence[SampleRef], columns: Sequence[str], tag: str | Non
     column when the batch's shards have none of them (so a collator's error can name what is there).
 
     A column gathered in every shard of the batch (one dtype and shape) is one array; any other column is a
-    list of per-sample values; a batch holding an already decoded sample is read per sample."""
+    list of per-sample values; a batch holding an already decoded sample or a JSON-lines sample (rows may
+    differ in keys) is read per sample."""
     n = len(refs)
     streams = None
     if tag is not None and n and refs[0].stream is not None:
         streams = np.fromiter((r.stream for r in refs), dtype=np.int64, count=n)
-    if any(r.reader is None for r in refs):
+    if any(r.reader is None or r.reader.column_names is None for r in refs):  # decoded, or JSON rows
         return _per_sample(refs, columns, tag, streams)
     out: dict[str, Any] = {}
     rest = []
@@ -92,7 +93,7 @@ def read_batch(refs: Sequence[SampleRef], columns: Sequence[str], tag: str | Non
         else:
             rest.append(name)
     readers = {id(r.reader): r.reader for r in refs if r.reader is not None}.values()
-    rest = [c for c in rest if any(r.column_names is None or c in r.column_names for r in readers)]
+    rest = [c for c in rest if any(r.column_names is not None and c in r.column_names for r in readers)]
     if rest:
         groups: dict[int, tuple[ShardReader, list[int]]] = {}
         for pos, ref in enumerate(refs):

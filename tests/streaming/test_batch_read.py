@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streaming import MDSWriter, Stream, StreamingDataset
+from streaming import CSVWriter, JSONWriter, MDSWriter, Stream, StreamingDataset
 from streaming.batch_groups import GroupedBatches
 from streaming.batch_read import ColumnBatch, SampleRef, read_batch
 from streaming.format.index import load_index
@@ -191,3 +191,18 @@ def test_grouped_batches_read_columns_when_the_collator_names_them(datasets: dic
     for x, y in zip(a, b, strict=True):
         assert [list(s) for s in y] == [["tokens"]] * len(x)
         assert all(_same(s["tokens"], t["tokens"]) for s, t in zip(x, y, strict=True))
+
+
+def test_json_and_csv_shards_are_read_per_sample(tmp_path) -> None:
+    for writer, name in ((JSONWriter, "json"), (CSVWriter, "csv")):
+        path = str(tmp_path / name)
+        with writer(out=path, columns={"n": "int", "s": "str"}, size_limit=60) as w:
+            for i in range(10):
+                w.write({"n": i, "s": f"v{i}"})
+
+        def dataset(path: str = path) -> StreamingDataset:
+            return StreamingDataset(local=path, batch_size=4, shuffle=True, shuffle_seed=2)
+
+        plain = list(dataset())
+        batch = read_batch(list(dataset()._iter_refs()), ["s", "absent"], tag=None)
+        assert [dict(s) for s in batch] == [{"s": p["s"]} for p in plain]

@@ -145,7 +145,7 @@ class ShardReader:
 
     def read_columns(self, indices: np.ndarray, columns: Sequence[str]) -> dict[str, Any]:
         """``columns`` of the samples at in-shard ``indices`` (int64): ``{name: (B, ...) array or a list of B
-        values}``, equal to the per-sample values; columns the shard lacks are left out."""
+        values}``, equal to the per-sample values; columns the shard (or a JSON row) lacks are left out."""
         if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= self._n):
             bad = int(indices.max()) if int(indices.min()) >= 0 else int(indices.min())
             raise IndexError(f"{self.path}: sample {bad} out of range [0, {self._n})")
@@ -153,8 +153,8 @@ class ShardReader:
             out = self._column_read(indices, columns)
             if out is not None:
                 return out
-        rows = [self[i] for i in indices.tolist()]
-        return {c: [r[c] for r in rows] for c in columns if rows and c in rows[0]}
+        rows = [self[i] for i in indices.tolist()]  # JSON lines: rows may differ in keys
+        return {c: [r[c] for r in rows] for c in columns if rows and all(c in r for r in rows)}
 
     def __len__(self) -> int:
         return self._n
