@@ -42,6 +42,9 @@ from streaming.shared_batches import ArenaRegistry, SharedBatch, SharedBatchColl
 
 __all__ = ["NumpyBatch", "SplitCollator", "StreamingDataLoader", "WorkerBatch"]
 
+_WORKER_SETTINGS = ("worker_init_fn", "timeout", "pin_memory", "pin_memory_device")
+"""Loader options read when workers start, kept equal on the grouped DataLoader when set later."""
+
 
 def _batch_len(batch: Any) -> int:
     if isinstance(batch, Mapping):
@@ -216,6 +219,13 @@ class StreamingDataLoader(DataLoader):
         self._grouped: DataLoader | None = None
         if split and isinstance(dataset, StreamingDataset):
             self._grouped = self._group_loader(dataset, pack, slots)  # type: ignore[arg-type]
+
+    def __setattr__(self, name: str, value: Any) -> None:  # noqa: ANN401
+        """Worker settings changed after construction (e.g. a `worker_init_fn` chained in to shield the workers
+        from preemption signals) also reach the grouped DataLoader whose workers actually run."""
+        super().__setattr__(name, value)
+        if name in _WORKER_SETTINGS and getattr(self, "_grouped", None) is not None:
+            setattr(self._grouped, name, value)
 
     def _group_loader(
         self, dataset: StreamingDataset, pack: Callable[[list[Any]], Any], slots: int

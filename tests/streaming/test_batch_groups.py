@@ -8,6 +8,8 @@ batches, mid-group resumption and out-of-order delivery.
 from __future__ import annotations
 
 import random
+from functools import partial
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -65,6 +67,18 @@ def test_grouped_workers_yield_the_in_process_batches(data, workers, drop_last):
     loader = StreamingDataLoader(make(data), batch_size=4, num_workers=workers, drop_last=drop_last)
     assert loader._grouped is not None
     assert ids(loader) == plain
+
+
+def _mark(folder: str, worker_id: int) -> None:
+    (Path(folder) / f"w{worker_id}").touch()
+
+
+def test_a_worker_init_fn_set_after_construction_runs_in_the_workers(data, tmp_path):
+    # what foundry's preemption handling does (shield_workers): the grouped loader's workers must run it
+    loader = StreamingDataLoader(make(data), batch_size=4, num_workers=2)
+    loader.worker_init_fn = partial(_mark, str(tmp_path))
+    assert len(ids(loader)) == 24
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w0", "w1"]
 
 
 def test_out_of_order_delivery_keeps_the_order(data):

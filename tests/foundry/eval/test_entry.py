@@ -57,7 +57,7 @@ def test_pretrain_logs_icl_metrics_and_its_checkpoint_evaluates(run, tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     icl = [r for r in rows if "icl/arithmetic_mc/3-shot/acc" in r]
     assert icl and "icl/seconds" in icl[-1]
-    ckpts = tmp_path / "outputs" / "ck" / "checkpoints"
+    ckpts = out / "checkpoints"  # checkpoint=local saves under the run directory
     assert ckpts.is_dir(), sorted(p.name for p in out.iterdir())
 
     def logprobs(out: Path) -> list[list[float]]:
