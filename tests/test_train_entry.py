@@ -51,7 +51,14 @@ def test_quickstart_with_no_overrides_trains_and_the_loss_falls(tmp_path):
 
 @pytest.mark.slow
 def test_multirun_runs_each_job_in_its_own_dir_and_prints_a_summary(tmp_path):
-    args = ["-m", "experiment=smoke-cpu", "optimizer.lr=1e-3,3e-4", "run_name=grid", "checkpoint=local", *TINY]
+    args = [
+        "-m",
+        "experiment=smoke-cpu",
+        "optimizer.lr=1e-3,3e-4",
+        "run_name=grid",
+        "checkpoint=local",
+        *TINY,
+    ]
     proc = _train(args, tmp_path)
     sweep = tmp_path / "outputs" / "multirun" / "grid"
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
