@@ -6,6 +6,7 @@ Usage: `python -m torch.distributed.run --nproc_per_node=2 _spike_ranks.py OUT S
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -67,6 +68,13 @@ def main(out: str, strategy: str, mode: str) -> None:
     if dist.is_initialized():
         dist.barrier()
     teardown(ctx)
+    # Seen 1 run in ~20 (and in test-all under load): rank 0 never exits after this point, its Python stack
+    # back at <module> with one native thread left (interpreter finalization after the gloo group's teardown;
+    # the other rank had exited). Open bug (issue 16 note); the weights are saved and every rank passed the
+    # barrier, so the worker leaves without finalization instead of hanging the test for 300 s.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
