@@ -38,10 +38,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from foundry.events import EVENTS_FILE
+from foundry.events import EVENTS_FILE, read_events
 from foundry.loggers.base import MLflowConfig
-from foundry.loggers.launch_events import LaunchEvents
-from foundry.loggers.wandb import launch_counters
+from foundry.loggers.launch_events import LaunchEvents, launch_counters
 from streaming.storage.redact import redact_text, redact_url, redact_value
 
 if TYPE_CHECKING:
@@ -273,7 +272,7 @@ def publish_launch_events(run_dir: str | Path) -> str | None:
             (int(m.step) for m in _latest_metrics(client, info["run_id"], run.data.metrics)), default=0
         )
         now = int(time.time() * 1000)
-        counters = launch_counters([json.loads(x) for x in events.read_text().splitlines() if x.strip()])
+        counters = launch_counters(read_events(run_dir))
         client.log_batch(info["run_id"], metrics=[Metric(k, v, now, step) for k, v in counters.items()])
         client.log_artifact(info["run_id"], str(events))
     except Exception as e:  # noqa: BLE001 - MLflow unreachable: the run's outcome and exit code stand

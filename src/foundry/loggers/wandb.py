@@ -26,31 +26,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from foundry.events import EVENTS_FILE, read_events
+from foundry.events import read_events
 from foundry.loggers.base import WandbConfig
+from foundry.loggers.launch_events import LaunchEvents, launch_counters
 from streaming.storage.redact import redact_text, redact_value
 
 if TYPE_CHECKING:
     from wandb import Run
 
-__all__ = ["LAUNCH_RUN_FILE", "WandbLogger", "launch_counters", "publish_launch_summary"]
+__all__ = ["LAUNCH_RUN_FILE", "WandbLogger", "publish_launch_summary"]
 
 LAUNCH_RUN_FILE = "launch-run.json"
 """In `<run_dir>/wandb/`: the W&B run the launcher resumes for its summary."""
-_COUNTED = {"failure": "failures", "restart": "restarts", "preempted": "preemptions", "fatal": "fatal"}
-
-
-def launch_counters(events: list[dict[str, Any]]) -> dict[str, float]:
-    """Cumulative `launch/*` numbers of a run's events (all launches of the run directory)."""
-    out: dict[str, float] = {f"launch/{name}": 0.0 for name in _COUNTED.values()}
-    out["launch/time_lost_s"] = 0.0
-    for e in events:
-        if e.get("event") in _COUNTED:
-            out[f"launch/{_COUNTED[e['event']]}"] += 1
-        if e.get("event") == "resumed":
-            out["launch/time_lost_s"] += float(e.get("time_lost_s") or 0.0)
-            out["launch/resumed_step"] = float(e.get("resumed_step") or 0)
-    return out
 
 
 class WandbLogger:
@@ -87,28 +74,20 @@ class WandbLogger:
                 id=run_id,
                 resume="allow" if run_id else None,
             )
-        self._events_path = Path(run_dir) / EVENTS_FILE
-        self._events_size = -1
-        self._counters: dict[str, float] = {}
+        self._launch = LaunchEvents(run_dir)
         self._unlogged: dict[str, float] = {}
-        if self.run is not None and self._events_path.exists():  # under the launcher
+        if self.run is not None and self._launch.active:  # under the launcher
             _write_launch_run(Path(run_dir), self.run)
             self._sync_events()
 
     def _sync_events(self) -> None:
         """When events.jsonl grew: the event list into the run summary, changed counters into `_unlogged`."""
-        try:
-            size = self._events_path.stat().st_size
-        except OSError:
+        polled = self._launch.poll() if self.run is not None else None
+        if polled is None or self.run is None:
             return
-        if size == self._events_size or self.run is None:
-            return
-        self._events_size = size
-        events = read_events(self._events_path.parent)
-        counters = launch_counters(events)
-        self.run.summary.update({"launch/events": events, **counters})
-        self._unlogged.update({k: v for k, v in counters.items() if self._counters.get(k) != v})
-        self._counters = counters
+        events, changed = polled
+        self.run.summary.update({"launch/events": events, **self._launch.counters})
+        self._unlogged.update(changed)
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
         """Stores the resolved config (and derived quantities), credentials masked, as the run config."""
