@@ -51,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--json", action="store_true", help="print {prompt, completion} JSON lines")
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="decode without the KV cache (recomputes every prefix; greedy output must not change)",
+    )
     return p
 
 
@@ -74,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         stop=args.stop,
         batch_size=args.batch_size,
         seed=args.seed,
+        use_cache=not args.no_cache,
     )
     model, tokenizer = load_for_generation(
         args.model,

@@ -53,6 +53,8 @@ class SamplingConfig:
     """Prompts decoded together (left-padded)."""
     seed: int | None = None
     """Seed for sampling (None: torch's current generator)."""
+    use_cache: bool = True
+    """Decode with the KV cache (False recomputes every prefix: slow, for checking the cache; same greedy text)."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -143,7 +145,7 @@ def generate(
 def _generate_kwargs(tokenizer: Any, cfg: SamplingConfig) -> dict[str, Any]:  # noqa: ANN401
     kwargs: dict[str, Any] = {
         "max_new_tokens": cfg.max_new_tokens,
-        "use_cache": True,
+        "use_cache": cfg.use_cache,
         "pad_token_id": tokenizer.pad_token_id,
         "eos_token_id": tokenizer.eos_token_id,
     }

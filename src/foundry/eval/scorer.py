@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from foundry.eval.prompts import Request
+from foundry.models.cache_names import CACHE_NAME, cache_field, output_cache
 from foundry.precision import autocast
 
 __all__ = ["RowScore", "generate_greedy", "score_requests"]
@@ -102,14 +103,14 @@ def _forward_scores(
     ids: torch.Tensor,
     targets: Sequence[Sequence[int]],
     starts: Sequence[int],
-    **kwargs: Any,  # noqa: ANN401 - attention_mask, position_ids, past_key_values
+    **kwargs: Any,  # noqa: ANN401 - attention_mask, position_ids, the cache (`cache_field`)
 ) -> list[RowScore]:
     """One forward; row i's `targets[i]` are predicted at positions starts[i] .. starts[i]+len-1."""
     lens = [len(t) for t in targets]
     rows = torch.repeat_interleave(torch.arange(len(targets)), torch.tensor(lens)).to(ids.device)
     pos = torch.tensor([s + j for s, n in zip(starts, lens) for j in range(n)], device=ids.device)
     tgt = torch.tensor([t for row in targets for t in row], device=ids.device)
-    use_cache = "past_key_values" in kwargs
+    use_cache = CACHE_NAME in kwargs
     if head is None:
         logits = model(input_ids=ids, use_cache=use_cache, **kwargs).logits[rows, pos]
     else:
@@ -235,16 +236,19 @@ def _score_cached(
         )
         p_mask = p_mask.long()
         with autocast(precision, device=device):
-            cache = base(
+            prefix_out = base(
                 input_ids=p_ids, attention_mask=p_mask, position_ids=_positions(p_mask), use_cache=True
-            ).past_key_values
+            )
+        cache = output_cache(prefix_out)
+        assert cache is not None  # use_cache=True
         owner = [gi for gi, g in enumerate(batch) for _ in g]
         flat = [i for g in batch for i in g]
         cut = [shared[gi] for gi in owner]
         suffixes = [(requests[i].context + requests[i].continuation)[n:-1] for i, n in zip(flat, cut)]
         s_len = max(len(s) for s in suffixes)
         s_ids = _pad_right(suffixes, s_len, pad_id, device)
-        cache.reorder_cache(torch.tensor(owner, device=device))
+        beam_idx: Any = torch.tensor(owner, device=device)  # int64; transformers types it `LongTensor`
+        cache.reorder_cache(beam_idx)
         mask = torch.cat([p_mask[owner], torch.ones(len(flat), s_len, dtype=torch.long, device=device)], 1)
         pos = torch.tensor(cut, device=device)[:, None] + torch.arange(s_len, device=device)[None]
         starts = [len(requests[i].context) - 1 - n for i, n in zip(flat, cut)]
@@ -258,7 +262,7 @@ def _score_cached(
                 starts,
                 attention_mask=mask,
                 position_ids=pos,
-                past_key_values=cache,
+                **cache_field(cache),
             )
         out.update(zip(flat, scores))
     return out
@@ -279,7 +283,7 @@ def score_requests(
     """Log-likelihood of each request's continuation given its context.
 
     Args:
-        model: a causal LM (`model(input_ids, attention_mask, position_ids, past_key_values).logits`).
+        model: a causal LM (`model(input_ids, attention_mask, position_ids, cache).logits`, the cache named as in `cache_names`).
         requests: the rows. device: where the model is. batch_size: rows per forward.
         pad_id: the padding token id.
         groups: request indices sharing a prefix (the choices of a question): each group's prefix runs
@@ -364,8 +368,8 @@ def generate_greedy(
                 kwargs = {
                     "attention_mask": mask,
                     "position_ids": pos,
-                    "past_key_values": cache,
                     "use_cache": True,
+                    **cache_field(cache),
                 }
                 with autocast(precision, device=device):
                     if head is None:
@@ -374,7 +378,7 @@ def generate_greedy(
                     else:  # unembed only the last position
                         res = _base_model(model)(input_ids=step_ids, **kwargs)
                         last = head(res.last_hidden_state[:, -1])
-                cache = res.past_key_values
+                cache = output_cache(res)
                 nxt = last.float().argmax(-1)
                 for r, tok in enumerate(nxt.tolist()):
                     if done[r]:

@@ -229,9 +229,9 @@ class GroupedQueryAttention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = True,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
     ) -> torch.Tensor:
-        """x: (B, S, d_model) -> (B, S, d_model). `past_key_values` is a transformers `Cache` (updated in place)."""
+        """x: (B, S, d_model) -> (B, S, d_model). `cache` is a transformers `Cache` (updated in place)."""
         bsz, seq, d_model = x.shape
         qkv = self.Wqkv(x)
         if self.clip_qkv is not None:
@@ -248,8 +248,8 @@ class GroupedQueryAttention(nn.Module):
         v = v.view(bsz, seq, self.kv_n_heads, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if past_key_values is not None:
-            k, v = past_key_values.update(k, v, self.layer_idx)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
         out = F.scaled_dot_product_attention(
             q,
             k,

@@ -61,7 +61,7 @@ class MPTBlock(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor] | None = None,
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = True,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
     ) -> torch.Tensor:
         """x: (B, S, d_model) -> (B, S, d_model)."""
         a = self.attn(
@@ -69,7 +69,7 @@ class MPTBlock(nn.Module):
             rope=rope,
             attn_mask=attn_mask,
             is_causal=is_causal,
-            past_key_values=past_key_values,
+            cache=cache,
         )
         x = x + self.resid_attn_dropout(a)
         return x + self.resid_ffn_dropout(self.ffn(self.norm_2(x)))

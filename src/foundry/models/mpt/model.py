@@ -22,6 +22,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
+from foundry.models.cache_names import cache_field, output_cache, take_cache
 from foundry.models.documents import document_positions
 from foundry.models.mpt.attention import PositionTables, build_attn_mask
 from foundry.models.mpt.blocks import MPTBlock
@@ -114,10 +115,11 @@ class MPTModel(MPTPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         sequence_id: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: Cache | None = None,
         **kwargs: Any,  # noqa: ANN401 - transformers passes e.g. cache_position, return_dict
     ) -> BaseModelOutputWithPast:
         """Runs the stack.
@@ -128,19 +130,21 @@ class MPTModel(MPTPreTrainedModel):
             sequence_id: (B, S) document ids of packed rows (used when attn_uses_sequence_id, ignored
                 otherwise): attention stays inside each document and, unless `position_ids` are given,
                 positions restart at 0 at every document (llm-foundry keeps row positions).
-            past_key_values: a transformers `Cache`; created when `use_cache` and absent.
+            cache: a transformers `Cache` (updated in place); created when `use_cache` and absent.
             position_ids: (B, S) explicit positions (learned pos emb / RoPE); derived when omitted.
             use_cache: return a cache (default `config.use_cache`).
+            past_key_values: the cache under its pre-5.24 transformers name (`cache_names`).
 
         Returns:
-            `BaseModelOutputWithPast` with `last_hidden_state` (B, S, d_model) and `past_key_values`.
+            `BaseModelOutputWithPast` with `last_hidden_state` (B, S, d_model) and the cache (`output_cache`).
         """
+        cache = take_cache(cache, past_key_values)
         x = self.wte(input_ids) if inputs_embeds is None else inputs_embeds
         bsz, seq = x.shape[:2]
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-        past = 0 if past_key_values is None else past_key_values.get_seq_length()
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        past = 0 if cache is None else cache.get_seq_length()
         if past + seq > self.config.max_seq_len:
             raise ValueError(
                 f"sequence length {past + seq} exceeds max_seq_len={self.config.max_seq_len}; "
@@ -179,8 +183,8 @@ class MPTModel(MPTPreTrainedModel):
             assert position_ids is not None  # derived above whenever RoPE is on
             rope = self.pos.rope(position_ids, dtype)
         for block in self.blocks:
-            x = block(x, rope=rope, attn_mask=attn_mask, is_causal=is_causal, past_key_values=past_key_values)
-        return BaseModelOutputWithPast(last_hidden_state=self.norm_f(x), past_key_values=past_key_values)
+            x = block(x, rope=rope, attn_mask=attn_mask, is_causal=is_causal, cache=cache)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm_f(x), **cache_field(cache))
 
 
 class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
@@ -224,17 +228,21 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         sequence_id: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int = 0,
+        past_key_values: Cache | None = None,
         **kwargs: Any,  # noqa: ANN401
     ) -> CausalLMOutputWithPast:
         """Forward (see `MPTModel.forward`); `labels` (B, S) are shifted inside (HF convention), -100 ignored.
 
+        The KV cache comes as `cache` (transformers >= 5.24's `generate`) or `past_key_values` (older releases).
+
         Returns:
-            `CausalLMOutputWithPast` with `loss` (when labels), `logits` (B, S, V) and `past_key_values`.
+            `CausalLMOutputWithPast` with `loss` (when labels), `logits` (B, S, V) and the cache, under the
+            field name of the installed transformers (read it with `cache_names.output_cache`).
         """
         if self.config.attn_config["attn_uses_sequence_id"] and self.training and sequence_id is None:
             raise ValueError("attn_config.attn_uses_sequence_id=true needs `sequence_id` in training batches")
@@ -242,7 +250,7 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
             input_ids,
             attention_mask=attention_mask,
             sequence_id=sequence_id,
-            past_key_values=past_key_values,
+            cache=take_cache(cache, past_key_values),
             inputs_embeds=inputs_embeds,
             position_ids=position_ids,
             use_cache=use_cache,
@@ -252,7 +260,7 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
             hidden = hidden[:, -logits_to_keep:]
         logits = self.logits(hidden)
         loss = None if labels is None else shifted_cross_entropy(logits, labels)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **cache_field(output_cache(out)))
 
     def num_params(self, *, exclude_embeddings: bool = False) -> int:
         """Parameter count (tied weights once); `exclude_embeddings` drops wte and wpe."""

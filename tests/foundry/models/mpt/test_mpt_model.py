@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from foundry.models import load_pretrained, materialize_
+from foundry.models.cache_names import output_cache
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
 from foundry.models.mpt.model import shifted_cross_entropy
 
@@ -64,11 +65,11 @@ def test_kv_cache_decoding_equals_full_recompute(model):
     full = model(ids).logits
     out = model(ids[:, :8], use_cache=True)
     steps = [out.logits]
-    cache = out.past_key_values
-    chunk = model(ids[:, 8:12], past_key_values=cache, use_cache=True)  # multi-token step
+    cache = output_cache(out)
+    chunk = model(ids[:, 8:12], past_key_values=cache, use_cache=True)  # multi-token step, old name
     steps.append(chunk.logits)
     for t in range(12, 20):
-        step = model(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+        step = model(ids[:, t : t + 1], cache=cache, use_cache=True)  # transformers >= 5.24's name
         steps.append(step.logits)
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-4)
 
