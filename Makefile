@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
+.PHONY: help install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -15,15 +15,39 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip wheel setuptools
 
-install: $(PY) ## create .venv and install the project with its dev extras (torch pinned to the CPU wheel)
-	$(PY) -m pip install "torch==2.13.0"
-	$(PY) -m pip install -e ".[dev]"
-	@if command -v npm >/dev/null 2>&1; then $(MAKE) install-emulators; \
-	else echo "npm not found: skipping the Azure emulator (its tests will be skipped)"; fi
+LOCK := requirements/dev.lock
+# Where torch comes from: empty = pip's own sources (PyPI: the CUDA build on Linux; on this project's CPU machines the
+# local CPU wheel); TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU build anywhere (README: Set up and test)
+TORCH_INDEX ?=
+TORCH_INSTALL = $(PY) -m pip install "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 
-install-emulators: ## install Azurite (Azure Blob emulator, npm) into .cache/node for the storage tests
-	mkdir -p .cache/node
-	cd .cache/node && ( [ -f package.json ] || npm init -y >/dev/null ) && npm install --no-audit --no-fund azurite@3.37.0
+install: $(PY) ## create .venv: torch==2.13.0 first, then the locked versions of every dependency (requirements/dev.lock), then the project
+	$(TORCH_INSTALL)
+	$(PY) -m pip install -r $(LOCK)
+	$(PY) -m pip install --no-deps -e .
+	@$(MAKE) --no-print-directory install-emulators
+
+install-latest: $(PY) ## like install, but the newest releases pyproject.toml allows instead of the lock (what `pip install foundry-stack` gets today)
+	$(TORCH_INSTALL)
+	$(PY) -m pip install --upgrade --upgrade-strategy eager -e ".[dev]"
+	@$(MAKE) --no-print-directory install-emulators
+
+lock: $(PY) ## refresh requirements/dev.lock: the newest versions pyproject.toml allows, pinned (pip-tools; commit the result, then make install)
+	$(PY) -m pip install -q "pip-tools>=7.4,<8"
+	CUSTOM_COMPILE_COMMAND="make lock" $(VENV)/bin/pip-compile --quiet --upgrade --extra dev --strip-extras \
+	  --no-emit-find-links --no-emit-index-url --no-emit-trusted-host \
+	  --unsafe-package torch --unsafe-package foundry-stack --output-file $(LOCK) pyproject.toml
+
+test-compat: $(PY) ## model/generation/export/eval-adapter tests on the lowest and the newest allowed dependencies (venvs in /tmp/foundry-compat)
+	$(PY) scripts/test_compat.py $(ARGS)
+
+AZURITE ?= 3.35.0
+install-emulators: ## Azurite (Azure Blob emulator, npm) into .cache/node for the Azure tests; skipped (tests skip) without node >= 18
+	@if ! command -v npm >/dev/null 2>&1; then echo "npm not found: skipping the Azure emulator (its tests will be skipped)"; \
+	elif [ "$$(node -p 'process.versions.node.split(".")[0]')" -lt 18 ]; then \
+	  echo "node $$(node --version) is older than 18: skipping the Azure emulator (its tests will be skipped)"; \
+	else mkdir -p .cache/node && cd .cache/node && ( [ -f package.json ] || npm init -y >/dev/null ) && \
+	  npm install --no-audit --no-fund --loglevel=error azurite@$(AZURITE); fi
 
 test: ## the fast default tier (CPU, no multi-process, no slow)
 	$(PY) -m pytest $(PYTEST_FAST) -q

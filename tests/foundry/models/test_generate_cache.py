@@ -112,11 +112,12 @@ def transformers_log() -> Iterator[list[str]]:
 
     hf_logging.get_logger("transformers").warning_once.cache_clear()  # type: ignore[attr-defined]
     handler = Keep(level=logging.DEBUG)
-    hf_logging.add_handler(handler)
+    root = logging.getLogger("transformers")  # not hf_logging.add/remove_handler: 4.56's remove asserts wrongly
+    root.addHandler(handler)
     try:
         yield lines
     finally:
-        hf_logging.remove_handler(handler)
+        root.removeHandler(handler)
 
 
 def _no_deprecation(lines: list[str]) -> None:

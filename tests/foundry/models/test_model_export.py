@@ -87,7 +87,7 @@ def test_export_writes_tokenizer_and_bf16(tmp_path, neox_tokenizer_path):
     ours = MPTForCausalLM(hf_compatible(vocab_size=50304)).eval()
     export_hf(ours, tmp_path, tokenizer=tok, dtype=torch.bfloat16)
     assert (tmp_path / "tokenizer.json").is_file() and (tmp_path / "model.safetensors").is_file()
-    theirs = HFMptForCausalLM.from_pretrained(tmp_path)
+    theirs = HFMptForCausalLM.from_pretrained(tmp_path, dtype="auto")  # 4.x loads float32 unless asked
     assert theirs.transformer.wte.weight.dtype == torch.bfloat16
 
 
