@@ -134,7 +134,9 @@ def generate(
     try:
         for i in range(0, len(texts), cfg.batch_size):
             batch = tokenizer(texts[i : i + cfg.batch_size], return_tensors="pt", padding=True).to(device)
-            batch.pop("token_type_ids", None)  # a causal LM takes none; transformers 4.x's generate refuses them
+            batch.pop(
+                "token_type_ids", None
+            )  # a causal LM takes none; transformers 4.x's generate refuses them
             ids = runner.generate(**batch, **_generate_kwargs(tokenizer, cfg))
             new = ids[:, batch["input_ids"].shape[1] :]
             out += [cut_at_stop(t, cfg.stop) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]

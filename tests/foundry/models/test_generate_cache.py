@@ -112,7 +112,9 @@ def transformers_log() -> Iterator[list[str]]:
 
     hf_logging.get_logger("transformers").warning_once.cache_clear()  # type: ignore[attr-defined]
     handler = Keep(level=logging.DEBUG)
-    root = logging.getLogger("transformers")  # not hf_logging.add/remove_handler: 4.56's remove asserts wrongly
+    root = logging.getLogger(
+        "transformers"
+    )  # not hf_logging.add/remove_handler: 4.56's remove asserts wrongly
     root.addHandler(handler)
     try:
         yield lines
