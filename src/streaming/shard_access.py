@@ -105,13 +105,10 @@ class ShardAccess:
         prepared when needed). ``on_tmp`` is told the temp name of the raw data file if this call writes it."""
         stream = self.streams[int(self.stream_per_shard[shard_id])]
         if stream.is_remote:
-            active, upcoming = self.active_shards, self.upcoming_shards
-            # Eviction order for this worker's view of the plan: shards of the chunk being read are needed
-            # now, those of the next chunk soon; the rest go first (least recently used first).
             if not self.shard_cache().prepare(
                 shard_id,
-                next_use=lambda k: 0.0 if k in active else 1.0 if k in upcoming else float("inf"),
-                on_full=(lambda: self.release(set())) if reader else None,
+                next_use=self._next_use,
+                on_full=self._on_full(reader),
                 wait=not prefetch,
                 on_tmp=on_tmp,
             ):
@@ -122,6 +119,14 @@ class ShardAccess:
                 self.shard_cache().verify(shard_id)
         self.prepared.add(shard_id)
 
+    def _next_use(self, k: int) -> float:
+        """Eviction order for this worker's view of the plan: shards of the chunk being read are needed now,
+        those of the next chunk soon; the rest go first (least recently used first)."""
+        return 0.0 if k in self.active_shards else 1.0 if k in self.upcoming_shards else float("inf")
+
+    def _on_full(self, reader: bool) -> Callable[[], None] | None:
+        return (lambda: self.release(set())) if reader else None
+
     def release(self, keep: set[int]) -> None:
         """Forget readers (and cache pins) of shards outside ``keep`` so their files can be evicted."""
         for shard_id in [k for k in self.readers if k not in keep]:
@@ -131,31 +136,35 @@ class ShardAccess:
                 self.cache.unpin(shard_id)
 
     def reader(self, shard_id: int) -> ShardReader:
-        """The open reader of a shard (prepared first if needed; re-prepared if evicted in between)."""
+        """The open reader of a shard (prepared first if needed; prepared again if evicted meanwhile)."""
         reader = self.readers.get(shard_id)
         if reader is None:
-            stream = self.streams[int(self.stream_per_shard[shard_id])]
-            pin = stream.is_remote and self.cache_limit is not None  # in use: not evictable until released
-            for attempt in range(3):
-                if shard_id not in self.prepared:
-                    self.prepare(shard_id, reader=True)
-                try:
-                    if pin and not self.shard_cache().pin(shard_id):
-                        raise FileNotFoundError(
-                            f"shard {self.shards[shard_id].raw_data.basename} was evicted"
-                        )
-                    reader = open_shard(
-                        stream.dirname, self.shards[shard_id], allow_unsafe_types=self.allow_unsafe_types
-                    )
-                    break
-                except FileNotFoundError:  # evicted by another process between prepare and open
-                    self.prepared.discard(shard_id)
-                    if pin:
-                        self.shard_cache().unpin(shard_id)
-                    if attempt == 2 or not stream.is_remote:
-                        raise
-            self.readers[shard_id] = reader  # type: ignore[assignment]
-        return reader  # type: ignore[return-value]
+            reader = self._open(shard_id)
+            self.readers[shard_id] = reader
+        return reader
+
+    def _open(self, shard_id: int) -> ShardReader:
+        """Open shard ``shard_id``. With a cache limit a remote shard is prepared and pinned in one step
+        (``ShardCache.acquire``): no other reader or job can evict it before it is opened or while it is open."""
+        stream = self.streams[int(self.stream_per_shard[shard_id])]
+        pin = stream.is_remote and self.cache_limit is not None
+        for attempt in range(3):
+            if pin:
+                self.shard_cache().acquire(shard_id, next_use=self._next_use, on_full=self._on_full(True))
+                self.prepared.add(shard_id)
+            elif shard_id not in self.prepared:
+                self.prepare(shard_id, reader=True)
+            try:
+                return open_shard(
+                    stream.dirname, self.shards[shard_id], allow_unsafe_types=self.allow_unsafe_types
+                )
+            except FileNotFoundError:  # deleted by another process (a job with no pins; a failed hash check)
+                self.prepared.discard(shard_id)
+                if pin:
+                    self.shard_cache().unpin(shard_id)
+                if attempt == 2 or not stream.is_remote:
+                    raise
+        raise AssertionError("unreachable")
 
     def sample(self, sample_id: int) -> dict[str, Any]:
         """Sample ``sample_id`` (in range) of the concatenation of all shards."""
@@ -279,13 +288,11 @@ class ShardAccess:
                 pending[shard] = pool.submit(self._prefetch, shard)
 
     def _await_prepared(self, shard: int, pending: dict[int, Future[None]]) -> None:
-        """Wait for ``shard``'s background preparation; a prefetch that gave up or failed is redone inline (by
-        the reader, which raises the error with its context)."""
+        """Wait for ``shard``'s background preparation; a prefetch that gave up or failed is redone when the
+        shard is opened (``reader``, which raises the error with its context)."""
         fut = pending.pop(shard, None)
         if fut is not None:
             fut.exception()
-        if shard not in self.prepared:
-            self.prepare(shard, reader=True)
 
     def _prefetch(self, shard_id: int) -> None:
         self.prepare(shard_id, prefetch=True)

@@ -2,7 +2,8 @@
 
 The kernel drops a flock when its process dies (even by ``kill -9``), so no lock outlives its holder and
 nothing needs cleaning after a crash. Each ``open`` is its own lock owner, so two threads of one process
-exclude each other exactly as two processes do.
+exclude each other exactly as two processes do. Each evictable shard has two locks (``use_lock`` and
+``prep_lock`` name them; the protocol is in ``streaming.cache.shards``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,19 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["LOCK_DIR", "file_lock", "open_lock", "try_lock"]
+__all__ = ["LOCK_DIR", "file_lock", "open_lock", "prep_lock", "try_lock", "use_lock"]
 
 LOCK_DIR = ".locks"
+
+
+def use_lock(shard: str) -> str:
+    """The lock name readers of shard file ``shard`` hold shared (a pin) and eviction takes exclusively."""
+    return shard
+
+
+def prep_lock(shard: str) -> str:
+    """The lock name held exclusively by whoever changes shard ``shard``'s files (prepare, verify, evict)."""
+    return shard + ".prep"
 
 
 def open_lock(directory: str, name: str) -> int:

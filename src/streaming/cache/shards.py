@@ -1,15 +1,52 @@
-"""The node-level shard cache: one download per shard per node, crash-safe, ``cache_limit`` a true ceiling.
+"""The node-level shard cache: one download per shard per node, crash-safe, ``cache_limit`` a ceiling, and a
+locking protocol that cannot deadlock.
 
-Coordination uses only the file system (``streaming.cache.locks``), so any number of processes sharing a cache
-directory cooperate without shared memory or clean-up. Per shard lock: a preparer (download, verify,
-decompress) holds it exclusively, and files appear under their real names only complete (temp + rename); a
-reader *pins* a shard by holding it shared, and eviction never waits for it, so a shard in use is never
-evicted. ``cache_limit`` holds at every moment: bytes are reserved before any file is created and idle
-shards evicted until disk plus live reservations fit (``streaming.cache.space``); the first use by a process
-brings a cache left over the limit by a crash back under it. Victims: farthest next use in the plan, then
-the oldest; never a shard whose only copy is local. With ``validate_hash``, a cached shard is verified before
-this process first uses it, the verdict remembered on disk (``streaming.cache.verify``); a mismatch downloads
-it again or, with no remote, raises naming the file and both digests.
+Coordination uses only the file system (``streaming.cache.locks``: ``flock``, dropped by the kernel when its
+holder dies), so any number of threads, processes and jobs sharing a cache directory cooperate without shared
+memory or clean-up. Files appear under their real names only complete (temp + rename). ``cache_limit``: bytes
+are reserved before any file is created and idle shards evicted until disk plus live reservations fit
+(``streaming.cache.space``); the first use by a process brings a cache left over the limit by a crash back
+under it. Victims: farthest next use in the plan, then the oldest; never a shard whose only copy is local.
+With ``validate_hash``, a cached shard is verified before this process first uses it, the verdict remembered on
+disk (``streaming.cache.verify``); a mismatch downloads it again or, with no remote, raises naming the file and
+both digests.
+
+Protocol. Each evictable shard has two locks; the cache folder has one more.
+
+- *use lock* (``locks.use_lock``): held **shared** by every reader that has the shard open (a *pin*), for as
+  long as the reader is open, across ``yield`` s (a DataLoader worker parked on a full queue keeps it). Taken
+  **exclusively** only by eviction, which never waits for it.
+- *prepare lock* (``locks.prep_lock``): held exclusively by the one thread that changes the shard's files:
+  download, hash check (deleting a bad file), decompression, eviction. Waiting to see a preparer finish holds
+  it shared.
+- *cache lock*: held while the disk and the reservations are read and victims chosen.
+
+States of a shard: *absent*; *being prepared* (prepare lock held, temp files, a reservation); *present*
+(every raw file under its real name); *pinned* (present, use lock held shared by one or more readers). Only a
+present, unpinned shard whose prepare lock is free becomes absent again (eviction: cache lock held, both shard
+locks taken without waiting, files unlinked). A reader gets its shard with ``acquire``: prepare it if needed,
+and pin it *before* letting go of the prepare lock, so no eviction fits between the two (a reader never finds
+its shard gone, whatever other jobs do); a shard prepared ahead (``prepare``, unpinned) and evicted before it
+is read is simply prepared again.
+
+Who waits for whom. A thread blocks on a lock only where every holder of a conflicting mode finishes without
+itself waiting for anything that may not end:
+
+1. use lock, shared (``pin``): conflicts only with an eviction, which holds it for a few unlinks.
+2. prepare lock: its holder waits only for (1), for the network (bounded by the download timeout and
+   retries) and for its own CPU work; never for space, for the cache lock or for another shard's lock.
+3. cache lock: its holder only *tries* shard locks (never waits) and reads, writes and deletes small files.
+4. space (``SpaceKeeper.reserve``), the one wait on readers: a shard's space is freed when its pins go. It
+   is entered holding no prepare lock and no cache lock; a prefetch never waits for it (``wait=False``); a
+   reader first drops its own idle pins (``on_full``), then waits at most ``wait_timeout`` and raises
+   ``CacheTooSmallError`` (naming the limit to raise) instead of waiting for ever.
+
+The pins are the only locks held across a ``yield`` and so the only ones that may be held for ever (a
+worker's pins while the loader waits for another worker), and nothing ever blocks on a mode that conflicts
+with a pin. Every other wait is for a holder that waits only further down the list, so no cycle of waits can
+form (the DataLoader's in-order wait on its workers included): no deadlock. Apart from a reader's own pins,
+the only lock ever taken while holding another is the use lock under the prepare lock, in that order
+everywhere (eviction tries them in the same order).
 """
 
 from __future__ import annotations
@@ -22,7 +59,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from streaming.cache.locks import LOCK_DIR, file_lock, open_lock, try_lock
+from streaming.cache.locks import LOCK_DIR, file_lock, open_lock, prep_lock, try_lock, use_lock
 from streaming.cache.space import CacheTooSmallError, SpaceEntry, SpaceKeeper, release_reservation
 from streaming.cache.verify import record_verdict, verdict_path, verify_file
 from streaming.format.index import INDEX_FILENAME, FileInfo, ShardInfo
@@ -184,15 +221,18 @@ class ShardCache:
         return self._algo(k) is None or k in self._verified
 
     def pin(self, shard_id: int) -> bool:
-        """Keep shard ``shard_id`` on disk until ``unpin`` (a shared lock that eviction respects).
+        """Keep shard ``shard_id`` on disk until ``unpin`` (its use lock, shared: eviction skips it).
+
+        Waits only for an eviction already under way (a few unlinks). Readers use ``acquire``, which cannot
+        lose the shard between preparing and pinning it.
 
         Returns:
             False if the shard is not on disk (evicted since it was prepared: prepare it again).
         """
         if shard_id in self._pins:
             return True
-        fd = open_lock(self.shards[shard_id].local, self._lock_name(shard_id))
-        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for a preparer or an eviction already under way
+        fd = open_lock(self.shards[shard_id].local, use_lock(self._lock_name(shard_id)))
+        fcntl.flock(fd, fcntl.LOCK_SH)
         if not self._ready(shard_id):
             os.close(fd)
             return False
@@ -225,8 +265,8 @@ class ShardCache:
         wait: bool = True,
         on_tmp: Callable[[str], None] | None = None,
     ) -> bool:
-        """Make shard ``shard_id`` readable locally (raw files present, verified); waits while another process
-        prepares it or while the cache is full of shards in use.
+        """Make shard ``shard_id`` readable locally (raw files present, verified), without pinning it; waits
+        while another thread or process prepares it, or while the cache is full of shards in use.
 
         ``next_use(k)``: plan position at which shard k is next needed (``inf``: not again), to pick eviction
         victims (default: oldest first). ``on_full``: called once when the cache is full of pinned shards, so the
@@ -238,51 +278,81 @@ class ShardCache:
             HashMismatchError: A cached file of a stream with no remote fails ``validate_hash``.
             FileNotFoundError: A shard of a stream with no remote is missing.
         """
+        return self._prepare(
+            shard_id, pin=False, next_use=next_use, on_full=on_full, wait=wait, on_tmp=on_tmp
+        )
+
+    def acquire(
+        self,
+        shard_id: int,
+        *,
+        next_use: Callable[[int], float] | None = None,
+        on_full: Callable[[], None] | None = None,
+    ) -> None:
+        """``prepare`` and ``pin`` shard ``shard_id`` in one step (a reader's way in): the shard is pinned
+        before its preparer lets it go, so no eviction comes in between; a shard evicted before this call
+        is fetched again. Returns with the shard pinned (until ``unpin``).
+
+        Raises:
+            The errors of ``prepare``.
+        """
+        self._prepare(shard_id, pin=True, next_use=next_use, on_full=on_full, wait=True, on_tmp=None)
+
+    def _prepare(
+        self,
+        k: int,
+        *,
+        pin: bool,
+        next_use: Callable[[int], float] | None,
+        on_full: Callable[[], None] | None,
+        wait: bool,
+        on_tmp: Callable[[str], None] | None,
+    ) -> bool:
+        """``prepare`` (and, if ``pin``, ``pin``) shard ``k``, following the protocol of the module note."""
         with self._start_lock:
             if not self._started:
                 self._started = True
-                self._space.start(keep=shard_id)
-        shard, name = self.shards[shard_id], self._lock_name(shard_id)
+                self._space.start(keep=k)
+        shard, name = self.shards[k], self._lock_name(k)
         tracked = shard.evictable and self.cache_limit is not None
         while True:
-            bad: list[tuple[str, str, str]] = []
-            if self._ready(shard_id):
-                if self._trusted(shard_id):
-                    return True
-                with try_lock(shard.local, name):  # serialize hashing with other processes when we can
-                    bad = self._check(shard_id)
-                if not bad:
-                    self._verified.add(shard_id)
-                    return True
-            elif self._await_preparer(shard_id):
+            if self._ready(k) and self._trusted(k) and (not pin or self.pin(k)):
+                return True  # a failed pin: evicted since the look; prepare it again
+            if self._await_preparer(k):
                 continue  # someone else prepared it meanwhile (or failed): look again
-            need, targets = self._to_create(shard_id, gone={path for path, _, _ in bad})
+            need, targets = self._to_create(k)
             token = None
-            if tracked and need:
+            if tracked and need:  # the one wait on readers: holding no lock but this thread's own pins
                 token = self._space.reserve(
-                    shard_id, need, targets, name=name, next_use=next_use, on_full=on_full, wait=wait
+                    k, need, targets, name=name, next_use=next_use, on_full=on_full, wait=wait
                 )
                 if token is None:
                     return False
             on_full = None
             try:
-                with file_lock(shard.local, name):
-                    if self._ready(shard_id):
-                        bad = self._check(shard_id)  # again: another process may have replaced the files
-                        if not bad:
-                            self._verified.add(shard_id)
-                            return True
-                        for path, _, _ in bad:
-                            os.remove(path)
-                    self._remove_temps(shard_id)
-                    if tracked and self._to_create(shard_id)[0] > need:
+                with file_lock(shard.local, prep_lock(name)):
+                    if not self._fill(k, reserved=need if tracked else None, on_tmp=on_tmp):
                         continue  # files vanished meanwhile (evicted): reserve again
-                    self._fetch(shard_id, on_tmp)
-                    self._verified.add(shard_id)
-                    return True
+                    if not pin or self.pin(k):  # under the prepare lock: no eviction can come first
+                        return True
             finally:
                 if token is not None:
                     release_reservation(token)
+
+    def _fill(self, k: int, *, reserved: int | None, on_tmp: Callable[[str], None] | None) -> bool:
+        """Holding shard ``k``'s prepare lock: make its files present and verified (a cached file that fails
+        ``validate_hash`` is deleted and fetched again). False, doing nothing, when more bytes are missing
+        than ``reserved`` (None: no limit)."""
+        bad = self._check(k) if self._ready(k) else []
+        for path, _, _ in bad:
+            os.remove(path)
+        if bad or not self._ready(k):
+            self._remove_temps(k)
+            if reserved is not None and self._to_create(k)[0] > reserved:
+                return False
+            self._fetch(k, on_tmp)
+        self._verified.add(k)
+        return True
 
     def verify(self, shard_id: int) -> None:
         """Check the files of shard ``shard_id`` present on disk against ``validate_hash`` (no download).
@@ -296,8 +366,9 @@ class ShardCache:
         self._verified.add(shard_id)
 
     def _await_preparer(self, k: int) -> bool:
-        """Wait until no other process (or thread) is preparing shard ``k``; True if it had to wait."""
-        local, name = self.shards[k].local, self._lock_name(k)
+        """Wait until no other thread or process holds shard ``k``'s prepare lock; True if it had to wait
+        (a preparer waits on no reader, so this wait ends)."""
+        local, name = self.shards[k].local, prep_lock(self._lock_name(k))
         with try_lock(local, name) as free:
             if free:
                 return False
@@ -337,14 +408,12 @@ class ShardCache:
             bad.append((path, expected, actual))
         return bad
 
-    def _to_create(self, k: int, gone: set[str] | None = None) -> tuple[int, list[str]]:
-        """Bytes (from index.json) and paths of the files preparing shard ``k`` will create from here, once the
-        files in ``gone`` (failed their hash check) are deleted."""
+    def _to_create(self, k: int) -> tuple[int, list[str]]:
+        """Bytes (from index.json) and paths of the files preparing shard ``k`` will create from here."""
         shard = self.shards[k]
 
         def missing(f: FileInfo) -> bool:
-            path = self._path(k, f)
-            return path in (gone or ()) or not os.path.exists(path)
+            return not os.path.exists(self._path(k, f))
 
         if not any(missing(f) for f in shard.resident_files()):
             return 0, []
@@ -354,13 +423,14 @@ class ShardCache:
         return sum(f.bytes for f in files), [self._path(k, f) for f in files]
 
     def _remove_temps(self, k: int) -> None:
-        """Delete temp files of shard ``k`` (called holding its lock: any there belong to a dead writer)."""
+        """Delete temp files of shard ``k`` (called holding its prepare lock: any there belong to a dead
+        writer)."""
         for path in self._paths[k].values():
             for stale in glob.glob(glob.escape(path) + ".tmp-*"):
                 os.remove(stale)
 
     def _fetch(self, k: int, on_tmp: Callable[[str], None] | None = None) -> None:
-        """Download what is missing, verify, decompress (holding the shard's lock)."""
+        """Download what is missing, verify, decompress (holding the shard's prepare lock)."""
         shard, algo = self.shards[k], self._algo(k)
         if self._ready(k):
             return  # only a bad compressed copy was dropped; the raw files passed

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from streaming.cache.locks import LOCK_DIR, file_lock
+from streaming.cache.locks import LOCK_DIR, file_lock, prep_lock, use_lock
 from streaming.sizes import format_bytes
 
 __all__ = [
@@ -342,17 +342,28 @@ class SpaceKeeper:
 
     def evict(self, k: int) -> int:
         """Delete shard ``k``'s files unless someone reads (pins) or prepares it; returns bytes freed."""
-        entry, freed = self.entries[k], 0
-        # Never wait for a shard lock while holding the cache lock: a busy shard is skipped.
-        with file_lock(entry.local, entry.lock_name, blocking=False) as held:
-            if not held:
+        entry = self.entries[k]
+        # Never wait for a shard lock (the cache lock may be held): a busy shard is skipped. The prepare lock
+        # first, as everyone takes them: its holder may pin the shard, and finds the use lock free.
+        with file_lock(entry.local, prep_lock(entry.lock_name), blocking=False) as idle:
+            if not idle:
                 return 0
-            for path in entry.paths:
-                try:
-                    size = os.stat(path).st_size
-                    os.remove(path)
-                    freed += size
-                except FileNotFoundError:
-                    pass
+            with file_lock(entry.local, use_lock(entry.lock_name), blocking=False) as unpinned:
+                if not unpinned:
+                    return 0
+                freed = _delete(entry.paths)
         log.debug("cache: evicted %s (%s)", entry.lock_name, format_bytes(freed))
         return freed
+
+
+def _delete(paths: Iterable[str]) -> int:
+    """Remove the files at ``paths`` that exist; returns their bytes."""
+    freed = 0
+    for path in paths:
+        try:
+            size = os.stat(path).st_size
+            os.remove(path)
+            freed += size
+        except FileNotFoundError:
+            pass
+    return freed

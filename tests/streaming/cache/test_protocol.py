@@ -1,0 +1,218 @@
+"""The cache protocol under pressure (issue 25): DataLoader workers and jobs sharing one cache with a
+``cache_limit`` never hang, never crash because another reader evicted a shard, and read every sample.
+
+A hang must fail, not stall the suite: every loader runs in a child process (its own session, so its workers
+go with it) under a deadline. The default tier keeps to a few seconds; the wider grids are ``slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from streaming import MDSWriter, StreamingDataset
+from streaming.format.index import load_index
+
+_JOB = """
+import json, sys
+from torch.utils.data import DataLoader
+from streaming import StreamingDataLoader, StreamingDataset
+
+remote, local, limit, loaders, workers, epochs, shuffle, algo = sys.argv[1:]
+out = []
+names = loaders.split(",")
+for loader in names:  # one after the other, each on a cache folder of its own
+    here = local if len(names) == 1 else f"{local}-{loader}"
+    ds = StreamingDataset(remote=remote, local=here, batch_size=1, cache_limit=int(limit),
+                          shuffle=shuffle == "1", validate_hash=algo or None)
+    make = DataLoader if loader == "torch" else StreamingDataLoader
+    dl = make(ds, batch_size=1, num_workers=int(workers))
+    for epoch in range(int(epochs)):
+        if loader == "torch":
+            ds.set_epoch(epoch)
+        vals = [b["x"][0] for b in dl]
+        out.append([v[0] if isinstance(v, bytes) else int(v) for v in vals])
+print(json.dumps(out))
+"""
+
+
+def _one_byte_samples(out: Path) -> str:
+    """The issue's reproduction: 5,000 one-byte samples in ~100 shards of 500 bytes."""
+    with MDSWriter(out=str(out), columns={"x": "bytes"}, size_limit=500) as w:
+        for i in range(5000):
+            w.write({"x": bytes([i % 256])})
+    return str(out)
+
+
+def _id_samples(out: Path, n: int, *, compression: str | None = "zstd") -> str:
+    """``n`` samples whose ``x`` is their index, in small hashed shards (compressed: prepared in two steps)."""
+    with MDSWriter(
+        out=str(out),
+        columns={"x": "int", "pad": "bytes"},
+        size_limit=1000,
+        compression=compression,
+        hashes=["xxh64"],
+    ) as w:
+        for i in range(n):
+            w.write({"x": i, "pad": bytes(40)})
+    return str(out)
+
+
+def _minimum_limit(remote: str) -> int:
+    """The smallest ``cache_limit`` StreamingDataset accepts: 4x the largest shard, all of its files."""
+    return 4 * max(sum(f.bytes for f in s.files()) for s in load_index(remote).shards)
+
+
+def _run_jobs(argvs: list[list[str]], *, deadline_s: float) -> list[list[list[int]]]:
+    """Run one loader job per argv at once; each job's per-epoch sample values. Fails (naming the jobs still
+    running) if they are not all done within ``deadline_s``, killing them and their workers."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _JOB, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for argv in argvs
+    ]
+    end = time.monotonic() + deadline_s
+    outs: list[tuple[str, str]] = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=max(0.1, end - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        hung = [i for i, p in enumerate(procs) if p.poll() is None]
+        pytest.fail(f"jobs {hung} of {len(procs)} still running after {deadline_s:.0f} s (a hang)")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    return [json.loads(out) for out, _ in outs]
+
+
+def _job(
+    remote: str, local: str, limit: int, *, loaders: str, workers: int, shuffle: bool = False, algo: str = ""
+) -> list[str]:
+    """The arguments of one job: each of ``loaders`` (``torch``, ``streaming``; comma-separated) reads two
+    epochs with ``workers`` workers, batch size 1, from ``remote`` through a cache at ``local``."""
+    return [remote, local, str(limit), loaders, str(workers), "2", "1" if shuffle else "0", algo]
+
+
+def test_two_workers_with_a_cache_limit_finish_two_epochs(tmp_path):
+    """The issue's reproduction with torch's DataLoader (it hung for ever; StreamingDataLoader too, which the
+    slow tier runs with 2-8 workers)."""
+    remote = _one_byte_samples(tmp_path / "remote")
+    [epochs] = _run_jobs(
+        [_job(remote, str(tmp_path / "local"), 1_000_000, loaders="torch", workers=2)], deadline_s=60
+    )
+    expected = Counter(i % 256 for i in range(5000))
+    assert [Counter(e) for e in epochs] == [expected] * 2
+
+
+def test_a_reader_refetches_a_shard_another_job_evicts(tmp_path):
+    """Another job on the same cache evicts every shard it can, as fast as it can (validate_hash on, shards
+    compressed): the reader must fetch an evicted shard again, never fail with 'was evicted'."""
+    remote = _id_samples(tmp_path / "remote", 600)
+    local = str(tmp_path / "local")
+    limit = _minimum_limit(remote)
+    ds = StreamingDataset(remote=remote, local=local, batch_size=4, cache_limit=limit, validate_hash="xxh64")
+    stop = tmp_path / "stop"
+    evictor = subprocess.Popen(
+        [sys.executable, "-c", _EVICTOR, remote, local, str(stop)], start_new_session=True
+    )
+    hog_stop = threading.Event()
+    hog = threading.Thread(target=_hog_the_gil, args=(hog_stop,), daemon=True)
+    hog.start()  # a busy thread makes each GIL hand-over slow, widening any window between checks
+    try:
+        for _ in range(2):
+            assert [int(s["x"]) for s in ds] == list(range(600))
+    finally:
+        hog_stop.set()
+        stop.touch()
+        try:
+            evictor.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(evictor.pid, signal.SIGKILL)
+    assert evictor.returncode == 0
+
+
+def _hog_the_gil(stop: threading.Event) -> None:
+    while not stop.is_set():
+        sum(range(1000))
+
+
+_EVICTOR = """
+import os, sys
+from streaming.cache.space import SpaceEntry, SpaceKeeper
+from streaming.format.index import load_index
+
+remote, local, stop = sys.argv[1:]
+shards = load_index(remote).shards
+entries = {
+    k: SpaceEntry(local=local, lock_name=s.raw_data.basename,
+                  paths=tuple(os.path.join(local, f.basename) for f in s.files()))
+    for k, s in enumerate(shards)
+}
+keeper = SpaceKeeper(local, entries, None, 1.0)
+while not os.path.exists(stop):
+    for k in entries:
+        keeper.evict(k)
+"""
+
+
+@pytest.mark.slow
+def test_jobs_and_workers_sharing_a_tiny_cache_read_every_sample(tmp_path):
+    """Two jobs x two workers, the smallest limit accepted, hashes verified: done in bounded time, each job
+    reading every sample exactly once per epoch, in the order it reads them alone."""
+    remote = _id_samples(tmp_path / "remote", 400)
+    local, limit = str(tmp_path / "local"), _minimum_limit(remote)
+    argvs = [
+        _job(remote, local, limit, loaders=loader, workers=2, shuffle=shuffle, algo="xxh64")
+        for loader, shuffle in (("streaming", True), ("torch", False))
+    ]
+    shuffled, ordered = _run_jobs(argvs, deadline_s=120)
+    assert [sorted(e) for e in shuffled] == [list(range(400))] * 2 and shuffled[0] != shuffled[1]
+    assert [sorted(e) for e in ordered] == [list(range(400))] * 2
+    alone = StreamingDataset(local=remote, batch_size=1, shuffle=True)
+    assert shuffled[0] == [int(s["x"]) for s in alone]
+
+
+@pytest.mark.slow
+def test_two_jobs_one_worker_each_with_validate_hash(tmp_path):
+    """Issue 25 item 2 as reported: two jobs x 1 worker on one cache, a low limit, ``validate_hash``; one of
+    them used to die with 'shard ... was evicted'. A few rounds, each on a fresh cache."""
+    remote = _id_samples(tmp_path / "remote", 1000)
+    limit = _minimum_limit(remote)
+    for round_ in range(3):
+        local = str(tmp_path / f"local{round_}")
+        argvs = [
+            _job(remote, local, limit, loaders="torch", workers=1, shuffle=shuffle, algo="xxh64")
+            for shuffle in (False, True)
+        ]
+        for epochs in _run_jobs(argvs, deadline_s=180):
+            assert [sorted(e) for e in epochs] == [list(range(1000))] * 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loader", ["torch", "streaming"])
+@pytest.mark.parametrize("workers", [2, 3, 4, 8])
+def test_issue_reproduction_many_workers(tmp_path, loader, workers):
+    remote = _one_byte_samples(tmp_path / "remote")
+    [epochs] = _run_jobs(
+        [_job(remote, str(tmp_path / "local"), 1_000_000, loaders=loader, workers=workers)], deadline_s=240
+    )
+    expected = Counter(i % 256 for i in range(5000))
+    assert [Counter(e) for e in epochs] == [expected, expected]
