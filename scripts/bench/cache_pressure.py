@@ -1,0 +1,319 @@
+"""Shared shard cache under pressure: N jobs x W workers, small shards, a tight `cache_limit`, remote on loopback S3.
+
+Every job is a separate process (`--job`) streaming the same remote dataset through one shared cache folder with
+its own shuffle seed, so the jobs want different shards at the same time; each checks every sample's bytes
+against its id and that every id came exactly once per epoch. A sampler in this process measures the cache's
+disk use every 10 ms: the shard files in the folder (finished and temporary; not index.json and the `.locks`
+folder, which the limit does not cover) plus the files already unlinked (evicted) that a job or one of its workers
+still holds open (found through /proc/<pid>/fd), each inode counted once.
+
+Three passes over the same data, each into a fresh cache folder:
+- `unlimited`: no `cache_limit` (the throughput baseline; it also measures how many shards a batch touches);
+- `two_batches`: the limit holds two batches of shards for every job at once (target: < 10% slower than
+  unlimited);
+- `tight`: the smallest limit the dataset accepts (4 shards), the stress case.
+Targets in every limited pass: max disk / limit <= 1.0, no hang (a job still running after `--job-timeout` is
+killed and counted), no crash (a non-zero exit), no sample wrong or missing.
+
+Usage: `python scripts/bench/cache_pressure.py [--jobs 3] [--workers 2] [--samples 6000] [--epochs 2]`.
+Prints one JSON line per pass and a summary line with the machine and its load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import machine
+from streaming_remote import start_moto
+
+SAMPLE_BYTES = 1000
+
+
+def sample_bytes(i: int) -> bytes:
+    """The content of sample `i`: its id, then a byte that depends on it, repeated (checkable in O(1) numpy)."""
+    return int(i).to_bytes(8, "little") + bytes([(i * 7) % 251]) * (SAMPLE_BYTES - 8)
+
+
+def check_sample(i: int, data: bytes) -> bool:
+    if len(data) != SAMPLE_BYTES or int.from_bytes(data[:8], "little") != i:
+        return False
+    body = np.frombuffer(data, dtype=np.uint8, offset=8)
+    return bool((body == (i * 7) % 251).all())
+
+
+def write_dataset(remote: str, n: int, shard_bytes: int) -> None:
+    from streaming import MDSWriter
+
+    with MDSWriter(out=remote, columns={"id": "int", "data": "bytes"}, size_limit=shard_bytes) as w:
+        for i in range(n):
+            w.write({"id": i, "data": sample_bytes(i)})
+
+
+# ---- one job (a subprocess) ----
+
+
+def run_job(args: argparse.Namespace) -> None:
+    from streaming import StreamingDataLoader, StreamingDataset
+
+    ds = StreamingDataset(
+        remote=args.remote,
+        local=args.local,
+        batch_size=args.batch_size,
+        shuffle=True,
+        shuffle_seed=args.seed,
+        cache_limit=args.limit or None,
+    )
+    bounds = np.cumsum([s.samples for s in ds.shards])
+    loader = StreamingDataLoader(ds, batch_size=args.batch_size, num_workers=args.workers)
+    wrong = missing = duplicates = samples = 0
+    shards_per_batch = 0
+    start = time.perf_counter()
+    for _ in range(args.epochs):
+        seen = np.zeros(int(bounds[-1]), dtype=np.int32)
+        for batch in loader:
+            ids = [int(i) for i in batch["id"]]
+            samples += len(ids)
+            for i, data in zip(ids, batch["data"]):
+                wrong += not check_sample(i, data)
+                seen[i] += 1
+            shards = np.unique(np.searchsorted(bounds, np.asarray(ids), side="right"))
+            shards_per_batch = max(shards_per_batch, len(shards))
+        missing += int((seen == 0).sum())
+        duplicates += int((seen > 1).sum())
+    seconds = time.perf_counter() - start
+    result = dict(
+        samples=samples,
+        seconds=seconds,
+        wrong=wrong,
+        missing=missing,
+        duplicates=duplicates,
+        shards_per_batch=shards_per_batch,
+    )
+    Path(args.out).write_text(json.dumps(result))
+
+
+# ---- the sampler ----
+
+
+def _tree(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return [pid] + [c.pid for c in proc.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def disk_bytes(folder: str, pids: list[int]) -> int:
+    """Bytes of the shard files under `folder` (temp files included; not index.json nor the `.locks` folder of
+    locks and hash verdicts, which `cache_limit` does not cover) plus unlinked files under it still open in
+    `pids`, each inode once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != ".locks"]
+        for name in files:
+            if name == "index.json":
+                continue
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    for pid in pids:
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+                if not (target.startswith(folder) and target.endswith(" (deleted)")):
+                    continue
+                st = os.stat(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+class Sampler(threading.Thread):
+    """Samples `disk_bytes` every `period` seconds until stopped; keeps the maximum and the sample count."""
+
+    def __init__(self, folder: str, procs: list[subprocess.Popen], period: float = 0.01) -> None:
+        super().__init__(daemon=True)
+        self.folder, self.procs, self.period = folder, procs, period
+        self.max_bytes = self.samples = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            pids = [p for proc in self.procs if proc.poll() is None for p in _tree(proc.pid)]
+            self.max_bytes = max(self.max_bytes, disk_bytes(self.folder, pids))
+            self.samples += 1
+            self.stop.wait(self.period)
+
+
+# ---- one pass: N jobs on one cache ----
+
+
+def run_pass(
+    name: str, args: argparse.Namespace, remote: str, scratch: str, limit: int | None
+) -> dict[str, Any]:
+    cache = os.path.realpath(os.path.join(scratch, f"cache-{name}"))
+    os.makedirs(cache)
+    procs, outs = [], []
+    start = time.perf_counter()
+    for j in range(args.jobs):
+        out = os.path.join(scratch, f"{name}-{j}.json")
+        cmd = [sys.executable, __file__, "--job", "--remote", remote, "--local", cache, "--out", out]
+        cmd += ["--seed", str(1000 + j), "--workers", str(args.workers), "--epochs", str(args.epochs)]
+        cmd += ["--batch-size", str(args.batch_size), "--limit", str(limit or 0)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        outs.append(out)
+    sampler = Sampler(cache, procs)
+    sampler.start()
+    hangs = crashes = 0
+    errors: list[str] = []
+    for proc in procs:
+        left = args.job_timeout - (time.perf_counter() - start)
+        try:
+            _, err = proc.communicate(timeout=max(left, 1))
+        except subprocess.TimeoutExpired:
+            hangs += 1
+            for pid in reversed(_tree(proc.pid)):
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            proc.communicate()
+            continue
+        if proc.returncode != 0:
+            crashes += 1
+            errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}")
+    wall = time.perf_counter() - start
+    sampler.stop.set()
+    sampler.join()
+    results = [json.loads(Path(o).read_text()) for o in outs if os.path.exists(o)]
+    samples = sum(r["samples"] for r in results)
+    expected = args.jobs * args.epochs * args.samples
+    row: dict[str, Any] = {
+        "bench": "cache_pressure",
+        "pass": name,
+        "jobs": args.jobs,
+        "workers": args.workers,
+        "limit_bytes": limit,
+        "samples_per_s": round(samples / wall, 1),
+        "wall_s": round(wall, 2),
+        "max_disk_bytes": sampler.max_bytes,
+        "max_disk_over_limit": round(sampler.max_bytes / limit, 3) if limit else None,
+        "disk_samples": sampler.samples,
+        "hangs": hangs,
+        "crashes": crashes,
+        "wrong": sum(r["wrong"] for r in results),
+        "missing": sum(r["missing"] for r in results)
+        + (expected - samples if len(results) < args.jobs else 0),
+        "duplicates": sum(r["duplicates"] for r in results),
+        "max_shards_per_batch": max((r["shards_per_batch"] for r in results), default=0),
+    }
+    if errors:
+        row["errors"] = errors[:3]
+    shutil.rmtree(cache, ignore_errors=True)
+    return row
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--samples", type=int, default=6000)
+    p.add_argument("--shard-bytes", type=int, default=32_000, help="MDS size_limit (~30 samples a shard)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument(
+        "--job-timeout", type=float, default=300.0, help="a job still running after this is a hang"
+    )
+    p.add_argument("--passes", nargs="+", default=["unlimited", "two_batches", "tight"])
+    # job mode (internal)
+    p.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--remote", help=argparse.SUPPRESS)
+    p.add_argument("--local", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.job:
+        run_job(args)
+        return
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1"
+    )
+    moto, endpoint = start_moto()
+    scratch = tempfile.mkdtemp(prefix="bench-cache-pressure-")
+    rows = []
+    try:
+        import boto3
+
+        os.environ["S3_ENDPOINT_URL"] = endpoint
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
+        remote = "s3://bench/pressure"
+        write_dataset(remote, args.samples, args.shard_bytes)
+        index = json.loads(
+            boto3.client("s3", endpoint_url=endpoint)
+            .get_object(Bucket="bench", Key="pressure/index.json")["Body"]
+            .read()
+        )
+        shard = max(s["raw_data"]["bytes"] for s in index["shards"])
+        per_batch = max(1, math.ceil(args.batch_size * SAMPLE_BYTES / shard))  # refined by the unlimited pass
+        for name in args.passes:
+            if name == "unlimited":
+                limit = None
+            elif name == "two_batches":
+                limit = max(4, 2 * per_batch * args.jobs) * shard
+            elif name == "tight":
+                limit = 4 * shard
+            else:
+                raise SystemExit(f"error: unknown pass {name!r}")
+            row = run_pass(name, args, remote, scratch, limit)
+            if name == "unlimited":
+                per_batch = max(per_batch, row["max_shards_per_batch"])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        moto.kill()
+        shutil.rmtree(scratch, ignore_errors=True)
+    by = {r["pass"]: r for r in rows}
+    summary: dict[str, Any] = {"bench": "cache_pressure", "summary": True, "shard_bytes": shard}
+    if "unlimited" in by and "two_batches" in by and by["unlimited"]["samples_per_s"]:
+        summary["two_batches_cost"] = round(
+            1 - by["two_batches"]["samples_per_s"] / by["unlimited"]["samples_per_s"], 3
+        )
+    limited = [r for r in rows if r["limit_bytes"]]
+    summary["max_disk_over_limit"] = max((r["max_disk_over_limit"] for r in limited), default=None)
+    for key in ("hangs", "crashes", "wrong", "missing", "duplicates"):
+        summary[key] = sum(r[key] for r in rows)
+    summary["load_avg"] = [round(x, 2) for x in os.getloadavg()]
+    summary["machine"] = machine()
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

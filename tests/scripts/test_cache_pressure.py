@@ -1,0 +1,34 @@
+"""scripts/bench/cache_pressure.py, short: 2 jobs x 2 workers share one cache on a loopback S3 server under a
+two-batches limit and the tightest accepted limit; no hang, no crash, every sample right, the ceiling held."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "cache_pressure.py"
+
+
+def test_short_pressure_run_holds_the_ceiling_with_no_hang_crash_or_wrong_sample():
+    pytest.importorskip("moto")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--jobs", "2", "--workers", "2", "--samples", "900", "--epochs", "1",
+         "--job-timeout", "240"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    passes = {r["pass"]: r for r in rows if "pass" in r}
+    (summary,) = [r for r in rows if r.get("summary")]
+    assert set(passes) == {"unlimited", "two_batches", "tight"}
+    assert all(r["samples_per_s"] > 0 and r["disk_samples"] > 0 for r in passes.values()), rows
+    for key in ("hangs", "crashes", "wrong", "missing", "duplicates"):
+        assert summary[key] == 0, (key, rows)
+    assert summary["max_disk_over_limit"] <= 1.0, rows
+    assert summary["machine"]["cores"] and len(summary["load_avg"]) == 3
