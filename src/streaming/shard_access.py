@@ -26,7 +26,7 @@ from streaming.batch_read import SampleRef
 from streaming.cache import CachedShard, ShardCache
 from streaming.format.index import ShardInfo
 from streaming.format.mds import MDSSchema, ShardFormatError
-from streaming.format.reader import ShardReader, check_shard_safe, open_shard
+from streaming.format.reader import FileMap, ShardReader, check_shard_safe, open_shard
 from streaming.growing_shard import GrowingFile, early_sample_bytes
 from streaming.stream import Stream
 
@@ -128,12 +128,13 @@ class ShardAccess:
         return (lambda: self.release(set())) if reader else None
 
     def release(self, keep: set[int]) -> None:
-        """Forget readers (and cache pins) of shards outside ``keep`` so their files can be evicted."""
+        """Forget readers of shards outside ``keep``; a shard's cache pin goes with the last view of its mapped
+        file (``ShardCache.pin_while_alive``: the reader, samples still held), then it can be evicted."""
         for shard_id in [k for k in self.readers if k not in keep]:
             del self.readers[shard_id]
             self.prepared.discard(shard_id)
-            if self.cache is not None:
-                self.cache.unpin(shard_id)
+        if self.cache is not None:
+            self.cache.drain()
 
     def reader(self, shard_id: int) -> ShardReader:
         """The open reader of a shard (prepared first if needed; prepared again if evicted meanwhile)."""
@@ -145,25 +146,37 @@ class ShardAccess:
 
     def _open(self, shard_id: int) -> ShardReader:
         """Open shard ``shard_id``. With a cache limit a remote shard is prepared and pinned in one step
-        (``ShardCache.acquire``): no other reader or job can evict it before it is opened or while it is open."""
-        stream = self.streams[int(self.stream_per_shard[shard_id])]
+        (``ShardCache.acquire``): no other reader or job can evict it before it is opened or while it is open;
+        when the cache stays full of shards in use, the shard is read into memory instead, not kept."""
+        stream, info = self.streams[int(self.stream_per_shard[shard_id])], self.shards[shard_id]
         pin = stream.is_remote and self.cache_limit is not None
         for attempt in range(3):
             if pin:
-                self.shard_cache().acquire(shard_id, next_use=self._next_use, on_full=self._on_full(True))
+                cache = self.shard_cache()
+                if not cache.acquire(shard_id, next_use=self._next_use, on_full=self._on_full(True)):
+                    files = cache.read_unkept(shard_id)
+                    return open_shard(
+                        stream.dirname, info, allow_unsafe_types=self.allow_unsafe_types, files=files
+                    )
                 self.prepared.add(shard_id)
             elif shard_id not in self.prepared:
                 self.prepare(shard_id, reader=True)
             try:
-                return open_shard(
-                    stream.dirname, self.shards[shard_id], allow_unsafe_types=self.allow_unsafe_types
-                )
+                reader = open_shard(stream.dirname, info, allow_unsafe_types=self.allow_unsafe_types)
             except FileNotFoundError:  # deleted by another process (a job with no pins; a failed hash check)
                 self.prepared.discard(shard_id)
                 if pin:
                     self.shard_cache().unpin(shard_id)
                 if attempt == 2 or not stream.is_remote:
                     raise
+                continue
+            if pin:  # pinned from now on by its mapped files, for as long as anything views them
+                for owner in {
+                    id(b.obj): b.obj for b in reader.buffers if isinstance(b.obj, FileMap)
+                }.values():
+                    self.shard_cache().pin_while_alive(shard_id, owner)
+                self.shard_cache().unpin(shard_id)
+            return reader
         raise AssertionError("unreachable")
 
     def sample(self, sample_id: int) -> dict[str, Any]:

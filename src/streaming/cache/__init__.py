@@ -2,6 +2,7 @@
 
 - ``shards``: ``ShardCache`` (download, verify, decompress, pin, evict), ``CachedShard``, ``fetch_index``.
 - ``locks``: ``fcntl`` file locks under ``<cache>/.locks`` (released by the kernel when a process dies).
+- ``pins``: the pins one process holds on shards (counted; released with the last view of a mapped file).
 - ``space``: disk accounting (files on disk plus reservations, both read from the disk) and eviction targets.
 - ``verify``: hash checks of cached files, the verdict remembered on disk.
 

@@ -37,21 +37,25 @@ itself waiting for anything that may not end:
    retries) and for its own CPU work; never for space, for the cache lock or for another shard's lock.
 3. cache lock: its holder only *tries* shard locks (never waits) and reads, writes and deletes small files.
 4. space (``SpaceKeeper.reserve``), the one wait on readers: a shard's space is freed when its pins go. It
-   is entered holding no prepare lock and no cache lock; a prefetch never waits for it (``wait=False``); a
-   reader first drops its own idle pins (``on_full``), then waits at most ``wait_timeout`` and raises
-   ``CacheTooSmallError`` (naming the limit to raise) instead of waiting for ever.
+   is entered holding no prepare lock and no cache lock. A prefetch never waits for it (``wait=False``). A
+   reader (``acquire``) first drops its own idle pins (``on_full``), then waits at most ``fallback_after``
+   seconds (not at all while the previous wait failed too) and, if the cache is still full, reads the shard
+   into memory without keeping it (``read_unkept``, logged once): it never exceeds the limit and never waits
+   for ever, however many readers share the cache. Where memory files do not exist (not Linux) it waits
+   ``wait_timeout`` and raises ``CacheTooSmallError`` (naming the limit to raise).
 
-The pins are the only locks held across a ``yield`` and so the only ones that may be held for ever (a
-worker's pins while the loader waits for another worker), and nothing ever blocks on a mode that conflicts
-with a pin. Every other wait is for a holder that waits only further down the list, so no cycle of waits can
-form (the DataLoader's in-order wait on its workers included): no deadlock. Apart from a reader's own pins,
-the only lock ever taken while holding another is the use lock under the prepare lock, in that order
-everywhere (eviction tries them in the same order).
+The pins are the only locks held across a ``yield``, so the only ones that may be held for ever (a worker's
+pins while the loader waits for another worker), and nobody blocks on a mode that conflicts with a pin:
+evictions only try, and the wait for space (4) is bounded. Every other wait is on a holder that finishes:
+(1) an eviction, which waits for nothing; (2) a preparer, which waits only for (1) and the network; (3) a
+holder that waits for nothing. So no cycle of waits can form, the DataLoader's in-order wait on its workers
+included, and no thread waits for ever. Apart from a reader's own pins, the only lock ever taken while
+holding another is the use lock under the prepare lock, in that order everywhere (eviction tries them in the
+same order).
 """
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import logging
 import os
@@ -59,7 +63,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from streaming.cache.locks import LOCK_DIR, file_lock, open_lock, prep_lock, try_lock, use_lock
+from streaming.cache.locks import LOCK_DIR, file_lock, prep_lock, try_lock, use_lock
+from streaming.cache.pins import Pins
 from streaming.cache.space import CacheTooSmallError, SpaceEntry, SpaceKeeper, release_reservation
 from streaming.cache.verify import record_verdict, verdict_path, verify_file
 from streaming.format.index import INDEX_FILENAME, FileInfo, ShardInfo
@@ -67,7 +72,7 @@ from streaming.format.reader import decompress_shard
 from streaming.safepath import safe_join
 from streaming.sizes import format_bytes
 from streaming.storage import RetryPolicy, download_file
-from streaming.storage.transfer import HashMismatchError
+from streaming.storage.transfer import HashMismatchError, can_download_to_memory, download_to_memory
 from streaming.storage.url import join_url
 
 __all__ = ["CacheTooSmallError", "CachedShard", "ShardCache", "fetch_index", "minimum_cache_bytes"]
@@ -139,7 +144,10 @@ class ShardCache:
         policy: Download retries and timeout (for shards that name none).
         validate_hash: Hash algorithm to verify (for shards that name none; None = no check).
         concurrent: How many shards the plan may need resident at once on this node (for the minimum).
-        wait_timeout: Seconds to wait for other readers to free space before giving up with an error.
+        wait_timeout: Seconds ``prepare`` waits for other readers to free space before giving up with an error.
+        fallback_after: Seconds ``acquire`` (a reader) waits for other readers to free space before it returns
+            False, so the shard is read without keeping it (``read_unkept``). None, or where memory files are not
+            available (not Linux): wait ``wait_timeout`` s, then raise.
     """
 
     def __init__(
@@ -151,13 +159,18 @@ class ShardCache:
         validate_hash: str | None = None,
         concurrent: int = 2,
         wait_timeout: float = 600.0,
+        fallback_after: float | None = 1.0,
     ) -> None:
         self.shards = list(shards)
         self.cache_limit = cache_limit
         self.policy = policy or RetryPolicy()
         self.validate_hash = validate_hash
         self.wait_timeout = wait_timeout
+        self.fallback_after = fallback_after if can_download_to_memory() else None
         self.downloads = 0
+        self.unkept_reads = 0
+        """Shards read into memory without keeping them, the cache being full of shards in use."""
+        self._short_of_space = False  # the last acquire found no space: the next one does not wait for it
         self._root = self.shards[0].local if self.shards else "."
         self._paths = [
             {
@@ -175,7 +188,7 @@ class ShardCache:
         }
         self._space = SpaceKeeper(self._root, entries, cache_limit, wait_timeout)
         self._verified: set[int] = set()
-        self._pins: dict[int, int] = {}
+        self._pins = Pins()
         self._started = False
         self._start_lock = threading.Lock()
         if cache_limit is not None:
@@ -221,37 +234,36 @@ class ShardCache:
         return self._algo(k) is None or k in self._verified
 
     def pin(self, shard_id: int) -> bool:
-        """Keep shard ``shard_id`` on disk until ``unpin`` (its use lock, shared: eviction skips it).
+        """Keep shard ``shard_id`` on disk until as many ``unpin`` s (its use lock, shared: eviction skips it).
 
         Waits only for an eviction already under way (a few unlinks). Readers use ``acquire``, which cannot
-        lose the shard between preparing and pinning it.
+        lose the shard between preparing and pinning it. Pins are per process and counted
+        (``streaming.cache.pins``); call from the reading thread.
 
         Returns:
             False if the shard is not on disk (evicted since it was prepared: prepare it again).
         """
-        if shard_id in self._pins:
-            return True
-        fd = open_lock(self.shards[shard_id].local, use_lock(self._lock_name(shard_id)))
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        if not self._ready(shard_id):
-            os.close(fd)
-            return False
-        self._pins[shard_id] = fd
-        return True
+        local, name = self.shards[shard_id].local, use_lock(self._lock_name(shard_id))
+        return self._pins.take(shard_id, local=local, lock_name=name, present=lambda: self._ready(shard_id))
 
     def unpin(self, shard_id: int) -> None:
-        """Let shard ``shard_id`` be evicted again."""
-        fd = self._pins.pop(shard_id, None)
-        if fd is not None:
-            os.close(fd)
+        """Undo one ``pin`` (or ``acquire``) of shard ``shard_id``; after the last, it may be evicted again."""
+        self._pins.drop(shard_id)
+
+    def pin_while_alive(self, shard_id: int, owner: object) -> None:
+        """One more pin of the pinned shard ``shard_id``, undone when ``owner`` (a ``FileMap`` of its file) is
+        garbage (noticed by the next ``pin``, ``unpin`` or ``drain``): the bytes of a file still mapped
+        somewhere count against the limit until nothing maps it."""
+        self._pins.add_while_alive(shard_id, owner)
+
+    def drain(self) -> None:
+        """Undo the pins whose owners went (``pin_while_alive``)."""
+        self._pins.drain()
 
     def close(self) -> None:
         """Drop every pin of this process."""
-        for k in list(getattr(self, "_pins", {})):
-            try:
-                self.unpin(k)
-            except OSError:  # already closed (interpreter shutdown)
-                pass
+        if hasattr(self, "_pins"):
+            self._pins.close()
 
     def __del__(self) -> None:
         self.close()
@@ -279,7 +291,12 @@ class ShardCache:
             FileNotFoundError: A shard of a stream with no remote is missing.
         """
         return self._prepare(
-            shard_id, pin=False, next_use=next_use, on_full=on_full, wait=wait, on_tmp=on_tmp
+            shard_id,
+            pin=False,
+            next_use=next_use,
+            on_full=on_full,
+            patience=None if wait else 0,
+            on_tmp=on_tmp,
         )
 
     def acquire(
@@ -288,15 +305,52 @@ class ShardCache:
         *,
         next_use: Callable[[int], float] | None = None,
         on_full: Callable[[], None] | None = None,
-    ) -> None:
+    ) -> bool:
         """``prepare`` and ``pin`` shard ``shard_id`` in one step (a reader's way in): the shard is pinned
         before its preparer lets it go, so no eviction comes in between; a shard evicted before this call
-        is fetched again. Returns with the shard pinned (until ``unpin``).
+        is fetched again.
+
+        Returns:
+            True with the shard pinned (until ``unpin``); False, pinning nothing, when the cache stayed full of
+            shards in use by readers for ``fallback_after`` s (at once if the previous call also found it so):
+            read the shard with ``read_unkept``.
 
         Raises:
             The errors of ``prepare``.
         """
-        self._prepare(shard_id, pin=True, next_use=next_use, on_full=on_full, wait=True, on_tmp=None)
+        wait = None if self.fallback_after is None else 0.0 if self._short_of_space else self.fallback_after
+        got = self._prepare(
+            shard_id, pin=True, next_use=next_use, on_full=on_full, patience=wait, on_tmp=None
+        )
+        self._short_of_space = not got
+        return got
+
+    def read_unkept(self, shard_id: int) -> dict[str, memoryview]:
+        """Shard ``shard_id``'s stored files (raw or compressed) by basename, downloaded into memory and
+        verified (``validate_hash``), never written to the cache: how a reader reads a shard when ``acquire``
+        found no room under ``cache_limit``. The first such read of this process logs a warning.
+        """
+        shard, algo = self.shards[shard_id], self._algo(shard_id)
+        assert shard.remote is not None, "only evictable shards wait for space"
+        if not self.unkept_reads:
+            log.warning(
+                "cache: no room under cache_limit=%s in %s: every cached shard is in use by a reader (of this job "
+                "or another sharing the folder), so shards that do not fit (%s first) are read into memory "
+                "without being kept on disk; raise cache_limit to read them from the cache instead (logged once)",
+                format_bytes(self.cache_limit or 0),
+                self._root,
+                shard.info.raw_data.basename,
+            )
+        self.unkept_reads += 1
+        return {
+            f.basename: download_to_memory(
+                join_url(shard.remote, f.basename),
+                policy=shard.policy or self.policy,
+                expected_hashes=f.hashes,
+                validate_hash=algo,
+            )
+            for f in shard.info.stored_files()
+        }
 
     def _prepare(
         self,
@@ -305,10 +359,11 @@ class ShardCache:
         pin: bool,
         next_use: Callable[[int], float] | None,
         on_full: Callable[[], None] | None,
-        wait: bool,
+        patience: float | None,
         on_tmp: Callable[[str], None] | None,
     ) -> bool:
-        """``prepare`` (and, if ``pin``, ``pin``) shard ``k``, following the protocol of the module note."""
+        """``prepare`` (and, if ``pin``, ``pin``) shard ``k``, following the protocol of the module note; False
+        when there was no space within ``patience`` s (``SpaceKeeper.reserve``)."""
         with self._start_lock:
             if not self._started:
                 self._started = True
@@ -324,7 +379,7 @@ class ShardCache:
             token = None
             if tracked and need:  # the one wait on readers: holding no lock but this thread's own pins
                 token = self._space.reserve(
-                    k, need, targets, name=name, next_use=next_use, on_full=on_full, wait=wait
+                    k, need, targets, name=name, next_use=next_use, on_full=on_full, patience=patience
                 )
                 if token is None:
                     return False

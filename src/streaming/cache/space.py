@@ -270,15 +270,17 @@ class SpaceKeeper:
         name: str,
         next_use: Callable[[int], float] | None = None,
         on_full: Callable[[], None] | None = None,
-        wait: bool = True,
+        patience: float | None = None,
     ) -> str | None:
         """Reserve ``need`` bytes for the files ``targets`` of shard ``k`` (``name``), evicting idle shards.
 
-        Waits while the space is held by readers (calling ``on_full`` once first), unless not ``wait``: then
-        returns None at once. Returns the token for ``release_reservation``.
+        Waits while the space is held by readers (calling ``on_full`` once first): for ``patience`` seconds,
+        then returns None (0: do not wait); with ``patience=None``, for ``wait_timeout`` seconds, then raises.
+        Returns the token for ``release_reservation``.
 
         Raises:
-            CacheTooSmallError: ``need`` exceeds the limit, or the space stayed in use for ``wait_timeout`` s.
+            CacheTooSmallError: ``need`` exceeds the limit, or (``patience=None``) the space stayed in use for
+                ``wait_timeout`` s.
         """
         limit = self.limit
         assert limit is not None
@@ -298,14 +300,14 @@ class SpaceKeeper:
                     used -= self._evict_down(used + need - limit, usage, exclude=k, next_use=next_use)
                 if used + need <= limit:
                     return add_reservation(self._lock_dir, need, targets)
-            if not wait:
-                return None
-            if on_full is not None:
+            if on_full is not None and patience != 0:
                 on_full()
                 on_full = None
                 continue
             now = time.monotonic()
-            if now - start > self.wait_timeout:
+            if patience is not None and now - start >= patience:
+                return None
+            if patience is None and now - start > self.wait_timeout:
                 raise CacheTooSmallError(
                     f"cache_limit={limit} bytes ({format_bytes(limit)}) cannot fit shard {name} ({need} bytes): "
                     f"for {self.wait_timeout:.0f} s every other cached shard stayed in use by a reader or "

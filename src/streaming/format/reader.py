@@ -14,7 +14,7 @@ import json
 import mmap
 import os
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -25,10 +25,15 @@ from streaming.format.index import FileInfo, ShardInfo
 from streaming.format.mds import MDSSchema, ShardFormatError, parse_mds_header
 from streaming.format.mds_columns import ColumnRead, ColumnSource, mds_column_reader, mds_column_sources
 
-__all__ = ["ShardReader", "decompress_shard", "open_shard", "read_file_bytes"]
+__all__ = ["FileMap", "ShardReader", "decompress_shard", "open_shard", "read_file_bytes"]
 
 _U32 = struct.Struct("<I")
 _tmp_counter = itertools.count()
+
+
+class FileMap(mmap.mmap):
+    """A read-only memory map of a shard file; unlike ``mmap.mmap`` it takes weak references, so its owner can
+    learn when the last view of the file (a reader, a sample's memoryview or array) is gone."""
 
 
 def _map_file(path: str) -> memoryview:
@@ -36,13 +41,25 @@ def _map_file(path: str) -> memoryview:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return memoryview(b"")
-        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        return memoryview(FileMap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def read_file_bytes(
-    dirname: str, raw: FileInfo, zipped: FileInfo | None, compression: str | None
+    dirname: str,
+    raw: FileInfo,
+    zipped: FileInfo | None,
+    compression: str | None,
+    *,
+    files: Mapping[str, memoryview] | None = None,
 ) -> memoryview:
-    """The raw bytes of one shard file: the mapped raw file if present, else the decompressed zip file."""
+    """The raw bytes of one shard file: the mapped raw file if present, else the decompressed zip file; from
+    ``files`` (the shard's stored files already in memory, by basename) instead of the disk when given."""
+    if files is not None:
+        if raw.basename in files:
+            return files[raw.basename]
+        if zipped is not None and compression and zipped.basename in files:
+            return _decompress(files[zipped.basename], compression, zipped.basename)
+        raise FileNotFoundError(f"shard file {raw.basename} is not among the files read into memory")
     raw_path = os.path.join(dirname, raw.basename)
     if os.path.exists(raw_path):
         return _map_file(raw_path)
@@ -51,12 +68,16 @@ def read_file_bytes(
         if os.path.exists(zip_path):
             with open(zip_path, "rb") as f:
                 data = f.read()
-            try:
-                return memoryview(get_compression(compression).decompress(data))
-            except Exception as err:  # noqa: BLE001 - any codec failure means a corrupt file
-                raise ShardFormatError(f"{zip_path}: cannot decompress ({compression}): {err}") from None
+            return _decompress(data, compression, zip_path)
         raise FileNotFoundError(f"shard file missing: neither {raw_path} nor {zip_path} exists")
     raise FileNotFoundError(f"shard file missing: {raw_path}")
+
+
+def _decompress(data: bytes | memoryview, compression: str, where: str) -> memoryview:
+    try:
+        return memoryview(get_compression(compression).decompress(data))
+    except Exception as err:  # noqa: BLE001 - any codec failure means a corrupt file
+        raise ShardFormatError(f"{where}: cannot decompress ({compression}): {err}") from None
 
 
 def decompress_shard(dirname: str, info: ShardInfo, *, on_tmp: Callable[[str], None] | None = None) -> None:
@@ -132,8 +153,12 @@ class ShardReader:
         column_read: ColumnRead | None = None,
         column_sources: dict[str, ColumnSource] | None = None,
         column_names: Sequence[str] | None = None,
+        buffers: Sequence[memoryview] = (),
     ) -> None:
         self.path = path
+        self.buffers = tuple(buffers)
+        """The bytes behind the samples (each a ``FileMap`` of a shard file, or memory); samples' memoryviews and
+        arrays are views of them."""
         self._n = num_samples
         self._slice = slice_fn
         self._decode = decode
@@ -189,9 +214,9 @@ def check_shard_safe(info: ShardInfo, *, path: str, allow_unsafe_types: bool) ->
             )
 
 
-def _mds_reader(dirname: str, info: ShardInfo) -> ShardReader:
+def _mds_reader(dirname: str, info: ShardInfo, files: Mapping[str, memoryview] | None) -> ShardReader:
     path = os.path.join(dirname, info.raw_data.basename)
-    buf = read_file_bytes(dirname, info.raw_data, info.zip_data, info.compression)
+    buf = read_file_bytes(dirname, info.raw_data, info.zip_data, info.compression, files=files)
     n, offsets, _ = parse_mds_header(buf, path=path, expected_samples=info.samples)
     schema = MDSSchema.from_config(info.config)
     decode = schema.decoder()
@@ -208,6 +233,7 @@ def _mds_reader(dirname: str, info: ShardInfo) -> ShardReader:
         column_read=mds_column_reader(buf, offsets, schema, sources),
         column_sources=sources,
         column_names=schema.names,
+        buffers=(buf,),
     )
 
 
@@ -230,11 +256,11 @@ def _meta_offsets(meta: memoryview, *, path: str, samples: int, data_size: int) 
     return offsets
 
 
-def _split_reader(dirname: str, info: ShardInfo) -> ShardReader:
+def _split_reader(dirname: str, info: ShardInfo, files: Mapping[str, memoryview] | None) -> ShardReader:
     path = os.path.join(dirname, info.raw_data.basename)
     assert info.raw_meta is not None
-    data = read_file_bytes(dirname, info.raw_data, info.zip_data, info.compression)
-    meta = read_file_bytes(dirname, info.raw_meta, info.zip_meta, info.compression)
+    data = read_file_bytes(dirname, info.raw_data, info.zip_data, info.compression, files=files)
+    meta = read_file_bytes(dirname, info.raw_meta, info.zip_meta, info.compression, files=files)
     offsets = _meta_offsets(meta, path=path + ".meta", samples=info.samples, data_size=len(data))
     newline = info.config["newline"]
     nl = len(newline.encode("utf-8"))
@@ -264,16 +290,26 @@ def _split_reader(dirname: str, info: ShardInfo) -> ShardReader:
                 )
             return {n: decode_text_value(e, v) for n, e, v in zip(names, encs, values)}
 
-    return ShardReader(path=path, num_samples=info.samples, slice_fn=slice_fn, decode=decode)
+    return ShardReader(
+        path=path, num_samples=info.samples, slice_fn=slice_fn, decode=decode, buffers=(data, meta)
+    )
 
 
-def open_shard(dirname: str, info: ShardInfo, *, allow_unsafe_types: bool = False) -> ShardReader:
+def open_shard(
+    dirname: str,
+    info: ShardInfo,
+    *,
+    allow_unsafe_types: bool = False,
+    files: Mapping[str, memoryview] | None = None,
+) -> ShardReader:
     """Open one shard of a local dataset directory for reading.
 
     Args:
         dirname: The directory holding ``index.json`` (shard basenames are relative to it).
         info: The shard's index entry.
         allow_unsafe_types: Allow ``pkl`` columns (pickle can execute code on load).
+        files: The shard's stored files (raw or compressed) already in memory, by basename: read from them,
+            not from ``dirname`` (a shard read without keeping it on disk, ``streaming.cache``).
 
     Raises:
         FileNotFoundError: If neither the raw nor the compressed shard file exists.
@@ -283,5 +319,5 @@ def open_shard(dirname: str, info: ShardInfo, *, allow_unsafe_types: bool = Fals
     path = os.path.join(dirname, info.raw_data.basename)
     check_shard_safe(info, path=path, allow_unsafe_types=allow_unsafe_types)
     if info.format == "mds":
-        return _mds_reader(dirname, info)
-    return _split_reader(dirname, info)
+        return _mds_reader(dirname, info, files)
+    return _split_reader(dirname, info, files)

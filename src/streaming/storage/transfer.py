@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import mmap
 import os
 import random
 import time
@@ -24,7 +25,15 @@ from streaming.storage.backends import Backend, get_backend
 from streaming.storage.errors import TransientStorageError
 from streaming.storage.url import redact
 
-__all__ = ["HashMismatchError", "RetryPolicy", "download_file", "list_files", "upload_file"]
+__all__ = [
+    "HashMismatchError",
+    "RetryPolicy",
+    "can_download_to_memory",
+    "download_file",
+    "download_to_memory",
+    "list_files",
+    "upload_file",
+]
 
 log = logging.getLogger("streaming.storage")
 _counter = itertools.count()
@@ -130,38 +139,91 @@ def download_file(
     policy = policy or RetryPolicy()
     backend = get_backend(url)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    expected = (expected_hashes or {}).get(validate_hash) if validate_hash else None
-    if validate_hash and expected is None:
-        raise ValueError(
-            f"validate_hash={validate_hash!r} but the index records no {validate_hash} digest for "
-            f"{redact(url)}"
-        )
+    digest = _expected_digest(url, expected_hashes, validate_hash)
     for check in range(2):
         tmp = _tmp_name(path)
         try:
             attempt = functools.partial(_attempt, backend, url, tmp, policy, on_tmp)
             _with_retries("download", url, policy, attempt)
-            if expected is not None:
-                actual = hash_file(validate_hash, tmp)  # type: ignore[arg-type]
-                if actual != expected:
-                    if check == 0:
-                        log.warning(
-                            "download %s: %s mismatch (%s != %s); downloading again",
-                            redact(url),
-                            validate_hash,
-                            actual,
-                            expected,
-                        )
-                        continue
-                    raise HashMismatchError(
-                        f"{redact(url)}: {validate_hash} is {actual} after two downloads, index.json says "
-                        f"{expected}; the remote file or its index is corrupt (run `python -m streaming validate`)"
-                    )
+            if digest is not None and not _digest_ok(url, tmp, *digest, last=check == 1):
+                continue
             os.replace(tmp, path)
             return
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
+
+
+def _expected_digest(
+    url: str, expected_hashes: dict[str, str] | None, validate_hash: str | None
+) -> tuple[str, str] | None:
+    """``(algorithm, digest)`` to check a download of ``url`` against; None when ``validate_hash`` is unset.
+
+    Raises:
+        ValueError: The index records no digest for ``validate_hash``.
+    """
+    if not validate_hash:
+        return None
+    expected = (expected_hashes or {}).get(validate_hash)
+    if expected is None:
+        raise ValueError(
+            f"validate_hash={validate_hash!r} but the index records no {validate_hash} digest for {redact(url)}"
+        )
+    return validate_hash, expected
+
+
+def _digest_ok(url: str, path: str, algo: str, expected: str, *, last: bool) -> bool:
+    """Whether the file at ``path`` hashes to ``expected``; a mismatch is logged (to download again) unless
+    it is the ``last`` try, which raises ``HashMismatchError``."""
+    actual = hash_file(algo, path)
+    if actual == expected:
+        return True
+    if not last:
+        log.warning(
+            "download %s: %s mismatch (%s != %s); downloading again", redact(url), algo, actual, expected
+        )
+        return False
+    raise HashMismatchError(
+        f"{redact(url)}: {algo} is {actual} after two downloads, index.json says {expected}; the remote file or "
+        "its index is corrupt (run `python -m streaming validate`)"
+    )
+
+
+def can_download_to_memory() -> bool:
+    """Whether ``download_to_memory`` works here (it needs ``memfd_create``: Linux)."""
+    return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+def download_to_memory(
+    url: str,
+    *,
+    policy: RetryPolicy | None = None,
+    expected_hashes: dict[str, str] | None = None,
+    validate_hash: str | None = None,
+) -> memoryview:
+    """The object at ``url`` downloaded into anonymous memory (a ``memfd``, never a file on disk) and mapped
+    read-only; freed when the last view of it goes. Retries and the hash check as ``download_file``.
+
+    Raises:
+        The errors of ``download_file``; ``OSError`` where ``can_download_to_memory()`` is False.
+    """
+    policy = policy or RetryPolicy()
+    backend = get_backend(url)
+    digest = _expected_digest(url, expected_hashes, validate_hash)
+    for check in range(2):
+        fd = os.memfd_create("streaming-shard", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            path = f"/proc/self/fd/{fd}"  # backends write to a path; this one is the memory file
+            _with_retries(
+                "download", url, policy, functools.partial(_attempt, backend, url, path, policy, None)
+            )
+            if digest is not None and not _digest_ok(url, path, *digest, last=check == 1):
+                continue
+            size = os.fstat(fd).st_size
+            return memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ)) if size else memoryview(b"")
+        finally:
+            os.close(fd)  # the mapping keeps the memory
+    raise AssertionError("unreachable")
 
 
 def upload_file(path: str, url: str, *, policy: RetryPolicy | None = None) -> None:
