@@ -9,7 +9,9 @@ PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 .PHONY: help install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+	  '{name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1)} \
+	  END {fmt = "  %-" w "s  %s\n"; for (i = 1; i <= NR; i++) printf fmt, name[i], text[i]}'
 
 $(PY):
 	python3 -m venv $(VENV)

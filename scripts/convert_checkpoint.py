@@ -7,16 +7,20 @@ Examples:
 
 `--src` is a checkpoint directory or a save folder (its newest complete checkpoint), local or any object-store
 URL. Tensors are streamed through memory-mapped buffers: memory stays bounded by the largest tensor, not the
-checkpoint. The output is a complete checkpoint with its own manifest (for `--to hf`: an HF folder).
+checkpoint. The output is a complete checkpoint with its own manifest (for `--to hf`: an HF folder). A mistake
+in the arguments (a missing path, a format the model cannot take) prints one `error: ...` line and exits 2;
+`HYDRA_FULL_ERROR=1` adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
 from foundry.checkpoint.convert import convert_checkpoint, to_hf
+from foundry.errors import require_path, run_tool
 from foundry.models.export import FORMATS
 from foundry.tokenizers import TokenizerConfig, build_tokenizer
 
@@ -42,6 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         help="read pickled objects in the source without the safe loader (arbitrary code: trusted files only)",
     )
     args = p.parse_args(argv)
+    require_path("--src", args.src, fix="pass a checkpoint folder (with manifest.json) or its save folder")
     if args.to == "hf":
         tok = build_tokenizer(TokenizerConfig(name=args.tokenizer)) if args.tokenizer else None
         fmt = to_hf(
@@ -61,4 +66,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_tool(main))

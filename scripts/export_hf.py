@@ -16,16 +16,21 @@ Examples:
 `--format auto` writes transformers' built-in `mpt` format (loads in `transformers.MptForCausalLM`) when the
 model's options map onto it (ALiBi, no_bias, LayerNorm, GELU MLP, MHA), else our `foundry_mpt` format
 (load with `foundry.models.load_pretrained`).
+
+A mistake in the arguments (a missing path, a format the model cannot take) prints one `error: ...` line and
+exits 2; `HYDRA_FULL_ERROR=1` adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from foundry.errors import ConfigError, require_path, run_tool
 from foundry.models.export import FORMATS, export_checkpoint, is_trainer_checkpoint
 from foundry.tokenizers import TokenizerConfig, build_tokenizer, run_tokenizer_config
 
@@ -51,6 +56,20 @@ def _tokenizer(name: str | None, src: str, *, trainer_checkpoint: bool) -> Any: 
     return tok
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """Every path argument exists (URLs are checked by their store), before anything is loaded."""
+    require_path(
+        "--src",
+        args.src,
+        fix="pass a trainer checkpoint folder or its save folder (outputs/<run>/checkpoints), "
+        "a save_pretrained folder, or a weights file with --config",
+    )
+    if args.config:
+        require_path("--config", args.config, fix="pass the config.json of the model in --src")
+    if args.base:
+        require_path("--base", args.base, fix="pass the base model's trainer checkpoint folder")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -67,7 +86,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--format", default="auto", choices=FORMATS)
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     args = p.parse_args(argv)
+    _check_paths(args)
     trainer_checkpoint = is_trainer_checkpoint(args.src)
+    if not trainer_checkpoint and not Path(args.src).is_dir() and args.config is None:
+        raise ConfigError(
+            f"--src {args.src} is a weights file: pass the model's config.json too (--config), "
+            "or a trainer checkpoint / save_pretrained folder as --src"
+        )
     tok = _tokenizer(args.tokenizer, args.src, trainer_checkpoint=trainer_checkpoint)
     if trainer_checkpoint:
         from foundry.checkpoint.convert import to_hf
@@ -83,4 +108,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_tool(main))

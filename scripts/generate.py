@@ -11,16 +11,21 @@ Examples:
 local or a URL; LoRA adapters included when it was trained with them; the tokenizer comes from the training
 run's `run.json` unless `--tokenizer` is given) or a transformers folder (`scripts/export_hf.py`). A
 `--prompts-file` is one prompt per line, or `.jsonl` rows with `prompt` (text) or `messages` (a chat).
-Completions print one per prompt, in order (`--json`: one JSON object per line).
+Completions print one per prompt, in order (`--json`: one JSON object per line). A mistake in the arguments
+(a missing folder or file, a bad value) prints one `error: ...` line and exits 2; `HYDRA_FULL_ERROR=1` adds
+the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import torch
 
+from foundry.errors import ConfigError, require_path, run_tool
 from foundry.generate import SamplingConfig, generate, load_for_generation, read_prompts
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,18 +64,54 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _looks_local(name: str) -> bool:
+    """Whether `--model`/`--tokenizer` names a local path rather than a hub id (`name` or `org/name`)."""
+    if "://" in name:
+        return False
+    first = name.split("/", 1)[0]
+    return name.startswith((".", "/", "~")) or name.count("/") != 1 or Path(first).is_dir()
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Every path argument exists and every device can be used, before a model is loaded."""
+    if _looks_local(args.model):
+        require_path(
+            "--model",
+            args.model,
+            fix="pass a trainer checkpoint or its save folder (outputs/<run>/checkpoints) "
+            "or a folder written by scripts/export_hf.py",
+        )
+    if args.adapter:
+        require_path("--adapter", args.adapter, fix="pass the folder a LoRA run saved its adapter to")
+    if args.base:
+        require_path("--base", args.base, fix="pass the base model's trainer checkpoint folder")
+    if args.prompts_file:
+        require_path("--prompts-file", args.prompts_file, fix="pass a text or .jsonl file of prompts")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {args.device}: no CUDA device is available here; pass --device cpu")
+
+
+def _chats(chats: list[str]) -> list[list[dict[str, str]]]:
+    out = []
+    for i, chat in enumerate(chats, 1):
+        try:
+            messages = json.loads(chat)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"--chat #{i} is not JSON ({err}): pass a list of {{role, content}}") from err
+        if not isinstance(messages, list):
+            raise ConfigError(f"--chat #{i}: expected a JSON list of {{role, content}} messages")
+        out.append(messages)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    prompts: list[str | list[dict[str, str]]] = list(args.prompt)
-    for i, chat in enumerate(args.chat):
-        messages = json.loads(chat)
-        if not isinstance(messages, list):
-            raise SystemExit(f"--chat #{i + 1}: expected a JSON list of {{role, content}} messages")
-        prompts.append(messages)
+    _check_args(args)
+    prompts: list[str | list[dict[str, str]]] = [*args.prompt, *_chats(args.chat)]
     if args.prompts_file:
         prompts += read_prompts(args.prompts_file)
     if not prompts:
-        raise SystemExit("nothing to complete: pass --prompt, --chat or --prompts-file")
+        raise ConfigError("nothing to complete: pass --prompt, --chat or --prompts-file")
     cfg = SamplingConfig(
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -98,4 +139,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_tool(main))

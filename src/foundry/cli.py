@@ -7,6 +7,8 @@ OmegaConf's (a wrong type, a missing `???` value, an unresolvable interpolation)
 `__post_init__` check, `foundry.errors.ConfigError`, a tokenizer that cannot be found) and
 `FileNotFoundError` (a dataset that has not been created yet). Everything else is a bug and propagates with
 its traceback. `HYDRA_FULL_ERROR=1` shows the traceback of user errors too.
+The command-line tools (`scripts/*.py`, `python -m foundry.launch|runs|sync`) report the same way through
+`foundry.errors.run_tool`, which imports neither Hydra nor torch.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import is_dataclass
+from pathlib import Path
 from typing import Any
 
-from hydra.errors import CompactHydraException, ConfigCompositionException
+from hydra.errors import CompactHydraException, ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from foundry.config import KEY_RULE, unknown_key_message
+from foundry.config import KEY_RULE, group_option_message, unknown_key_message
 
 __all__ = ["USER_ERRORS", "EXIT_USER_ERROR", "run_cli", "user_message"]
 
@@ -34,11 +37,34 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 )
 EXIT_USER_ERROR = 2
 _APPEND_ADVICE = re.compile(r"use \+\S+?=(\S+)")
+_GROUP_OPTIONS = re.compile(r"Available options in '([^']+)'")
+_SEARCH_PATH = re.compile(r"provider=\S+, path=file://(\S+)")
+
+
+def _missing_option_message(err: MissingConfigException) -> str | None:
+    """`model=mpt-tinny`: one line with the closest option, instead of Hydra's list (internal bases included)."""
+    found = _GROUP_OPTIONS.search(str(err))
+    path = err.missing_cfg_file or ""
+    if not found or not err.options or not path.startswith(found.group(1) + "/"):
+        return None
+    group = found.group(1)
+    choice = path[len(group) + 1 :]
+    options = list(err.options)
+    folder = choice.rpartition("/")[
+        0
+    ]  # data=finetune/x: Hydra lists conf/data/, the options are in finetune/
+    if folder:  # Hydra's search path is in the message; its config folders hold the subfolder's options
+        roots = [Path(p) / group / folder for p in _SEARCH_PATH.findall(str(err))]
+        inner = sorted({f"{folder}/{f.stem}" for root in roots for f in root.glob("*.yaml")})
+        options = inner or options
+    return group_option_message(group, choice, options)
 
 
 def user_message(err: BaseException) -> str:
     """The text printed after `error: `; Hydra's advice to add an undeclared key with `+` is replaced."""
     cause = err.__cause__
+    if isinstance(err, MissingConfigException) and (message := _missing_option_message(err)):
+        return message
     if isinstance(err, ConfigCompositionException) and isinstance(
         cause, ConfigAttributeError | ConfigKeyError
     ):

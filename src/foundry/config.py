@@ -13,10 +13,13 @@ summary callback live in `foundry.tasks`.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -39,6 +42,8 @@ from foundry.train.config import TrainerConfig
 __all__ = [
     "TASKS",
     "TrainConfig",
+    "check_group_choices",
+    "group_option_message",
     "register_configs",
     "to_train_config",
     "unknown_key_message",
@@ -224,6 +229,48 @@ def unknown_key_message(full_key: str, schema: type, value: Any = None) -> str: 
         return f"{head}; valid keys: {', '.join(names)}"
     example = f" (e.g. {prefix}{close[0]}={value})" if isinstance(value, str | int | float) else ""
     return f"{head}: did you mean '{prefix}{close[0]}'?{example}"
+
+
+def group_option_message(group: str, choice: str, options: Sequence[str]) -> str:
+    """One line about `group=choice`, an option `conf/` does not have: the closest option and the list.
+
+    Options starting with `_` (schema nodes and internal bases such as `model/_mpt`) are never shown.
+
+    Args:
+        group: The config group, e.g. `model`.
+        choice: The option given (`mpt-tinny`, or `finetune/instruct-cpuu` in a subfolder of the group).
+        options: The options to choose from, as `choice` spells them (Hydra's list, internal ones included).
+    """
+    public = [o for o in options if not o.rpartition("/")[2].startswith("_")]
+    close = difflib.get_close_matches(choice, public, n=1)
+    head = f"Could not find '{group}/{choice}'"
+    hint = f": did you mean {group}={close[0]}?" if close else f": {group} has no option '{choice}'"
+    return f"{head}{hint} (options: {', '.join(public) or 'none'})"
+
+
+def check_group_choices() -> None:
+    """Rejects a `group=option` override naming an option that does not exist.
+
+    Hydra itself rejects that for a required group (`model=mpt-tinny`) but skips a missing option of an
+    `optional` group (`experiment`, `debug`, `sweep`, `eval`) without a word, so `experiment=finetune-cpuu`
+    would run the quick start instead. A no-op outside a Hydra job.
+
+    Raises:
+        ConfigError: Naming the override and the closest option (`group_option_message`).
+    """
+    if not HydraConfig.initialized() or not GlobalHydra.instance().is_initialized():
+        return
+    hc = HydraConfig.get()
+    given = {o.lstrip("+~").split("=", 1)[0].split("@", 1)[0] for o in hc.overrides.task}
+    loader = GlobalHydra.instance().config_loader()
+    for group, choice in hc.runtime.choices.items():
+        if group not in given or not isinstance(choice, str):
+            continue
+        folder, _, name = choice.rpartition("/")  # data=finetune/instruct-cpu: conf/data/finetune/
+        options = loader.get_group_options(f"{group}/{folder}" if folder else group)
+        if name not in options:
+            prefix = f"{folder}/" if folder else ""
+            raise ConfigError(group_option_message(group, choice, [prefix + o for o in options]))
 
 
 def to_train_config(cfg: DictConfig) -> TrainConfig:

@@ -1,14 +1,58 @@
-"""`ConfigError`: the one exception type for mistakes a user fixes in the command line or config files.
+"""`ConfigError`, the one exception type for mistakes a user fixes, and `run_tool`, which reports them.
 
 Design note: `train.py` prints such errors as one `error: <message>` block and exits 2 (see `foundry.cli`);
 the message must name the bad key, value or file and say how to fix it. It subclasses `ValueError`, so
-code that catches `ValueError` (the convention of every schema's `__post_init__`) keeps working.
+code that catches `ValueError` (the convention of every schema's `__post_init__`) keeps working. The
+command-line tools (`scripts/*.py`, `python -m foundry.launch|runs|sync`) report the same way through
+`run_tool`, which also counts `OSError` as the user's (a path that cannot be read or written, a hub name that
+cannot be reached). This module imports nothing heavy, so a tool that must start fast (`runs show`) can use it.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigError"]
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["EXIT_USER_ERROR", "ConfigError", "is_url", "require_path", "run_tool"]
+
+EXIT_USER_ERROR = 2
 
 
 class ConfigError(ValueError):
     """A bad config key or value, or a file/folder the config names that is missing."""
+
+
+def run_tool(main: Callable[[], int | None]) -> int:
+    """Calls a command-line tool's `main` and returns its exit code (`sys.exit(run_tool(...))`).
+
+    Returns:
+        `main`'s own code (None: 0), or `EXIT_USER_ERROR` (2) after printing one `error: <message>` line for a
+        user error (`ValueError`, `ConfigError`, `OSError`); `HYDRA_FULL_ERROR=1` adds the traceback. Any
+        other exception is a bug and propagates with its traceback.
+    """
+    try:
+        return main() or 0
+    except (ValueError, OSError) as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            traceback.print_exc()
+        message = " ".join(str(err).split()) or type(err).__name__  # one line, however the text was wrapped
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+
+
+def is_url(path: str) -> bool:
+    """`s3://...`, `gs://...`, `https://...`: a store read through `streaming.storage`, not a local path."""
+    return "://" in path
+
+
+def require_path(flag: str, value: str, *, fix: str) -> None:
+    """Checks a path argument before anything is loaded; URLs are left to their store.
+
+    Raises:
+        FileNotFoundError: `<flag> <value>: no such file or folder; <fix>` when the local path is missing.
+    """
+    if not is_url(value) and not Path(value).expanduser().exists():
+        raise FileNotFoundError(f"{flag} {value}: no such file or folder; {fix}")

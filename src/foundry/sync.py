@@ -22,6 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from foundry.errors import require_path, run_tool
 from streaming.format.hashing import hash_file, supported_hashes
 from streaming.storage import download_file, join_url, list_files, redact, upload_file
 
@@ -169,15 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dst", help="destination folder URL or path")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    try:
-        report = sync(args.src, args.dst, progress=not args.quiet)
-    except (OSError, ValueError) as err:
-        print(f"foundry.sync: error: {err}", file=sys.stderr)
-        return 1
+    require_path("src", args.src, fix="pass the checkpoint or dataset folder to copy, or its URL")
+    report = sync(args.src, args.dst, progress=not args.quiet)
     summary: dict[str, Any] = {"src": redact(args.src), "dst": redact(args.dst), **vars(report)}
     print(json.dumps(summary))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_tool(main))  # a bad path or store: one `error: ...` line, exit 2

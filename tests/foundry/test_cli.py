@@ -74,6 +74,24 @@ def test_hydras_append_advice_becomes_a_suggestion(override, needles):
     assert "+" + override not in text.replace("`+key=value`", "")  # no advice to add the typo with '+'
 
 
+@pytest.mark.parametrize(
+    ("override", "suggestion"),
+    [
+        ("model=mpt-tinny", "did you mean model=mpt-tiny?"),
+        ("data=finetune/instruct-cpuu", "did you mean data=finetune/instruct-cpu?"),
+        ("model=zzzz", "model has no option 'zzzz'"),
+    ],
+)
+def test_a_group_option_typo_names_the_closest_option_and_hides_internal_bases(override, suggestion):
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
+        with pytest.raises(MissingConfigException) as info:
+            compose("train", overrides=[override])
+    text = user_message(info.value)
+    assert suggestion in text, text
+    assert "\n" not in text and "_mpt" not in text and "_hf_causal_lm" not in text and "_finetune" not in text
+
+
 def _train(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     full_error = env.pop("HYDRA_FULL_ERROR", None) == "1"
     return run_train_py(args, cwd, ok=None, timeout=300, full_error=full_error, env=env)
@@ -117,3 +135,13 @@ def test_train_py_leaves_the_running_jobs_config_alone(tmp_path):
 def test_train_py_user_errors_end_to_end(tmp_path, args, needles):
     proc = _train([*args, "run_name=bad"], tmp_path, FOUNDRY_DATA=str(tmp_path / "data"))
     _assert_user_error(proc, *needles)
+
+
+@pytest.mark.parametrize(
+    ("override", "suggestion"),
+    [("experiment=finetune-cpuu", "experiment=finetune-cpu"), ("debug=overfit-bach", "debug=overfit-batch")],
+)
+def test_train_py_rejects_an_optional_group_typo_instead_of_ignoring_it(tmp_path, override, suggestion):
+    proc = _train([override, "run_name=typo"], tmp_path)  # Hydra skips a missing optional option silently
+    _assert_user_error(proc, f"Could not find '{override.replace('=', '/')}'", f"did you mean {suggestion}?")
+    assert not (tmp_path / "outputs" / "typo" / "config.yaml").exists()

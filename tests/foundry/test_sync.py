@@ -116,7 +116,7 @@ def test_cli_module_prints_a_summary(two_stores: TwoStores, tmp_path):  # noqa: 
         capture_output=True,
         text=True,
     )
-    assert bad.returncode == 1 and "no files there to copy" in bad.stderr
+    assert bad.returncode == 2 and "no such file or folder" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_sync_stopped_mid_way_resumes_and_never_publishes_a_manifest_early(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 import sys
 
+from foundry.errors import run_tool
 from foundry.launch.cli import main
 
-sys.exit(main())
+sys.exit(run_tool(main))

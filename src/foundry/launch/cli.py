@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from foundry.errors import ConfigError
 from foundry.events import append_event
 from foundry.launch.agent import Supervisor
 from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, elastic_nodes, exclude_node
@@ -48,13 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(options before `--`, the training command after it); exits with usage when `--` or script is missing."""
+    """(options before `--`, the training command after it).
+
+    Raises:
+        ConfigError: `--` or the script after it is missing, or the script is not a file.
+    """
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        raise SystemExit(
-            "usage: python -m foundry.launch [options] [torchrun options] -- train.py <overrides>"
+        raise ConfigError(
+            "no training command: end the options with `-- train.py <overrides>` "
+            "(usage: python -m foundry.launch [options] [torchrun options] -- train.py <overrides>)"
         )
     i = argv.index("--")
-    return argv[:i], argv[i + 1 :]
+    job = argv[i + 1 :]
+    if job[0].endswith(".py") and not Path(job[0]).is_file():
+        raise ConfigError(f"{job[0]}: no such script (the command after `--` starts with train.py's path)")
+    return argv[:i], job
 
 
 def run_name_of(overrides: list[str]) -> tuple[str, list[str]]:
@@ -69,7 +78,11 @@ def run_name_of(overrides: list[str]) -> tuple[str, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    before, job = split_command(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(argv[: argv.index("--")] if "--" in argv else argv):
+        build_parser().print_help()  # every option; the ones it does not know go to torchrun
+        return 0
+    before, job = split_command(argv)
     args, torchrun_opts = build_parser().parse_known_args(before)
     run_name, overrides = run_name_of(job[1:])
     run_dir = Path.cwd() / "outputs" / run_name

@@ -81,7 +81,11 @@ def to_hf_mpt_config(config: MPTConfig) -> Any:  # noqa: ANN401 - transformers.M
 
     problems = hf_mpt_incompatibilities(config)
     if problems:
-        raise ValueError("cannot export to transformers' MPT format: " + "; ".join(problems))
+        raise ValueError(
+            "cannot export to transformers' MPT format (fmt=hf_mpt): "
+            + "; ".join(problems)
+            + "; use the format auto or foundry instead (export_hf.py --format, convert_checkpoint.py --hf-format)"
+        )
     attn = config.attn
     pdrop = attn.attn_pdrop
     return MptConfig(

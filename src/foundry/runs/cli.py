@@ -133,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
     """Runs one parsed subcommand; returns the exit code."""
     if args.command == "list":
         root = RunRoot(args.root_arg or args.root)
+        if (args.root_arg or args.root != "outputs") and not root.remote and not Path(root.root).is_dir():
+            raise FileNotFoundError(
+                f"{root.root}: no such folder; pass the folder the runs are in (default outputs) or a URL"
+            )
         print(format_list([summarize(load_run(root, r), local=not root.remote) for r in root.runs()]))
         return 0
     if args.command == "report":

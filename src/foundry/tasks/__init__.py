@@ -19,7 +19,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from foundry.config import TrainConfig, to_train_config
+from foundry.config import TrainConfig, check_group_choices, to_train_config
 from foundry.hydra_callbacks import redacted_yaml
 from foundry.loggers import attach_final_metrics
 from foundry.parallel.dist import process_world
@@ -58,6 +58,7 @@ def run_task(cfg: DictConfig) -> float | None:
     Returns:
         The final `eval/loss` (else `train/loss`), the value Hydra sweepers (Optuna) minimise.
     """
+    check_group_choices()  # experiment=typo: Hydra skips a missing option of an optional group silently
     train_cfg = to_train_config(cfg)
     apply_storage(train_cfg.storage)  # before anything opens a URL: data, checkpoints, workers
     run_dir = _run_dir()

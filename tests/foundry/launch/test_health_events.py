@@ -10,6 +10,7 @@ import pytest
 
 from foundry.callbacks import CallbacksConfig, Heartbeat, build_callbacks
 from foundry.callbacks.heartbeat import HEARTBEAT_ENV, read_beats
+from foundry.errors import ConfigError
 from foundry.launch import append_event, read_events
 from foundry.launch.cli import run_name_of, split_command
 from foundry.launch.health import HealthError, check_all_reduce, check_devices, check_disk, check_store
@@ -80,7 +81,7 @@ def test_command_line_split_and_run_name(monkeypatch):
         ["--nproc-per-node=2"],
         ["train.py", "a=1"],
     )
-    with pytest.raises(SystemExit, match="usage"):
+    with pytest.raises(ConfigError, match="usage"):
         split_command(["train.py"])
     assert run_name_of(["a=1", "run_name=r"]) == ("r", ["a=1", "run_name=r"])
     monkeypatch.delenv("RUN_NAME", raising=False)

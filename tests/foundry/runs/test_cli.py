@@ -167,3 +167,10 @@ def test_logs_follow_prints_appended_lines(sweep_dir: Path) -> None:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=10)
     assert proc.returncode == 130
+
+
+@pytest.mark.parametrize("argv", [["list", "{tmp}/nope"], ["--root", "{tmp}/nope", "list"]])
+def test_list_of_a_folder_that_does_not_exist_is_an_error(tmp_path: Path, capsys, argv) -> None:
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'nope'}: no such folder") and len(err.splitlines()) == 1
