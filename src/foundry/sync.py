@@ -161,6 +161,11 @@ def sync(src: str, dst: str, *, progress: bool = True) -> SyncReport:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; returns the exit code (a bad path or store: one `error: ...` line, 2)."""
+    return run_tool(lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m foundry.sync",
         description="Copy a checkpoint folder or dataset between stores (resumable, digest-verified). "
@@ -178,4 +183,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_tool(main))  # a bad path or store: one `error: ...` line, exit 2
+    sys.exit(main())

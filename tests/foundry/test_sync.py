@@ -69,7 +69,7 @@ def test_corrupt_source_stops_before_the_manifest(tmp_path):
     with pytest.raises(CorruptFileError, match=r"model\.pt.*source is corrupt"):
         sync(str(tmp_path / "src"), str(tmp_path / "dst"), progress=False)
     assert not (tmp_path / "dst/ep0-ba2/manifest.json").exists()  # never looks complete
-    assert main([str(tmp_path / "src"), str(tmp_path / "dst2"), "--quiet"]) == 1
+    assert main([str(tmp_path / "src"), str(tmp_path / "dst2"), "--quiet"]) == 2  # one error: line
 
 
 def test_sync_checkpoint_between_two_servers_resumes(two_stores: TwoStores, tmp_path):  # noqa: F811
@@ -152,7 +152,7 @@ def test_profile_naming_a_missing_aws_profile_is_a_clear_error(two_stores: TwoSt
     _checkpoint(tmp_path / "ckpt")
     with pytest.raises(PermissionError, match="AWS profile 'nope' is not in"):
         sync(str(tmp_path / "ckpt"), "s3://elsewhere/x", progress=False)
-    assert main([str(tmp_path / "ckpt"), "s3://elsewhere/x", "--quiet"]) == 1
+    assert main([str(tmp_path / "ckpt"), "s3://elsewhere/x", "--quiet"]) == 2
 
 
 def test_a_dataset_shard_that_disagrees_with_its_index_hash_is_detected(tmp_path):

@@ -66,6 +66,7 @@ def test_check_node_names_the_failing_check(tmp_path):
 
 def test_launcher_with_a_failing_node_check_does_not_join(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").touch()  # the launcher refuses a script that does not exist
     rc = main(["--min-free-gb=1e9", "--nnodes=1:2", "--", "train.py", "run_name=r"])
     assert rc == NODE_EXCLUDED_EXIT
     events = read_events(tmp_path / "outputs" / "r")
@@ -77,6 +78,7 @@ def test_launcher_with_a_failing_node_check_does_not_join(tmp_path, monkeypatch,
 def test_one_node_run_is_not_excluded_before_joining(tmp_path, monkeypatch):
     """Without --nnodes=MIN:MAX the workers' own checks decide (the launcher starts torchrun as before)."""
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").touch()
     monkeypatch.setattr(subprocess, "Popen", _refuse)  # stands in for torchrun: only "was it started"
     with pytest.raises(RuntimeError, match="torchrun started"):
         main(["--min-free-gb=1e9", "--standalone", "--", "train.py", "run_name=r"])
