@@ -8,8 +8,11 @@ the next chunk's are prepared in a thread pool, so ahead-of-use work is bounded 
 (``predownload``) and the first sample never waits for shards it does not need. The iteration's very first
 sample does not even wait for all of its own shard: a pool thread prepares that shard while this thread reads
 the sample from the front of its raw file as it is written (``streaming.growing_shard``; not with
-``validate_hash``). One ``ShardAccess`` lives in each process (rank or DataLoader worker) and is never pickled:
-its readers, pins and pool are process state.
+``validate_hash``). With a ``cache_limit``, a remote shard is opened through ``ShardCache.acquire`` (prepared and
+pinned in one step, so no other reader or job can evict it first) and stays pinned while its mapped file is
+viewed by a reader or a sample; when the cache is full of shards in use, the shard is read into memory instead
+(``streaming.cache.shards`` states the protocol). One ``ShardAccess`` lives in each process (rank or DataLoader
+worker) and is never pickled: its readers, pins and pool are process state.
 """
 
 from __future__ import annotations
@@ -30,7 +33,16 @@ from streaming.format.reader import FileMap, ShardReader, check_shard_safe, open
 from streaming.growing_shard import GrowingFile, early_sample_bytes
 from streaming.stream import Stream
 
-__all__ = ["ShardAccess"]
+__all__ = ["ShardAccess", "first_positions"]
+
+
+def first_positions(shard_per_sample: Sequence[int], *, offset: int = 0) -> dict[int, int]:
+    """Each shard's first position in ``shard_per_sample`` (the shard of each sample of a chunk), plus
+    ``offset``."""
+    first: dict[int, int] = {}
+    for position, shard in enumerate(shard_per_sample):
+        first.setdefault(shard, offset + position)
+    return first
 
 
 class ShardAccess:
@@ -71,7 +83,8 @@ class ShardAccess:
         self.prepared: set[int] = set()
         self.cache: ShardCache | None = None
         self.active_shards: set[int] = set()
-        self.upcoming_shards: set[int] = set()
+        self._uses_now: dict[int, int] = {}  # shard -> position of its first sample in the chunk being read
+        self._uses_next: dict[int, int] = {}  # the same for the next chunk, after the current one's samples
         self._ends: list[int] | None = None
 
     def shard_cache(self) -> ShardCache:
@@ -120,9 +133,10 @@ class ShardAccess:
         self.prepared.add(shard_id)
 
     def _next_use(self, k: int) -> float:
-        """Eviction order for this worker's view of the plan: shards of the chunk being read are needed now,
-        those of the next chunk soon; the rest go first (least recently used first)."""
-        return 0.0 if k in self.active_shards else 1.0 if k in self.upcoming_shards else float("inf")
+        """Eviction order for this worker's view of the plan: the position of shard ``k``'s next sample in the
+        chunk being read, or after it in the next chunk; shards needed by neither go first (least recently
+        used first). A prefetch evicts only shards needed later than the one it fetches."""
+        return self._uses_now.get(k, self._uses_next.get(k, float("inf")))
 
     def _on_full(self, reader: bool) -> Callable[[], None] | None:
         return (lambda: self.release(set())) if reader else None
@@ -206,11 +220,14 @@ class ShardAccess:
                 upcoming = next(chunks, None)
                 per_sample = np.searchsorted(self.shard_ends, current, side="right")
                 shards = list(dict.fromkeys(per_sample.tolist()))  # in order of first use
-                nxt: set[int] = set()
+                per_next: list[int] = []
                 if upcoming is not None:
-                    nxt = set(np.searchsorted(self.shard_ends, upcoming, side="right").tolist())
-                self.active_shards, self.upcoming_shards = set(shards), nxt
+                    per_next = np.searchsorted(self.shard_ends, upcoming, side="right").tolist()
+                nxt = set(per_next)
+                self.active_shards = set(shards)
                 if self.cache_limit is not None:
+                    self._uses_now = first_positions(per_sample.tolist())
+                    self._uses_next = first_positions(per_next, offset=len(current))
                     self.release(self.active_shards)
                 if pool is None:  # local raw shards: a cheap check each
                     for shard in shards:

@@ -282,7 +282,8 @@ class ShardCache:
 
         ``next_use(k)``: plan position at which shard k is next needed (``inf``: not again), to pick eviction
         victims (default: oldest first). ``on_full``: called once when the cache is full of pinned shards, so the
-        caller can drop its own idle pins. ``wait=False``: return False instead of waiting for space (prefetch).
+        caller can drop its own idle pins. ``wait=False`` (a prefetch): return False instead of waiting for
+        space, and evict only shards needed later than this one (``next_use``).
         ``on_tmp``: told the temp name of the raw data file if this process writes it (download or decompress).
 
         Raises:
@@ -296,6 +297,7 @@ class ShardCache:
             next_use=next_use,
             on_full=on_full,
             patience=None if wait else 0,
+            ahead=not wait,
             on_tmp=on_tmp,
         )
 
@@ -361,6 +363,7 @@ class ShardCache:
         on_full: Callable[[], None] | None,
         patience: float | None,
         on_tmp: Callable[[str], None] | None,
+        ahead: bool = False,
     ) -> bool:
         """``prepare`` (and, if ``pin``, ``pin``) shard ``k``, following the protocol of the module note; False
         when there was no space within ``patience`` s (``SpaceKeeper.reserve``)."""
@@ -379,7 +382,14 @@ class ShardCache:
             token = None
             if tracked and need:  # the one wait on readers: holding no lock but this thread's own pins
                 token = self._space.reserve(
-                    k, need, targets, name=name, next_use=next_use, on_full=on_full, patience=patience
+                    k,
+                    need,
+                    targets,
+                    name=name,
+                    next_use=next_use,
+                    on_full=on_full,
+                    patience=patience,
+                    ahead=ahead,
                 )
                 if token is None:
                     return False

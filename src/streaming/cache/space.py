@@ -7,7 +7,8 @@ a dead process (``kill -9``) is removed when seen. A process about to create fil
 bytes: a small file in the lock folder (``.locks/reservations/<pid>-<id>.json``) naming its pid, the bytes and
 the target paths. A reservation counts only for what its targets do not yet hold on disk, so a download in
 progress is not counted twice, and a reservation whose pid is dead is dropped. Callers hold the cache-wide
-lock while reading and writing reservations, so a decision made from them cannot race another process's.
+lock while reading and writing reservations, so a decision made from them cannot race another process's; the
+reservations are read before the disk is scanned, so a file renamed into place during the scan is counted.
 
 Limitation: pid liveness is local to this machine and pid namespace, so the cache folder must be node-local
 (as the cache design assumes anyway) and not shared between containers with separate pid namespaces.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -241,8 +243,17 @@ class SpaceKeeper:
         """Bytes of shard files and their temp files on disk now."""
         return scan_usage(self._by_dir, remove_dead_temps=False).total
 
-    def _used(self, usage: DiskUsage) -> int:
-        return usage.total + pending_bytes(read_reservations(self._lock_dir), usage)
+    def _measure(self) -> tuple[DiskUsage, int]:
+        """What is on disk, and the bytes used or reserved (call under the cache lock).
+
+        The reservations are read before the disk is scanned: a preparer may rename its temp file into place
+        and then release its reservation while the scan runs, so a scan that lists the temp name and then
+        finds it gone sees neither file; the reservation read first still counts those bytes. The other order
+        undercounted by one shard now and then (and granted one shard too many).
+        """
+        reservations = read_reservations(self._lock_dir)
+        usage = scan_usage(self._by_dir)
+        return usage, usage.total + pending_bytes(reservations, usage)
 
     def start(self, *, keep: int | None = None) -> None:
         """Drop dead writers' temp files and reservations; evict a cache left over the limit back under it
@@ -250,8 +261,7 @@ class SpaceKeeper:
         if not self.entries:
             return
         with file_lock(self.root, "cache"):
-            usage = scan_usage(self._by_dir)
-            used = self._used(usage)
+            usage, used = self._measure()
             if self.limit is not None and used > self.limit:
                 freed = self._evict_down(used - self.limit, usage, exclude=keep, next_use=None)
                 log.warning(
@@ -271,12 +281,14 @@ class SpaceKeeper:
         next_use: Callable[[int], float] | None = None,
         on_full: Callable[[], None] | None = None,
         patience: float | None = None,
+        ahead: bool = False,
     ) -> str | None:
         """Reserve ``need`` bytes for the files ``targets`` of shard ``k`` (``name``), evicting idle shards.
 
         Waits while the space is held by readers (calling ``on_full`` once first): for ``patience`` seconds,
         then returns None (0: do not wait); with ``patience=None``, for ``wait_timeout`` seconds, then raises.
-        Returns the token for ``release_reservation``.
+        ``ahead``: shard ``k`` is prepared ahead of use (a prefetch), so only shards needed later than it
+        (``next_use``) are evicted for it. Returns the token for ``release_reservation``.
 
         Raises:
             CacheTooSmallError: ``need`` exceeds the limit, or (``patience=None``) the space stayed in use for
@@ -294,10 +306,12 @@ class SpaceKeeper:
         delay = 0.005
         while True:
             with file_lock(self.root, "cache"):
-                usage = scan_usage(self._by_dir)
-                used = self._used(usage)
+                usage, used = self._measure()
                 if used + need > limit:
-                    used -= self._evict_down(used + need - limit, usage, exclude=k, next_use=next_use)
+                    horizon = next_use(k) if ahead and next_use is not None else math.inf
+                    used -= self._evict_down(
+                        used + need - limit, usage, exclude=k, next_use=next_use, horizon=horizon
+                    )
                 if used + need <= limit:
                     return add_reservation(self._lock_dir, need, targets)
             if on_full is not None and patience != 0:
@@ -322,12 +336,23 @@ class SpaceKeeper:
             delay = min(delay * 2, 0.1)
 
     def _evict_down(
-        self, excess: int, usage: DiskUsage, *, exclude: int | None, next_use: Callable[[int], float] | None
+        self,
+        excess: int,
+        usage: DiskUsage,
+        *,
+        exclude: int | None,
+        next_use: Callable[[int], float] | None,
+        horizon: float = math.inf,
     ) -> int:
-        """Evict idle shards (under the cache lock) until ``excess`` bytes are freed; returns bytes freed."""
+        """Evict idle shards (under the cache lock) until ``excess`` bytes are freed; returns bytes freed.
+
+        Farthest ``next_use`` first; with a finite ``horizon`` (the next use of a shard prepared ahead), only
+        shards needed after it: a prefetch never evicts what the reader needs first (it gives up instead)."""
         candidates = [k for k, e in self.entries.items() if k != exclude and usage.held_by(e.paths) > 0]
         candidates.sort(key=self._age)  # oldest first ...
         if next_use is not None:
+            if math.isfinite(horizon):
+                candidates = [k for k in candidates if next_use(k) > horizon]
             candidates.sort(key=next_use, reverse=True)  # ... among shards needed equally late
         freed = 0
         for victim in candidates:

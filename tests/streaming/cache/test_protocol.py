@@ -26,6 +26,7 @@ from streaming.cache import CachedShard, ShardCache
 from streaming.cache.space import SpaceEntry, SpaceKeeper
 from streaming.format.index import load_index
 from streaming.format.reader import open_shard
+from streaming.shard_access import first_positions
 
 _JOB = """
 import json, sys
@@ -313,3 +314,8 @@ def _evictor(remote: str, local: str) -> SpaceKeeper:
         for k, s in enumerate(load_index(remote).shards)
     }
     return SpaceKeeper(local, entries, None, 1.0)
+
+
+def test_first_positions():
+    assert first_positions([3, 3, 1, 3, 2, 1]) == {3: 0, 1: 2, 2: 4}
+    assert first_positions([5, 4], offset=10) == {5: 10, 4: 11} and first_positions([]) == {}

@@ -171,3 +171,65 @@ def test_every_shard_in_use_is_an_error_not_an_overrun(s3_bucket, s3_env, tmp_pa
     )
     assert all(os.path.exists(os.path.join(local, shards[k].info.raw_data.basename)) for k in (1, 2, 3))
     assert _cache_bytes(local) <= limit
+
+
+def test_a_file_renamed_into_place_during_the_scan_is_still_counted(tmp_path, monkeypatch):
+    """A preparer may rename its temp file into place and release its reservation while another process scans
+    the disk: the scan lists the temp name, finds it gone, and never sees the final name. The reservation,
+    read before the scan, must still count those bytes (the other order granted one shard too many)."""
+    from streaming.cache import space
+    from streaming.cache.locks import file_lock, prep_lock
+
+    folder = str(tmp_path)
+    names = ["shard.00000.mds", "shard.00001.mds"]
+    paths = [os.path.join(folder, n) for n in names]
+    tmp = f"{paths[0]}.tmp-{os.getpid()}-0"
+    with open(tmp, "wb") as f:
+        f.write(b"x" * 1000)
+    token = space.add_reservation(os.path.join(folder, ".locks"), 1000, [paths[0]])
+    entries = {
+        k: space.SpaceEntry(local=folder, lock_name=n, paths=(p,))
+        for k, (n, p) in enumerate(zip(names, paths))
+    }
+    keeper = space.SpaceKeeper(folder, entries, 1500, 1.0)
+
+    def scan_while_the_preparer_finishes(by_dir, **kwargs):  # lists the temp name, then finds it gone
+        os.replace(tmp, paths[0])
+        space.release_reservation(token)
+        return space.DiskUsage(files={}, temps={})
+
+    monkeypatch.setattr(space, "scan_usage", scan_while_the_preparer_finishes)
+    with file_lock(folder, prep_lock(names[0])):  # the preparer of shard 0 (not evictable meanwhile)
+        granted = keeper.reserve(1, 1000, [paths[1]], name=names[1], patience=0)
+    assert granted is None, "1000 bytes on disk + 1000 more > cache_limit=1500"
+
+
+def test_room_is_made_only_from_shards_needed_later(tmp_path):
+    """Farthest next use goes first, and never a shard needed sooner than the one room is made for: a prefetch
+    gives up rather than evict what the reader needs first."""
+    from streaming.cache import space
+
+    folder = str(tmp_path)
+    paths = [os.path.join(folder, f"shard.{k:05d}.mds") for k in range(3)]
+    for path in paths[:2]:
+        with open(path, "wb") as f:
+            f.write(b"x" * 1000)
+    entries = {
+        k: space.SpaceEntry(local=folder, lock_name=os.path.basename(p), paths=(p,))
+        for k, p in enumerate(paths)
+    }
+    keeper = space.SpaceKeeper(folder, entries, 2000, 1.0)
+
+    def reserve(k: int, uses: dict[int, float]) -> str | None:
+        return keeper.reserve(
+            k, 1000, [paths[k]], name=f"shard {k}", next_use=uses.__getitem__, patience=0, ahead=True
+        )
+
+    assert reserve(2, {0: 5, 1: 10, 2: 7}) is not None  # shard 1 (needed at 10) goes, shard 0 (5) stays
+    assert os.path.exists(paths[0]) and not os.path.exists(paths[1])
+    with open(paths[2], "wb") as f:  # shard 2 prepared; its reservation (still live) now counts nothing more
+        f.write(b"x" * 1000)
+    assert reserve(1, {0: 5, 1: 8, 2: 7}) is None, "shards 0 (5) and 2 (7) are both needed before 8"
+    assert reserve(1, {0: 5, 1: 6, 2: 7}) is not None, "shard 2 (7) is needed after 6"
+    assert os.path.exists(paths[0]) and not os.path.exists(paths[2])
+    assert reserve(2, {0: 5, 1: 6, 2: 7}) is None, "only shard 0 (5) is on disk, and the reservation for 1"
