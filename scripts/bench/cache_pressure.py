@@ -144,7 +144,7 @@ def disk_bytes(folder: str, pids: list[int]) -> int:
         for fd in fds:
             try:
                 target = os.readlink(f"{fd_dir}/{fd}")
-                if not (target.startswith(folder) and target.endswith(" (deleted)")):
+                if not (target.startswith(folder) and target.endswith(" (deleted)")) or "/.locks/" in target:
                     continue
                 st = os.stat(f"{fd_dir}/{fd}")
             except OSError:
