@@ -79,18 +79,17 @@ def build_venv(end: str, venv: Path, *, log: Path, fresh: bool) -> Path:
     py = venv / "bin" / "python"
     stamp = venv / ".foundry-compat"
     digest = _inputs_digest(end)
+    env = {**os.environ, "PIP_CONSTRAINT": str(CONSTRAINTS), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     if fresh or not stamp.is_file() or stamp.read_text() != digest:
         shutil.rmtree(venv, ignore_errors=True)
         print(f"[compat] {end}: building {venv} (log: {log})", file=sys.stderr, flush=True)
         _run([sys.executable, "-m", "venv", str(venv)], log=log)
-        env = {**os.environ, "PIP_CONSTRAINT": str(CONSTRAINTS), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
         _run([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], log=log, env=env)
         _run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0"], log=log, env=env)
     elif end == "lowest":
         return py
     else:
         print(f"[compat] {end}: upgrading {venv} to the newest allowed releases", file=sys.stderr, flush=True)
-    env = {**os.environ, "PIP_CONSTRAINT": str(CONSTRAINTS), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     pick = ["-c", str(LOWEST)] if end == "lowest" else ["--upgrade", "--upgrade-strategy", "eager"]
     _run([str(py), "-m", "pip", "install", "-q", *pick, "-e", ".[peft,eval]", *TEST_TOOLS], log=log, env=env)
     stamp.write_text(digest)
