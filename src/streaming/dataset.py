@@ -29,6 +29,7 @@ from streaming.cache import ShardCache
 from streaming.dataset_args import check_cache_limit, check_choices_and_bounds, resolve_streams
 from streaming.dataset_index import load_dataset_shards
 from streaming.epoch_planner import EpochPlanner
+from streaming.format.hashing import check_validate_hash
 from streaming.format.index import ShardInfo
 from streaming.plan.sampling import stream_choose
 from streaming.resume_state import (
@@ -64,7 +65,9 @@ class StreamingDataset(IterableDataset):
         split: Default split of every stream.
         download_retry: Default per-stream download retries.
         download_timeout: Default per-stream download timeout (s).
-        validate_hash: Default per-stream hash check.
+        validate_hash: Default per-stream hash check: unset (the default) verifies every shard file whose index
+            entry records digests, with the fastest of them, on download and on first use of a cached copy; an
+            algorithm name verifies with that one (required in the index); ``False`` or ``"off"`` skips checks.
         keep_zip: Default per-stream keep-compressed flag.
         epoch_size: Samples per epoch (int or ``"100k"``-style string); relative weights only.
         predownload: Samples a worker may prepare ahead (default ``8 * batch_size``, or 64).
@@ -98,7 +101,7 @@ class StreamingDataset(IterableDataset):
         split: str | None = None,
         download_retry: int = 2,
         download_timeout: float = 60.0,
-        validate_hash: str | None = None,
+        validate_hash: str | bool | None = None,
         keep_zip: bool = False,
         epoch_size: int | str | None = None,
         predownload: int | None = None,
@@ -145,7 +148,7 @@ class StreamingDataset(IterableDataset):
                 split=split,
                 download_retry=download_retry,
                 download_timeout=download_timeout,
-                validate_hash=validate_hash,
+                validate_hash=check_validate_hash(validate_hash),
                 keep_zip=keep_zip,
             )
         self.sampling_method = sampling_method

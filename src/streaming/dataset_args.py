@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS
+from streaming.sizes import format_bytes
 from streaming.stream import Stream
 
 __all__ = ["check_cache_limit", "check_choices_and_bounds", "resolve_streams"]
@@ -61,6 +62,7 @@ def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray) -> N
     largest = int(bytes_per_shard.max()) if len(bytes_per_shard) else 0
     if cache_limit < 4 * largest:
         raise ValueError(
-            f"cache_limit={cache_limit} bytes is below 4x the largest shard ({largest} bytes); raise "
-            "it or write smaller shards"
+            f"cache_limit={format_bytes(cache_limit)} ({cache_limit} bytes) is too small for this dataset: the "
+            f"minimum is 4x its largest shard, {format_bytes(4 * largest)} ({4 * largest} bytes), so that the "
+            "shards being read, prefetched and prepared fit at once; raise cache_limit or write smaller shards"
         )

@@ -11,6 +11,12 @@ absolute, no drive letter (``C:``) and no URL scheme; no ``..`` component anywhe
 out). ``.`` and empty components are dropped, so the result is the normalised POSIX form. ``safe_join`` also
 checks that the joined path stays under its root after ``os.path.abspath`` normalisation.
 
+Links: a name that passes the rule can still lead outside its root through a symbolic link inside it (a
+planted ``local/sub -> /home/me``, then a shard named ``sub/notes.txt``). Whoever writes or deletes a file under
+a cache or dataset folder first calls ``refuse_links``: no existing component below the root may be a link.
+The root itself may be one (pointing a cache at a bigger disk is normal). Only the folder's owner can plant a
+link in a private folder, so the check and the write need no atomicity against a concurrent attacker.
+
 The same family: a *folder* we cache into is trusted only if it is ours. ``private_dir`` creates a cache folder
 with mode 0700 and refuses an existing one that is not a plain directory, belongs to another user, or that group
 or others may write (files planted there would be served as if we had downloaded them).
@@ -29,6 +35,7 @@ __all__ = [
     "is_safe_relpath",
     "is_within",
     "private_dir",
+    "refuse_links",
     "safe_join",
     "safe_relpath",
 ]
@@ -110,6 +117,38 @@ def safe_join(root: str | os.PathLike[str], name: object, *, source: str, field:
             f"{source}: {field}={name!r} resolves outside its folder {os.path.abspath(os.fspath(root))}"
         )
     return os.path.join(os.fspath(root), rel)
+
+
+def refuse_links(root: str | os.PathLike[str], path: str | os.PathLike[str], *, doing: str) -> None:
+    """Refuse to write or delete ``path`` if any existing component of it below ``root`` is a symbolic link.
+
+    Args:
+        root: The cache or dataset folder (itself allowed to be a link).
+        path: The file about to be written, replaced or deleted (or a folder about to be written into).
+        doing: What was about to happen, for the message (e.g. ``download shard file``).
+
+    Raises:
+        UnsafePathError: Naming the link, where it points and the way out; nothing was touched.
+    """
+    root_abs = os.path.abspath(os.fspath(root))
+    rel = os.path.relpath(os.path.abspath(os.fspath(path)), root_abs)
+    if rel == os.curdir:
+        return
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        raise UnsafePathError(f"{doing} {path}: it is outside its folder {root_abs}")
+    current = root_abs
+    for part in rel.split(os.sep):
+        current = os.path.join(current, part)
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(mode):
+            raise UnsafePathError(
+                f"{doing} {path}: {current} is a symbolic link (to {os.readlink(current)}); files under "
+                f"{root_abs} are never written or deleted through a link, which could lead outside it. Remove "
+                "the link (or replace it with a real folder), or point the dataset's local= at the real folder"
+            )
 
 
 class UnsafeFolderError(PermissionError):

@@ -27,7 +27,8 @@ import numpy as np
 
 from streaming.batch_read import SampleRef
 from streaming.cache import CachedShard, ShardCache
-from streaming.format.index import ShardInfo
+from streaming.format.hashing import HASH_OFF, hash_to_check
+from streaming.format.index import ShardInfo, recorded_digests
 from streaming.format.mds import MDSSchema, ShardFormatError
 from streaming.format.reader import FileMap, ShardReader, check_shard_safe, open_shard
 from streaming.growing_shard import GrowingFile, early_sample_bytes
@@ -128,9 +129,14 @@ class ShardAccess:
                 return
         else:
             stream.prepare_shard(self.shards[shard_id], on_tmp=on_tmp)
-            if stream.validate_hash:
+            if self._checks_hash(shard_id):
                 self.shard_cache().verify(shard_id)
         self.prepared.add(shard_id)
+
+    def _checks_hash(self, shard_id: int) -> bool:
+        """Whether shard ``shard_id``'s files are hash-verified (its stream's ``validate_hash`` and its digests)."""
+        stream = self.streams[int(self.stream_per_shard[shard_id])]
+        return hash_to_check(stream.validate_hash, recorded_digests(self.shards[shard_id])) is not None
 
     def _next_use(self, k: int) -> float:
         """Eviction order for this worker's view of the plan: the position of shard ``k``'s next sample in the
@@ -273,7 +279,7 @@ class ShardAccess:
         if (
             shard in self.prepared
             or info.format != "mds"
-            or stream.validate_hash
+            or self._checks_hash(shard)
             or os.path.exists(os.path.join(stream.dirname, info.raw_data.basename))
         ):
             return None
@@ -299,7 +305,7 @@ class ShardAccess:
         (decompression); None when every shard is a local raw file (nothing to overlap)."""
         if not any(s.is_remote for s in self.streams) and not self.any_compressed():
             return None
-        if any(s.is_remote or s.validate_hash for s in self.streams):
+        if any(s.is_remote or s.validate_hash != HASH_OFF for s in self.streams):
             self.shard_cache()  # built here, once, not raced by the pool's threads
         return ThreadPoolExecutor(max_workers=self.download_concurrency)
 

@@ -9,7 +9,23 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["format_bytes", "parse_bytes", "parse_count"]
+__all__ = ["SizeLimitExceeded", "format_bytes", "parse_bytes", "parse_count"]
+
+
+class SizeLimitExceeded(ValueError):
+    """Bytes written (a download, a decompression) went past the size they were allowed: the writer stopped at
+    once, before writing more than ``limit`` bytes. Permanent: retrying gets the same bytes.
+
+    Attributes:
+        limit: The bytes allowed (what index.json declares, or the cache limit).
+        what: What was being written (a URL, a compressed file).
+    """
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"{what}: more than {limit} bytes (stopped there)")
+        self.what = what
+        self.limit = limit
+
 
 _BYTE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40, "pb": 1 << 50}
 _COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}

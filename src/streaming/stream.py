@@ -16,10 +16,11 @@ import os
 from collections.abc import Callable
 
 from streaming.cache import fetch_index
+from streaming.format.hashing import check_validate_hash
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index
 from streaming.format.reader import decompress_shard
 from streaming.index_cache import ShardTable, load_shard_table
-from streaming.safepath import UnsafeFolderError, private_dir
+from streaming.safepath import UnsafeFolderError, private_dir, refuse_links
 from streaming.storage import RetryPolicy
 from streaming.storage.url import is_remote, join_url, redact
 
@@ -95,7 +96,9 @@ class Stream:
         choose: Absolute number of samples per epoch.
         download_retry: Extra attempts per download after the first, for transient errors (default 2).
         download_timeout: Seconds allowed per download attempt (default 60).
-        validate_hash: Hash algorithm to verify downloads with (one re-download on mismatch, then an error).
+        validate_hash: How shard files are verified (one re-download on mismatch, then an error): unset, the
+            dataset's setting (by default the fastest digest index.json records, if any); an algorithm name;
+            ``False`` or ``"off"``: no check.
         keep_zip: Keep compressed files after decompressing (always true when they are the only copy).
     """
 
@@ -110,7 +113,7 @@ class Stream:
         choose: int | None = None,
         download_retry: int | None = None,
         download_timeout: float | None = None,
-        validate_hash: str | None = None,
+        validate_hash: str | bool | None = None,
         keep_zip: bool | None = None,
     ) -> None:
         if remote is None and local is None:
@@ -143,7 +146,7 @@ class Stream:
         self.choose = None if choose is None else int(choose)
         self.download_retry = download_retry
         self.download_timeout = download_timeout
-        self.validate_hash = validate_hash
+        self.validate_hash = check_validate_hash(validate_hash, name="Stream.validate_hash")
         self.keep_zip = keep_zip
         self._index: DatasetIndex | None = None
         self._table: ShardTable | None = None
@@ -227,6 +230,7 @@ class Stream:
         if os.path.exists(raw):
             return
         if info.zip_data is not None and os.path.exists(os.path.join(self.dirname, info.zip_data.basename)):
+            refuse_links(self.dirname, raw, doing="decompress shard file")
             try:
                 decompress_shard(self.dirname, info, on_tmp=on_tmp)
             except PermissionError:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming import Stream
+from streaming.format.hashing import check_validate_hash
 from streaming.storage.url import join_url
 
 __all__ = [
@@ -106,7 +107,6 @@ def check_streams(
     *,
     local_root: str | None,
     remote_root: str | None,
-    hashes: Sequence[str],
 ) -> None:
     """Compose-time checks of a mixture, each naming the `data.streams.<name>.<field>` to fix.
 
@@ -117,10 +117,7 @@ def check_streams(
     names = list(streams)
     for name, s in streams.items():
         _check_one(name, s, roots=(local_root, remote_root), others=[n for n in names if n != name])
-        if s.validate_hash is not None and s.validate_hash not in hashes:
-            raise ValueError(
-                f"data.streams.{name}.validate_hash={s.validate_hash!r}: use one of {', '.join(hashes)}"
-            )
+        check_validate_hash(s.validate_hash, name=f"data.streams.{name}.validate_hash")
     relative = [n for n, s in streams.items() if s.proportion is not None]
     absolute = [n for n, s in streams.items() if s.proportion is None]
     if relative and absolute:

@@ -27,7 +27,7 @@ from foundry.data.mixture import (
     eval_streams,
     stream_location,
 )
-from streaming.format.hashing import supported_hashes
+from streaming.format.hashing import check_validate_hash
 from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS
 from streaming.sizes import parse_bytes, parse_count
 from streaming.world import World
@@ -102,7 +102,8 @@ class TextDataConfig:
     download_timeout: float = 60.0
     """Seconds per shard download attempt."""
     validate_hash: str | None = None
-    """Verify shards with this hash (e.g. `xxh64`, `sha1`) when index.json records it; null: no check."""
+    """How shards are verified: null (default) with the fastest digest index.json records, if any; an
+    algorithm (e.g. `xxh64`, `sha1`) that index.json must record; `off`: no check."""
     keep_zip: bool = False
     """Keep compressed shards after decompressing them."""
     allow_unsafe_types: bool = False
@@ -133,10 +134,7 @@ class TextDataConfig:
                 raise ValueError(f"data.{name}={getattr(self, name)} must be >= {low}")
         if self.download_timeout <= 0:
             raise ValueError(f"data.download_timeout={self.download_timeout} must be > 0")
-        if self.validate_hash is not None and self.validate_hash not in supported_hashes():
-            raise ValueError(
-                f"data.validate_hash={self.validate_hash!r}: use one of {', '.join(supported_hashes())}"
-            )
+        check_validate_hash(self.validate_hash, name="data.validate_hash")
         for name, parse, example in (
             ("epoch_size", parse_count, "100k"),
             ("cache_limit", parse_bytes, "10gb"),
@@ -162,9 +160,7 @@ class TextDataConfig:
                     f"data.local_root / data.remote_root and per-stream fields (data.streams.<name>.{name}), or "
                     f"data.{name}=null"
                 )
-        check_streams(
-            self.streams, local_root=self.local_root, remote_root=self.remote_root, hashes=supported_hashes()
-        )
+        check_streams(self.streams, local_root=self.local_root, remote_root=self.remote_root)
         if self.epoch_size is not None and any(s.proportion is None for s in self.streams.values()):
             raise ValueError(
                 "data.epoch_size needs proportion weights on every stream (repeat/choose fix the size)"

@@ -2,16 +2,20 @@
 
 The kernel drops a flock when its process dies (even by ``kill -9``), so no lock outlives its holder and
 nothing needs cleaning after a crash. Each ``open`` is its own lock owner, so two threads of one process
-exclude each other exactly as two processes do. Each evictable shard has two locks (``use_lock`` and
+exclude each other exactly as two processes do. Lock files are opened without following links, and a
+``.locks`` that is a link is refused (``streaming.safepath.refuse_links``). Each evictable shard has two locks (``use_lock`` and
 ``prep_lock`` name them; the protocol is in ``streaming.cache.shards``).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from streaming.safepath import refuse_links
 
 __all__ = ["LOCK_DIR", "file_lock", "open_lock", "prep_lock", "try_lock", "use_lock"]
 
@@ -31,8 +35,15 @@ def prep_lock(shard: str) -> str:
 def open_lock(directory: str, name: str) -> int:
     """Open (creating it and its folder) the lock file of ``name`` in ``directory``; returns the descriptor."""
     lock_dir = os.path.join(directory, LOCK_DIR)
+    path = os.path.join(lock_dir, name.replace("/", "__") + ".lock")
+    refuse_links(directory, path, doing="open lock file")
     os.makedirs(lock_dir, exist_ok=True)
-    return os.open(os.path.join(lock_dir, name.replace("/", "__") + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # a link planted since the check
+            refuse_links(directory, path, doing="open lock file")
+        raise
 
 
 @contextmanager

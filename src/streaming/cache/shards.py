@@ -7,9 +7,15 @@ memory or clean-up. Files appear under their real names only complete (temp + re
 are reserved before any file is created and idle shards evicted until disk plus live reservations fit
 (``streaming.cache.space``); the first use by a process brings a cache left over the limit by a crash back
 under it. Victims: farthest next use in the plan, then the oldest; never a shard whose only copy is local.
-With ``validate_hash``, a cached shard is verified before this process first uses it, the verdict remembered on
-disk (``streaming.cache.verify``); a mismatch downloads it again or, with no remote, raises naming the file and
-both digests.
+Shard files whose index entry records digests are verified (by default with the fastest one; ``validate_hash``
+picks one or turns it off) on download and before this process first uses a cached copy, the verdict
+remembered on disk (``streaming.cache.verify``); a mismatch downloads it again or, with no remote, raises naming
+the file and both digests.
+
+What an index cannot make the cache do: write more than it declares (downloads and decompression stop as soon
+as a file passes the size index.json gives it, ``max_bytes``, with an error naming the shard and both sizes), or
+write or delete through a symbolic link inside the cache folder (``streaming.safepath.refuse_links``, checked
+by the preparer under the prepare lock, by eviction and for the lock folder).
 
 Protocol. Each evictable shard has two locks; the cache folder has one more.
 
@@ -60,20 +66,23 @@ import glob
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from streaming.cache.locks import LOCK_DIR, file_lock, prep_lock, try_lock, use_lock
 from streaming.cache.pins import Pins
 from streaming.cache.space import CacheTooSmallError, SpaceEntry, SpaceKeeper, release_reservation
 from streaming.cache.verify import record_verdict, verdict_path, verify_file
-from streaming.format.index import INDEX_FILENAME, FileInfo, ShardInfo
+from streaming.format.hashing import hash_to_check
+from streaming.format.index import INDEX_FILENAME, FileInfo, ShardInfo, recorded_digests
+from streaming.format.mds import ShardFormatError
 from streaming.format.reader import decompress_shard
-from streaming.safepath import safe_join
-from streaming.sizes import format_bytes
+from streaming.safepath import refuse_links, safe_join
+from streaming.sizes import SizeLimitExceeded, format_bytes
 from streaming.storage import RetryPolicy, download_file
 from streaming.storage.transfer import HashMismatchError, can_download_to_memory, download_to_memory
-from streaming.storage.url import join_url
+from streaming.storage.url import join_url, redact
 
 __all__ = ["CacheTooSmallError", "CachedShard", "ShardCache", "fetch_index", "minimum_cache_bytes"]
 
@@ -92,7 +101,8 @@ class CachedShard:
     policy: RetryPolicy | None = None
     """Download retries/timeout for this shard's stream (None: the cache's default)."""
     validate_hash: str | None = None
-    """Hash algorithm verified on download and on first use of a cached copy (None: the cache's default)."""
+    """How to verify on download and on first use of a cached copy (``streaming.format.hashing.
+    check_validate_hash``'s forms; None: the cache's default)."""
 
     @property
     def evictable(self) -> bool:
@@ -110,6 +120,19 @@ class CachedShard:
     def peak_bytes(self) -> int:
         """Bytes on disk while preparing: raw plus compressed forms."""
         return sum(f.bytes for f in self.info.files())
+
+
+@contextmanager
+def _declared_size(shard: CachedShard, f: FileInfo, url: str) -> Iterator[None]:
+    """A download of ``f`` past its declared size becomes an error naming the shard and both sizes."""
+    try:
+        yield
+    except SizeLimitExceeded as err:
+        raise ShardFormatError(
+            f"shard file {f.basename} in {shard.local}: the object at {redact(url)} is larger than the {f.bytes} "
+            f"bytes index.json declares ({err}); the download stopped there and nothing was kept. The remote "
+            "file or its index is wrong: rebuild the index (`python -m streaming rebuild-index`) or restore the file"
+        ) from None
 
 
 def minimum_cache_bytes(shards: Sequence[CachedShard], *, concurrent: int) -> int:
@@ -142,7 +165,8 @@ class ShardCache:
         shards: Every shard of the dataset, in global shard order.
         cache_limit: Bytes allowed on disk for evictable shards, temp files included (None = unlimited).
         policy: Download retries and timeout (for shards that name none).
-        validate_hash: Hash algorithm to verify (for shards that name none; None = no check).
+        validate_hash: How to verify shards that say nothing (``check_validate_hash``'s forms; None: with the
+            fastest digest the index records, if any).
         concurrent: How many shards the plan may need resident at once on this node (for the minimum).
         wait_timeout: Seconds ``prepare`` waits for other readers to free space before giving up with an error.
         fallback_after: Seconds ``acquire`` (a reader) waits for other readers to free space before it returns
@@ -225,7 +249,8 @@ class ShardCache:
         return verdict_path(os.path.join(self.shards[k].local, LOCK_DIR), f.basename, algo)
 
     def _algo(self, k: int) -> str | None:
-        return self.shards[k].validate_hash or self.validate_hash
+        shard = self.shards[k]
+        return hash_to_check(shard.validate_hash or self.validate_hash, recorded_digests(shard.info))
 
     def _ready(self, k: int) -> bool:
         return all(os.path.exists(self._path(k, f)) for f in self.shards[k].resident_files())
@@ -344,15 +369,18 @@ class ShardCache:
                 shard.info.raw_data.basename,
             )
         self.unkept_reads += 1
-        return {
-            f.basename: download_to_memory(
-                join_url(shard.remote, f.basename),
-                policy=shard.policy or self.policy,
-                expected_hashes=f.hashes,
-                validate_hash=algo,
-            )
-            for f in shard.info.stored_files()
-        }
+        out = {}
+        for f in shard.info.stored_files():
+            url = join_url(shard.remote, f.basename)
+            with _declared_size(shard, f, url):
+                out[f.basename] = download_to_memory(
+                    url,
+                    policy=shard.policy or self.policy,
+                    expected_hashes=f.hashes,
+                    validate_hash=algo,
+                    max_bytes=f.bytes,
+                )
+        return out
 
     def _prepare(
         self,
@@ -408,6 +436,8 @@ class ShardCache:
         """Holding shard ``k``'s prepare lock: make its files present and verified (a cached file that fails
         ``validate_hash`` is deleted and fetched again). False, doing nothing, when more bytes are missing
         than ``reserved`` (None: no limit)."""
+        for path in self._paths[k].values():
+            refuse_links(self.shards[k].local, path, doing="prepare shard file")
         bad = self._check(k) if self._ready(k) else []
         for path, _, _ in bad:
             os.remove(path)
@@ -508,14 +538,17 @@ class ShardCache:
                     f"shard {shard.info.raw_data.basename} is missing from {shard.local} and the stream has "
                     "no remote to download it from"
                 )
-            download_file(
-                join_url(shard.remote, info.basename),
-                path,
-                policy=shard.policy or self.policy,
-                expected_hashes=info.hashes,
-                validate_hash=algo,
-                on_tmp=on_tmp if info is shard.info.raw_data else None,
-            )
+            url = join_url(shard.remote, info.basename)
+            with _declared_size(shard, info, url):
+                download_file(
+                    url,
+                    path,
+                    policy=shard.policy or self.policy,
+                    expected_hashes=info.hashes,
+                    validate_hash=algo,
+                    on_tmp=on_tmp if info is shard.info.raw_data else None,
+                    max_bytes=info.bytes,
+                )
             self.downloads += 1
             if algo is not None:  # download_file verified it against the index
                 record_verdict(path, self._verdict(k, info, algo), algo, info.hashes[algo])

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streaming.cache.locks import LOCK_DIR, file_lock, prep_lock, use_lock
+from streaming.safepath import refuse_links
 from streaming.sizes import format_bytes
 
 __all__ = [
@@ -156,6 +157,7 @@ class Reservation:
 def add_reservation(lock_dir: str, nbytes: int, targets: Sequence[str]) -> str:
     """Record a reservation of ``nbytes`` for ``targets`` (call under the cache lock); returns its file path."""
     folder = os.path.join(lock_dir, RESERVATIONS)
+    refuse_links(os.path.dirname(lock_dir), folder, doing="record a cache reservation in")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{os.getpid()}-{uuid.uuid4().hex}.json")
     tmp = path + ".part"
@@ -378,17 +380,18 @@ class SpaceKeeper:
             with file_lock(entry.local, use_lock(entry.lock_name), blocking=False) as unpinned:
                 if not unpinned:
                     return 0
-                freed = _delete(entry.paths)
+                freed = _delete(entry.local, entry.paths)
         log.debug("cache: evicted %s (%s)", entry.lock_name, format_bytes(freed))
         return freed
 
 
-def _delete(paths: Iterable[str]) -> int:
-    """Remove the files at ``paths`` that exist; returns their bytes."""
+def _delete(root: str, paths: Iterable[str]) -> int:
+    """Remove the files at ``paths`` (under ``root``, reached through no link) that exist; returns their bytes."""
     freed = 0
     for path in paths:
+        refuse_links(root, os.path.dirname(path), doing="evict shard file")
         try:
-            size = os.stat(path).st_size
+            size = os.lstat(path).st_size
             os.remove(path)
             freed += size
         except FileNotFoundError:

@@ -10,8 +10,9 @@ Design tradeoff: a codec object is created per call instead of being cached, so 
 plain immutable value that is safe to share across writer threads; the setup cost (microseconds) is noise
 next to compressing a multi-megabyte shard. gzip output uses ``mtime=0`` so identical shards compress to
 identical bytes (upstream stamps the current time). Optional codecs (brotli, snappy) are imported lazily.
-``decompress_file`` streams one file into another piece by piece (zstd, gz, bz2), so a shard being
-decompressed can be read before it is complete.
+``decompress_file`` streams one file into another piece by piece (zstd, gz, bz2, br), so a shard being
+decompressed can be read before it is complete; with ``max_bytes`` it stops as soon as the output passes that
+size (a decompression bomb writes no more than the index declared).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import io
 from dataclasses import dataclass
 from types import ModuleType
 from typing import BinaryIO, Protocol
+
+from streaming.sizes import SizeLimitExceeded
 
 __all__ = ["COMPRESSION_FAMILIES", "Compression", "get_compression", "is_valid_compression"]
 
@@ -98,8 +101,17 @@ class Compression:
             return _optional("brotli", family).compress(bytes(data), quality=level)
         raise ValueError(f"compression {self.spec!r}: unknown family {family!r}")
 
-    def decompress(self, data: bytes | memoryview) -> bytes:
-        """Decompress a whole file's bytes (the level is irrelevant for decoding)."""
+    def decompress(self, data: bytes | memoryview, *, max_bytes: int | None = None) -> bytes:
+        """Decompress a whole file's bytes (the level is irrelevant for decoding).
+
+        Raises:
+            SizeLimitExceeded: The output would pass ``max_bytes`` (None: unbounded); decoding stops there, so
+                memory never holds more than about ``max_bytes`` of output.
+        """
+        if max_bytes is not None and self.family in ("zstd", "gz", "bz2", "br"):
+            out = io.BytesIO()
+            self.decompress_file(io.BytesIO(data), out, max_bytes=max_bytes)
+            return out.getvalue()
         family = self.family
         if family == "zstd":
             return _zstd_decompress(data)
@@ -109,17 +121,35 @@ class Compression:
             return bz2.decompress(data)
         if family == "br":
             return _optional("brotli", family).decompress(bytes(data))
+        if max_bytes is not None:
+            _check_snappy_length(data, max_bytes)
         return _optional("snappy", family).decompress(bytes(data))
 
-    def decompress_file(self, src: BinaryIO, dst: BinaryIO, *, chunk: int = 1 << 20) -> int:
+    def decompress_file(
+        self, src: BinaryIO, dst: BinaryIO, *, chunk: int = 1 << 20, max_bytes: int | None = None
+    ) -> int:
         """Decompress the file ``src`` into ``dst``, writing each piece (up to ``chunk`` bytes) once it is
         decoded, so a reader of ``dst`` sees a growing prefix; returns the bytes written. zstd (every frame),
-        gz and bz2 stream; br and snappy (no streaming decoder in their packages) decode in one piece.
+        gz, bz2 and br stream; snappy (raw blocks have no streaming decoder) decodes in one piece, after its
+        header's declared length is checked against ``max_bytes``.
 
         A truncated zstd frame ends the output early without an error: callers compare the count with the
         size they expect.
+
+        Raises:
+            SizeLimitExceeded: The output would pass ``max_bytes`` (None: unbounded). Nothing past ``max_bytes``
+                is written: a decompression bomb costs at most ``max_bytes`` of disk and one ``chunk`` of memory.
         """
         family = self.family
+        if family == "br":
+            return _brotli_into(_optional("brotli", family), src, dst, chunk, max_bytes)
+        if family == "snappy":
+            packed = src.read()
+            if max_bytes is not None:
+                _check_snappy_length(packed, max_bytes)
+            data = self.decompress(packed)
+            dst.write(data)
+            return len(data)
         stream: _ReadInto
         if family == "zstd":
             import zstandard
@@ -128,18 +158,63 @@ class Compression:
             stream = dctx.stream_reader(src, read_size=chunk, read_across_frames=True, closefd=False)
         elif family == "gz":
             stream = gzip.GzipFile(fileobj=src, mode="rb")
-        elif family == "bz2":
-            stream = bz2.BZ2File(src, mode="rb")
         else:
-            data = self.decompress(src.read())
-            dst.write(data)
-            return len(data)
+            stream = bz2.BZ2File(src, mode="rb")
         buf = memoryview(bytearray(chunk))
         total = 0
         while n := stream.readinto(buf):
-            dst.write(buf[:n])
             total += n
+            _check_total(total, max_bytes)
+            dst.write(buf[:n])
         return total
+
+
+def _check_total(total: int, max_bytes: int | None) -> None:
+    if max_bytes is not None and total > max_bytes:
+        raise SizeLimitExceeded("decompressed output", max_bytes)
+
+
+def _brotli_into(brotli: ModuleType, src: BinaryIO, dst: BinaryIO, chunk: int, max_bytes: int | None) -> int:
+    """Stream a Brotli file, each piece of output about ``chunk`` bytes (brotli >= 1.2's output limit; older
+    releases give what each ``chunk`` of input decodes to)."""
+    dec = brotli.Decompressor()
+    try:
+        dec.process(b"", output_buffer_limit=chunk)
+    except TypeError:  # brotli < 1.2
+
+        def step(data: bytes) -> bytes:
+            return dec.process(data)
+    else:
+
+        def step(data: bytes) -> bytes:
+            return dec.process(data, output_buffer_limit=chunk)
+
+    total = 0
+    while True:
+        piece = src.read(chunk)
+        out = step(piece)
+        while out:  # drain what this piece decodes to before feeding more
+            total += len(out)
+            _check_total(total, max_bytes)
+            dst.write(out)
+            out = b"" if dec.is_finished() else step(b"")
+        if dec.is_finished():
+            return total
+        if not piece:
+            raise OSError("brotli data is truncated: the stream does not end")
+
+
+def _check_snappy_length(data: bytes | memoryview, max_bytes: int) -> None:
+    """Raw snappy starts with the uncompressed length as a little-endian base-128 varint: refuse before
+    allocating it."""
+    length, shift = 0, 0
+    for byte in bytes(data[:10]):
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    if length > max_bytes:
+        raise SizeLimitExceeded(f"snappy data declaring {length} bytes", max_bytes)
 
 
 def _zstd_decompress(data: bytes | memoryview) -> bytes:

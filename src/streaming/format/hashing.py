@@ -12,10 +12,18 @@ shards hash in constant memory at full hashlib/xxhash speed.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
-__all__ = ["check_hashes", "hash_bytes", "hash_file", "supported_hashes"]
+__all__ = [
+    "HASH_OFF",
+    "check_hashes",
+    "check_validate_hash",
+    "hash_bytes",
+    "hash_file",
+    "hash_to_check",
+    "supported_hashes",
+]
 
 _HASHLIB = (
     "blake2b",
@@ -33,6 +41,55 @@ _HASHLIB = (
 )
 _XXHASH = ("xxh128", "xxh32", "xxh3_128", "xxh3_64", "xxh64")
 _CHUNK = 1 << 20
+_FASTEST_FIRST = (
+    "xxh3_64", "xxh3_128", "xxh64", "xxh128", "xxh32", "blake2b", "md5", "blake2s", "sha1", "sha512", "sha384",
+    "sha256", "sha224", "sha3_224", "sha3_256", "sha3_384", "sha3_512",
+)  # fmt: skip
+
+HASH_OFF = "off"
+"""``validate_hash`` value that turns checking off (``False`` and ``"none"`` mean the same)."""
+
+
+def check_validate_hash(value: object, *, name: str = "validate_hash") -> str | None:
+    """A ``validate_hash`` setting in its normal form: None (the default: check with the fastest digest the
+    index records for each file, if any), ``HASH_OFF`` (never check: ``False``, ``"off"``, ``"none"``), or an
+    algorithm name (check with it; a file the index records no such digest for is an error).
+
+    Raises:
+        ValueError: Anything else, naming ``name`` and the choices.
+    """
+    if value is None:
+        return None
+    if value is False or (isinstance(value, str) and value.lower() in (HASH_OFF, "none", "false")):
+        return HASH_OFF
+    if isinstance(value, str) and value in supported_hashes():
+        return value
+    raise ValueError(
+        f"{name}={value!r}: use an algorithm ({', '.join(supported_hashes())}), or {HASH_OFF!r} to skip checks "
+        "(unset: check with the fastest digest the index records)"
+    )
+
+
+def hash_to_check(setting: str | None, recorded: Iterable[str]) -> str | None:
+    """The algorithm to verify a file with: ``setting`` itself when it names one, none when it is
+    ``HASH_OFF``, else (unset) the fastest of the digests the index ``recorded`` (none if it has none)."""
+    if setting == HASH_OFF:
+        return None
+    if setting is not None:
+        return setting
+    have = set(recorded)
+    for algo in _FASTEST_FIRST:
+        if algo in have and (algo not in _XXHASH or _has_xxhash()):
+            return algo
+    return None
+
+
+def _has_xxhash() -> bool:
+    try:
+        import xxhash  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def supported_hashes() -> tuple[str, ...]:

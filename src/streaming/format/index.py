@@ -268,7 +268,7 @@ class ShardInfo:
                 obj[key], where=f"{where} {key}", source=source or where, field=f"{field}.{key}.basename"
             )
 
-        return cls(
+        info = cls(
             format=fmt,
             samples=samples,
             raw_data=file("raw_data"),
@@ -277,6 +277,35 @@ class ShardInfo:
             raw_meta=file("raw_meta") if split else None,
             zip_meta=file("zip_meta") if split and obj["zip_meta"] is not None else None,
         )
+        if samples == 0:
+            _check_empty(info, where)
+        return info
+
+
+def _check_empty(info: ShardInfo, where: str) -> None:
+    """Refuse a shard that index.json says has no samples but whose file is bigger than an empty one: the
+    plan never opens a shard of no samples, so its samples would be dropped without a word.
+
+    An empty MDS shard is its 8-byte header and its embedded config (``json.dumps(config, sort_keys=True)``,
+    as every writer of the format serializes it); each sample adds at least a 4-byte offset. An empty split
+    shard has an empty data file.
+    """
+    if info.is_split:
+        empty = 0
+    else:
+        empty = 8 + len(json.dumps(info.config, sort_keys=True).encode("utf-8"))
+    if info.raw_data.bytes >= empty + (1 if info.is_split else 4):
+        raise IndexError_(
+            f"{where}: 'samples' is 0 but {info.raw_data.basename} is {info.raw_data.bytes} bytes (an empty shard "
+            f"is {empty}): index.json disagrees with the shard, whose samples would never be read; rebuild the "
+            "index (`python -m streaming rebuild-index`)"
+        )
+
+
+def recorded_digests(info: ShardInfo) -> set[str]:
+    """The hash algorithms index.json records a digest of for every file of shard ``info``."""
+    files = info.files()
+    return set.intersection(*(set(f.hashes) for f in files)) if files else set()
 
 
 @dataclass(frozen=True)

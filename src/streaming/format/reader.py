@@ -24,6 +24,7 @@ from streaming.format.encodings import decode_text_value, is_encoding_safe
 from streaming.format.index import FileInfo, ShardInfo
 from streaming.format.mds import MDSSchema, ShardFormatError, parse_mds_header
 from streaming.format.mds_columns import ColumnRead, ColumnSource, mds_column_reader, mds_column_sources
+from streaming.sizes import SizeLimitExceeded
 
 __all__ = ["FileMap", "ShardReader", "decompress_shard", "open_shard", "read_file_bytes"]
 
@@ -58,7 +59,7 @@ def read_file_bytes(
         if raw.basename in files:
             return files[raw.basename]
         if zipped is not None and compression and zipped.basename in files:
-            return _decompress(files[zipped.basename], compression, zipped.basename)
+            return _decompress(files[zipped.basename], compression, zipped.basename, raw)
         raise FileNotFoundError(f"shard file {raw.basename} is not among the files read into memory")
     raw_path = os.path.join(dirname, raw.basename)
     if os.path.exists(raw_path):
@@ -68,14 +69,16 @@ def read_file_bytes(
         if os.path.exists(zip_path):
             with open(zip_path, "rb") as f:
                 data = f.read()
-            return _decompress(data, compression, zip_path)
+            return _decompress(data, compression, zip_path, raw)
         raise FileNotFoundError(f"shard file missing: neither {raw_path} nor {zip_path} exists")
     raise FileNotFoundError(f"shard file missing: {raw_path}")
 
 
-def _decompress(data: bytes | memoryview, compression: str, where: str) -> memoryview:
+def _decompress(data: bytes | memoryview, compression: str, where: str, raw: FileInfo) -> memoryview:
     try:
-        return memoryview(get_compression(compression).decompress(data))
+        return memoryview(get_compression(compression).decompress(data, max_bytes=raw.bytes))
+    except SizeLimitExceeded:
+        raise _too_large(where, compression, raw) from None
     except Exception as err:  # noqa: BLE001 - any codec failure means a corrupt file
         raise ShardFormatError(f"{where}: cannot decompress ({compression}): {err}") from None
 
@@ -108,7 +111,7 @@ def decompress_shard(dirname: str, info: ShardInfo, *, on_tmp: Callable[[str], N
             with open(zip_path, "rb") as src, open(tmp, "wb") as dst:
                 if on_tmp is not None and raw is info.raw_data:
                     on_tmp(tmp)
-                size = _decode_into(codec, src, dst, zip_path)
+                size = _decode_into(codec, src, dst, zip_path, raw)
             if size != raw.bytes:
                 raise ShardFormatError(
                     f"{zip_path}: decompresses ({info.compression}) to {size} bytes but index.json says "
@@ -121,10 +124,20 @@ def decompress_shard(dirname: str, info: ShardInfo, *, on_tmp: Callable[[str], N
                 os.remove(tmp)
 
 
-def _decode_into(codec: Compression, src: BinaryIO, dst: BinaryIO, zip_path: str) -> int:
-    """``codec.decompress_file(src, dst)``; a codec failure (not a failing disk) names the file."""
+def _too_large(zip_path: str, compression: str, raw: FileInfo) -> ShardFormatError:
+    return ShardFormatError(
+        f"{zip_path}: decompresses ({compression}) to more than the {raw.bytes} bytes index.json declares for "
+        f"{raw.basename}; stopped there (a corrupt or hostile file: restore it or rebuild the dataset)"
+    )
+
+
+def _decode_into(codec: Compression, src: BinaryIO, dst: BinaryIO, zip_path: str, raw: FileInfo) -> int:
+    """``codec.decompress_file(src, dst)``, stopped past ``raw.bytes``; a codec failure (not a failing disk)
+    names the file."""
     try:
-        return codec.decompress_file(src, dst)
+        return codec.decompress_file(src, dst, max_bytes=raw.bytes)
+    except SizeLimitExceeded:
+        raise _too_large(zip_path, codec.spec, raw) from None
     except ImportError:
         raise  # an optional codec package is missing: its message names what to install
     except OSError as err:

@@ -93,12 +93,17 @@ def _tmp_name(path: str) -> str:
 
 
 def _attempt(
-    backend: Backend, url: str, tmp: str, policy: RetryPolicy, on_tmp: Callable[[str], None] | None
+    backend: Backend,
+    url: str,
+    tmp: str,
+    policy: RetryPolicy,
+    on_tmp: Callable[[str], None] | None,
+    max_bytes: int | None,
 ) -> None:
     """One download attempt into ``tmp`` (a retry truncates it and writes it again from the start)."""
     if on_tmp is not None:
         on_tmp(tmp)
-    backend.download(url, tmp, timeout=policy.timeout)
+    backend.download(url, tmp, timeout=policy.timeout, max_bytes=max_bytes)
 
 
 def download_file(
@@ -110,6 +115,7 @@ def download_file(
     validate_hash: str | None = None,
     root: str | None = None,
     on_tmp: Callable[[str], None] | None = None,
+    max_bytes: int | None = None,
 ) -> None:
     """Download ``url`` to ``path`` atomically.
 
@@ -123,6 +129,8 @@ def download_file(
             untrusted file or listing (index basenames, object names); nothing is created or written otherwise.
         on_tmp: Told the temp file's name before each attempt writes it (front to back; a retry truncates it
             first), so another thread can read what has arrived (``streaming.growing_shard``).
+        max_bytes: The most bytes the object may have (what an index declares): a larger one is refused,
+            before its body is read where the store states its size, else as soon as the bound is passed.
 
     Raises:
         streaming.safepath.UnsafePathError: ``path`` leaves ``root`` (before any directory or file is made).
@@ -130,6 +138,7 @@ def download_file(
         PermissionError: Access denied (no retry).
         TransientStorageError: Still failing after every retry.
         HashMismatchError: The digest is still wrong after one re-download.
+        streaming.sizes.SizeLimitExceeded: The object is larger than ``max_bytes`` (no retry; nothing kept).
     """
     if root is not None and not is_within(root, path):
         raise UnsafePathError(
@@ -143,7 +152,7 @@ def download_file(
     for check in range(2):
         tmp = _tmp_name(path)
         try:
-            attempt = functools.partial(_attempt, backend, url, tmp, policy, on_tmp)
+            attempt = functools.partial(_attempt, backend, url, tmp, policy, on_tmp, max_bytes)
             _with_retries("download", url, policy, attempt)
             if digest is not None and not _digest_ok(url, tmp, *digest, last=check == 1):
                 continue
@@ -200,9 +209,11 @@ def download_to_memory(
     policy: RetryPolicy | None = None,
     expected_hashes: dict[str, str] | None = None,
     validate_hash: str | None = None,
+    max_bytes: int | None = None,
 ) -> memoryview:
     """The object at ``url`` downloaded into anonymous memory (a ``memfd``, never a file on disk) and mapped
-    read-only; freed when the last view of it goes. Retries and the hash check as ``download_file``.
+    read-only; freed when the last view of it goes. Retries, the hash check and ``max_bytes`` as
+    ``download_file``.
 
     Raises:
         The errors of ``download_file``; ``OSError`` where ``can_download_to_memory()`` is False.
@@ -215,7 +226,10 @@ def download_to_memory(
         try:
             path = f"/proc/self/fd/{fd}"  # backends write to a path; this one is the memory file
             _with_retries(
-                "download", url, policy, functools.partial(_attempt, backend, url, path, policy, None)
+                "download",
+                url,
+                policy,
+                functools.partial(_attempt, backend, url, path, policy, None, max_bytes),
             )
             if digest is not None and not _digest_ok(url, path, *digest, last=check == 1):
                 continue

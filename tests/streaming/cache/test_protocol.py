@@ -319,3 +319,13 @@ def _evictor(remote: str, local: str) -> SpaceKeeper:
 def test_first_positions():
     assert first_positions([3, 3, 1, 3, 2, 1]) == {3: 0, 1: 2, 2: 4}
     assert first_positions([5, 4], offset=10) == {5: 10, 4: 11} and first_positions([]) == {}
+
+
+def test_a_limit_too_small_is_refused_at_start_with_the_minimum(tmp_path):
+    remote = _id_samples(tmp_path / "remote", 60)
+    minimum = _minimum_limit(remote)
+    with pytest.raises(ValueError, match=rf"cache_limit=.* is too small .* minimum is .*\({minimum} bytes\)"):
+        StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=2, cache_limit=minimum - 1)
+    assert not (tmp_path / "cache" / "shard.00000.mds").exists()  # refused before any shard was fetched
+    ds = StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=2, cache_limit=minimum)
+    assert sorted(int(s["x"]) for s in ds) == list(range(60))

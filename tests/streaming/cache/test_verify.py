@@ -59,14 +59,16 @@ def test_flipped_byte_in_cached_shard_is_downloaded_again(tmp_path, compression)
             assert f.read() == g.read()
 
 
-def test_flipped_byte_without_validate_hash_is_not_checked(tmp_path):
-    """The check costs a hash per shard, so it runs only when asked for (as upstream)."""
+def test_flipped_byte_is_caught_by_default_and_not_with_the_opt_out(tmp_path):
+    """Digests the index records are checked unless ``validate_hash="off"`` (upstream checks only when asked)."""
     remote, local = str(tmp_path / "remote"), str(tmp_path / "cache")
     _write(remote)
     ds = StreamingDataset(remote=remote, local=local)
     ds[0]
     _flip_pad_byte(os.path.join(local, ds.shards[0].raw_data.basename))
-    assert StreamingDataset(remote=remote, local=local)[_last_sample_of_shard0(local)]["pad"] != PAD
+    unchecked = StreamingDataset(remote=remote, local=local, validate_hash="off")
+    assert unchecked[_last_sample_of_shard0(local)]["pad"] != PAD
+    assert StreamingDataset(remote=remote, local=local)[_last_sample_of_shard0(local)]["pad"] == PAD  # re-fetched
 
 
 def test_corrupt_shard_without_remote_fails_naming_it(tmp_path):
@@ -87,7 +89,7 @@ def test_corrupt_shard_without_remote_fails_naming_it(tmp_path):
 def test_verdict_is_remembered_across_processes(tmp_path, monkeypatch):
     remote, local = str(tmp_path / "remote"), str(tmp_path / "cache")
     _write(remote)
-    StreamingDataset(remote=remote, local=local)[0]  # cached without any check
+    StreamingDataset(remote=remote, local=local, validate_hash="off")[0]  # cached without any check
     calls: list[str] = []
     real = hashing.hash_file
 

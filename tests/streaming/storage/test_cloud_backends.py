@@ -29,3 +29,17 @@ def test_write_and_stream(bucket, tmp_path):
     assert sorted(int(s["x"]) for s in ds) == list(range(50))
     with pytest.raises(FileNotFoundError, match="nope"):
         download_file(f"{bucket}/nope", str(tmp_path / "x"))
+
+
+def test_download_past_max_bytes_is_refused(bucket, tmp_path):
+    from streaming.sizes import SizeLimitExceeded
+    from streaming.storage import upload_file
+
+    src = tmp_path / "blob.bin"
+    src.write_bytes(b"b" * 3000)
+    upload_file(str(src), f"{bucket}/blob.bin")
+    with pytest.raises(SizeLimitExceeded, match="more than 1000 bytes"):
+        download_file(f"{bucket}/blob.bin", str(tmp_path / "out.bin"), max_bytes=1000)
+    assert not list(tmp_path.glob("out.bin*"))
+    download_file(f"{bucket}/blob.bin", str(tmp_path / "out.bin"), max_bytes=3000)
+    assert (tmp_path / "out.bin").read_bytes() == b"b" * 3000

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from streaming.storage.backends.base import TRANSIENT_HTTP, Backend
+from streaming.storage.backends.base import TRANSIENT_HTTP, Backend, BoundedWriter, check_stated_size
 from streaming.storage.errors import TransientStorageError, missing_extra
 from streaming.storage.url import redact, split_bucket
 
@@ -64,14 +64,16 @@ class AzureBackend(Backend):
                 raise TransientStorageError(f"{redact(url)}: HTTP {err.status_code}") from None
             raise
 
-    def download(self, url: str, path: str, *, timeout: float) -> None:
+    def download(self, url: str, path: str, *, timeout: float, max_bytes: int | None = None) -> None:
         container, blob = split_bucket(url)
         client = self.service.get_blob_client(container, blob)
 
         def get() -> None:
+            # the stubs say int; the SDK serializes the server timeout with int(), so float is fine
+            stream = client.download_blob(timeout=timeout)  # type: ignore[call-overload]
+            check_stated_size(url, stream.size, max_bytes)
             with open(path, "wb") as f:
-                # the stubs say int; the SDK serializes the server timeout with int(), so float is fine
-                client.download_blob(timeout=timeout).readinto(f)  # type: ignore[call-overload]
+                stream.readinto(BoundedWriter(f, max_bytes, url))
 
         self._call(url, get)
 

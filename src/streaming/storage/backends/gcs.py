@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from streaming.storage.backends.base import Backend
+from streaming.storage.backends.base import Backend, BoundedWriter
 from streaming.storage.errors import TransientStorageError, missing_extra
 from streaming.storage.url import redact, split_bucket
 
@@ -46,10 +46,16 @@ class GCSBackend(Backend):
         except (gexc.ServerError, gexc.TooManyRequests, ConnectionError, TimeoutError) as err:
             raise TransientStorageError(f"{redact(url)}: {type(err).__name__}") from None
 
-    def download(self, url: str, path: str, *, timeout: float) -> None:
+    def download(self, url: str, path: str, *, timeout: float, max_bytes: int | None = None) -> None:
         bucket, key = split_bucket(url)
         blob = self.client.bucket(bucket).blob(key)
-        self._call(url, lambda: blob.download_to_filename(path, timeout=timeout, retry=None))
+
+        def get() -> None:
+            with open(path, "wb") as f:
+                out = BoundedWriter(f, max_bytes, url)
+                blob.download_to_file(out, timeout=timeout, retry=None)  # type: ignore[arg-type]
+
+        self._call(url, get)
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         bucket, key = split_bucket(url)

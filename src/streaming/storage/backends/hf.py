@@ -6,9 +6,10 @@ copied to the caller's path; the SDK is imported when the backend is built, and 
 
 from __future__ import annotations
 
+import os
 import shutil
 
-from streaming.storage.backends.base import Backend
+from streaming.storage.backends.base import Backend, check_stated_size
 from streaming.storage.errors import TransientStorageError, missing_extra
 from streaming.storage.url import redact
 
@@ -32,7 +33,7 @@ class HFBackend(Backend):
             raise ValueError(f"{redact(url)}: expected hf://datasets/<org>/<repo>/<path>")
         return f"{parts[1]}/{parts[2]}", "/".join(parts[3:])
 
-    def download(self, url: str, path: str, *, timeout: float) -> None:
+    def download(self, url: str, path: str, *, timeout: float, max_bytes: int | None = None) -> None:
         repo, filename = self._parse(url)
         try:
             cached = self._hub.hf_hub_download(repo_id=repo, filename=filename, repo_type="dataset")
@@ -40,6 +41,7 @@ class HFBackend(Backend):
             raise FileNotFoundError(f"{redact(url)}: not found") from None
         except (self._hub.errors.LocalEntryNotFoundError, ConnectionError, TimeoutError) as err:
             raise TransientStorageError(f"{redact(url)}: {type(err).__name__}") from None
+        check_stated_size(url, os.path.getsize(cached), max_bytes)  # the hub's own cache holds it already
         shutil.copyfile(cached, path)
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:

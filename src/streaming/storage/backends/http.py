@@ -6,11 +6,10 @@ Design note: no SDK, so the status mapping is ours: 404 is not found, 401/403 ac
 
 from __future__ import annotations
 
-import shutil
 import urllib.error
 import urllib.request
 
-from streaming.storage.backends.base import TRANSIENT_HTTP, Backend
+from streaming.storage.backends.base import TRANSIENT_HTTP, Backend, check_stated_size, copy_bounded
 from streaming.storage.errors import TransientStorageError
 from streaming.storage.url import redact
 
@@ -20,10 +19,12 @@ __all__ = ["HTTPBackend"]
 class HTTPBackend(Backend):
     """Plain HTTP(S) downloads (read only)."""
 
-    def download(self, url: str, path: str, *, timeout: float) -> None:
+    def download(self, url: str, path: str, *, timeout: float, max_bytes: int | None = None) -> None:
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp, open(path, "wb") as f:
-                shutil.copyfileobj(resp, f, 1 << 20)
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                length = resp.headers.get("Content-Length")
+                check_stated_size(url, int(length) if length and length.isdigit() else None, max_bytes)
+                copy_bounded(resp, path, url, max_bytes)
         except urllib.error.HTTPError as err:
             if err.code == 404:
                 raise FileNotFoundError(f"{redact(url)}: HTTP 404") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from streaming.storage.backends.base import Backend
+from streaming.storage.backends.base import Backend, check_stated_size, copy_bounded
 
 __all__ = ["LocalBackend"]
 
@@ -21,11 +21,16 @@ class LocalBackend(Backend):
     def _path(url: str) -> str:
         return url[len("file://") :] if url.startswith("file://") else url
 
-    def download(self, url: str, path: str, *, timeout: float) -> None:
+    def download(self, url: str, path: str, *, timeout: float, max_bytes: int | None = None) -> None:
         src = self._path(url)
         if not os.path.exists(src):
             raise FileNotFoundError(f"{src}: no such file")
-        shutil.copyfile(src, path)
+        if max_bytes is None:
+            shutil.copyfile(src, path)
+            return
+        with open(src, "rb") as f:
+            check_stated_size(url, os.fstat(f.fileno()).st_size, max_bytes)
+            copy_bounded(f, path, url, max_bytes)  # bounded as it copies: the file may grow meanwhile
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         dst = self._path(url)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from streaming.storage.backends.base import TRANSIENT_HTTP, Backend
+from streaming.storage.backends.base import TRANSIENT_HTTP, Backend, BoundedWriter, check_stated_size
 from streaming.storage.errors import TransientStorageError, missing_extra
 from streaming.storage.profiles import StorageProfile, profile_for
 from streaming.storage.url import redact, split_bucket
@@ -122,15 +122,20 @@ class S3Backend(Backend):
         except BotoCoreError as err:  # connection resets, timeouts, truncated bodies
             raise TransientStorageError(f"{redact(url)}: {type(err).__name__}") from None
 
-    def download(self, url: str, path: str, *, timeout: float) -> None:
+    def download(self, url: str, path: str, *, timeout: float, max_bytes: int | None = None) -> None:
         bucket, key = split_bucket(url)
         client = self._client(url, timeout, write=False)
 
         def get() -> None:
             obj = client.get_object(Bucket=bucket, Key=key)
-            with open(path, "wb") as f:
-                for chunk in obj["Body"].iter_chunks(1 << 20):
-                    f.write(chunk)
+            try:
+                check_stated_size(url, obj.get("ContentLength"), max_bytes)
+                with open(path, "wb") as f:
+                    out = BoundedWriter(f, max_bytes, url)
+                    for chunk in obj["Body"].iter_chunks(1 << 20):
+                        out.write(chunk)
+            finally:
+                obj["Body"].close()  # a refused body is not read to its end
             if obj.get("ContentLength") is not None and os.path.getsize(path) != obj["ContentLength"]:
                 raise TransientStorageError(f"{redact(url)}: body shorter than Content-Length")
 
