@@ -68,7 +68,9 @@ def test_flipped_byte_is_caught_by_default_and_not_with_the_opt_out(tmp_path):
     _flip_pad_byte(os.path.join(local, ds.shards[0].raw_data.basename))
     unchecked = StreamingDataset(remote=remote, local=local, validate_hash="off")
     assert unchecked[_last_sample_of_shard0(local)]["pad"] != PAD
-    assert StreamingDataset(remote=remote, local=local)[_last_sample_of_shard0(local)]["pad"] == PAD  # re-fetched
+    assert (
+        StreamingDataset(remote=remote, local=local)[_last_sample_of_shard0(local)]["pad"] == PAD
+    )  # re-fetched
 
 
 def test_corrupt_shard_without_remote_fails_naming_it(tmp_path):
