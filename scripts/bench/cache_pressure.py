@@ -7,6 +7,11 @@ disk use every 10 ms: the shard files in the folder (finished and temporary; not
 folder, which the limit does not cover) plus the files already unlinked (evicted) that a job or one of its workers
 still holds open (found through /proc/<pid>/fd), each inode counted once.
 
+Jobs shuffle with py1e over blocks of `--shuffle-block-size` samples (default 128, about 4 shards), the
+setting a user with a cache smaller than the dataset chooses: the library default (`0`) shuffles a dataset this
+small as one block, so every shard is in use at once and any limit below the dataset size must fetch shards
+again for most batches, whatever the cache does.
+
 Three passes over the same data, each into a fresh cache folder:
 - `unlimited`: no `cache_limit` (the throughput baseline; it also measures how many shards a batch touches);
 - `two_batches`: the limit holds two batches of shards for every job at once (target: < 10% slower than
@@ -73,6 +78,7 @@ def run_job(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         shuffle=True,
         shuffle_seed=args.seed,
+        shuffle_block_size=args.shuffle_block_size or None,
         cache_limit=args.limit or None,
     )
     bounds = np.cumsum([s.samples for s in ds.shards])
@@ -187,6 +193,7 @@ def run_pass(
         cmd = [sys.executable, __file__, "--job", "--remote", remote, "--local", cache, "--out", out]
         cmd += ["--seed", str(1000 + j), "--workers", str(args.workers), "--epochs", str(args.epochs)]
         cmd += ["--batch-size", str(args.batch_size), "--limit", str(limit or 0)]
+        cmd += ["--shuffle-block-size", str(args.shuffle_block_size)]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         outs.append(out)
     sampler = Sampler(cache, procs)
@@ -221,6 +228,7 @@ def run_pass(
         "jobs": args.jobs,
         "workers": args.workers,
         "limit_bytes": limit,
+        "shuffle_block_size": args.shuffle_block_size or "default",
         "samples_per_s": round(samples / wall, 1),
         "wall_s": round(wall, 2),
         "max_disk_bytes": sampler.max_bytes,
@@ -248,6 +256,14 @@ def main() -> None:
     p.add_argument("--shard-bytes", type=int, default=32_000, help="MDS size_limit (~30 samples a shard)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--epochs", type=int, default=2)
+    p.add_argument(
+        "--shuffle-block-size",
+        type=int,
+        default=128,
+        help="py1e block (samples): ~4 shards, so a job's working set is a few shards; 0: the library default, "
+        "which shuffles this whole dataset as one block (every shard in use at once: any limit below the dataset "
+        "re-downloads shards for most batches)",
+    )
     p.add_argument(
         "--job-timeout", type=float, default=300.0, help="a job still running after this is a hang"
     )

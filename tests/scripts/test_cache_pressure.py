@@ -15,10 +15,6 @@ pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "cache_pressure.py"
 
 
-@pytest.mark.xfail(
-    reason="issue 25 open: the tightest limit was exceeded by 108 bytes (max disk/limit 1.001) at a5c83d3",
-    strict=False,
-)
 def test_short_pressure_run_holds_the_ceiling_with_no_hang_crash_or_wrong_sample():
     pytest.importorskip("moto")
     proc = subprocess.run(
