@@ -10,13 +10,41 @@ from __future__ import annotations
 import builtins
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from streaming.safepath import safe_relpath
 from streaming.storage import download_file, is_remote, join_url, list_files, redact, upload_file
 from streaming.storage.backends import get_backend
 
 __all__ = ["CheckpointStore"]
+
+
+def _publish(dst: str, write: Callable[[BinaryIO], object]) -> None:
+    """Create the file `dst` atomically on whatever filesystem holds it: `write` fills a temp file beside it,
+    which is flushed to disk and renamed into place, then the folder entry is flushed too. A rename never crosses
+    filesystems here (a save folder on a mounted volume got `EXDEV` when the temp file lived in the run folder),
+    and a crash leaves either the old file or the whole new one, never a part."""
+    folder = os.path.dirname(dst) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{dst}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems cannot flush a folder; the rename is still atomic
+    finally:
+        os.close(fd)
 
 
 class CheckpointStore:
@@ -80,23 +108,21 @@ class CheckpointStore:
         dst = self.url(rel)
         if os.path.abspath(path) == os.path.abspath(dst):
             return
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        tmp = f"{dst}.tmp-{os.getpid()}"
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, dst)
+        with open(path, "rb") as src:
+            _publish(dst, lambda f: shutil.copyfileobj(src, f, 1 << 20))
 
     def put_text(self, text: str, rel: str, *, scratch: str) -> None:
-        """Publishes `text` as `rel` atomically (through a file in the `scratch` directory)."""
+        """Publishes `text` as `rel` atomically: written under its destination and renamed there (any
+        filesystem), or uploaded from a file in the `scratch` directory."""
+        data = text.encode("utf-8")
+        if not self.remote:
+            _publish(self.url(rel), lambda f: f.write(data))
+            return
         os.makedirs(scratch, exist_ok=True)
         tmp = os.path.join(scratch, f".{os.path.basename(rel)}.tmp-{os.getpid()}")
-        Path(tmp).write_text(text, encoding="utf-8")
+        Path(tmp).write_bytes(data)
         try:
-            if self.remote:
-                upload_file(tmp, self.url(rel))
-            else:
-                dst = self.url(rel)
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                os.replace(tmp, dst)
+            upload_file(tmp, self.url(rel))
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)

@@ -272,3 +272,22 @@ def test_remote_save_retention_and_resume_through_s3(tmp_path, s3_bucket, refere
     assert start is not None and start.info.name == "ep0-ba4" and start.info.manifest.format == "sharded"
     load_into(resumed, start, cfg=cfg, cache_root=str(tmp_path / "c"), model_config=asdict(MODEL))
     assert_bitwise_equal(resumed.model.state_dict(), reference.model.state_dict())
+
+
+@pytest.mark.parametrize("fmt", ["full", "sharded"])
+def test_a_save_folder_on_another_filesystem_publishes_and_resumes(tmp_path, reference, fmt):
+    """Issue 27: a save folder on a mounted volume failed every save with EXDEV (the manifest was renamed from
+    the run folder's scratch); publishing now writes and renames under the destination."""
+    import shutil
+    import tempfile
+
+    other = "/dev/shm"
+    if not os.path.isdir(other) or os.stat(other).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem to save to (/dev/shm)")
+    folder = tempfile.mkdtemp(dir=other, prefix="foundry-exdev-")
+    try:
+        (tmp_path / "ckpts").symlink_to(folder)
+        _resume_and_finish(tmp_path, reference, fmt=fmt)
+        assert not [n for n in os.listdir(os.path.join(folder, "ep0-ba2")) if ".tmp-" in n]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
