@@ -63,8 +63,9 @@ class StreamingDataset(IterableDataset):
         remote: Remote of the single stream.
         local: Local directory of the single stream.
         split: Default split of every stream.
-        download_retry: Default per-stream download retries.
+        download_retry: Default per-stream cap on download retries (None: as many as ``download_budget`` allows).
         download_timeout: Default per-stream download timeout (s).
+        download_budget: Default per-stream seconds a download keeps retrying transient failures (300).
         validate_hash: Default per-stream hash check: unset (the default) verifies every shard file whose index
             entry records digests, with the fastest of them, on download and on first use of a cached copy; an
             algorithm name verifies with that one (required in the index); ``False`` or ``"off"`` skips checks.
@@ -99,8 +100,9 @@ class StreamingDataset(IterableDataset):
         remote: str | None = None,
         local: str | None = None,
         split: str | None = None,
-        download_retry: int = 2,
+        download_retry: int | None = None,
         download_timeout: float = 60.0,
+        download_budget: float | None = None,
         validate_hash: str | bool | None = None,
         keep_zip: bool = False,
         epoch_size: int | str | None = None,
@@ -148,6 +150,7 @@ class StreamingDataset(IterableDataset):
                 split=split,
                 download_retry=download_retry,
                 download_timeout=download_timeout,
+                download_budget=download_budget,
                 validate_hash=check_validate_hash(validate_hash),
                 keep_zip=keep_zip,
             )

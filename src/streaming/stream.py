@@ -22,6 +22,7 @@ from streaming.format.reader import decompress_shard
 from streaming.index_cache import ShardTable, load_shard_table
 from streaming.safepath import UnsafeFolderError, private_dir, refuse_links
 from streaming.storage import RetryPolicy
+from streaming.storage.transfer import DEFAULT_BUDGET
 from streaming.storage.url import is_remote, join_url, redact
 
 __all__ = ["Stream", "UnsafeCacheDirError", "default_cache_base", "default_local"]
@@ -94,8 +95,11 @@ class Stream:
         proportion: Relative weight (all streams relative, or none).
         repeat: Absolute multiplier of the stream's samples per epoch.
         choose: Absolute number of samples per epoch.
-        download_retry: Extra attempts per download after the first, for transient errors (default 2).
+        download_retry: At most this many extra attempts per download, for transient errors (default: as many as
+            ``download_budget`` allows).
         download_timeout: Seconds allowed per download attempt (default 60).
+        download_budget: Seconds a download keeps retrying transient failures, with capped exponential backoff
+            (default 300: object stores have outages of minutes).
         validate_hash: How shard files are verified (one re-download on mismatch, then an error): unset, the
             dataset's setting (by default the fastest digest index.json records, if any); an algorithm name;
             ``False`` or ``"off"``: no check.
@@ -113,6 +117,7 @@ class Stream:
         choose: int | None = None,
         download_retry: int | None = None,
         download_timeout: float | None = None,
+        download_budget: float | None = None,
         validate_hash: str | bool | None = None,
         keep_zip: bool | None = None,
     ) -> None:
@@ -146,6 +151,7 @@ class Stream:
         self.choose = None if choose is None else int(choose)
         self.download_retry = download_retry
         self.download_timeout = download_timeout
+        self.download_budget = download_budget
         self.validate_hash = check_validate_hash(validate_hash, name="Stream.validate_hash")
         self.keep_zip = keep_zip
         self._index: DatasetIndex | None = None
@@ -176,8 +182,10 @@ class Stream:
     def retry_policy(self) -> RetryPolicy:
         """Download retries and timeout for this stream (defaults: 2 retries, 60 s)."""
         return RetryPolicy(
-            retries=2 if self.download_retry is None else int(self.download_retry),
+            retries=None if self.download_retry is None else int(self.download_retry),
             timeout=60.0 if self.download_timeout is None else float(self.download_timeout),
+            budget=DEFAULT_BUDGET if self.download_budget is None else float(self.download_budget),
+            setting="download_budget",
         )
 
     def _index_source(self) -> str | None:

@@ -36,6 +36,9 @@ class CheckpointConfig:
     """With `model.peft_config`: save only the trainable weights (the LoRA adapters) with the model config
     (which holds the LoRA config), always in the `full` format. A run still resumes: the optimizer state is
     kept, and the frozen base is reloaded from `load_path` (or an `hf-causal-lm` model's pretrained weights)."""
+    transfer_budget: float = 300.0
+    """Seconds an upload or download of a remote `save_folder`/`load_path` keeps retrying transient store
+    failures (an outage) before the save or load fails, naming the store and this field."""
     async_upload: bool = True
     """Write and upload in a background thread; training is blocked only while the state is copied."""
     staging_folder: str | None = None

@@ -20,7 +20,7 @@ from torch import nn
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, find_latest, open_checkpoint
 from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_full, load_sharded
-from foundry.checkpoint.store import CheckpointStore
+from foundry.checkpoint.store import CheckpointStore, transfer_policy
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.rng import set_rng_state
 from streaming.format.hashing import hash_file
@@ -48,7 +48,9 @@ def resolve_start(cfg: CheckpointConfig, *, run_name: str, scratch: str) -> Star
     """The newest complete checkpoint in `save_folder` (autoresume), else `load_path`, else None."""
     if cfg.resume_enabled:
         folder = cfg.save_folder.replace("{run_name}", run_name)  # type: ignore[union-attr]
-        latest = find_latest(CheckpointStore(folder), scratch=scratch)
+        latest = find_latest(
+            CheckpointStore(folder, policy=transfer_policy(cfg.transfer_budget)), scratch=scratch
+        )
         if latest is not None:
             return StartPoint(latest, "autoresume", weights_only=False)
         if rank() == 0:

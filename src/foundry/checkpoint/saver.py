@@ -35,7 +35,7 @@ from foundry.checkpoint.layout import (
     find_checkpoints,
 )
 from foundry.checkpoint.state import collect, save_full, save_sharded, snapshot
-from foundry.checkpoint.store import CheckpointStore
+from foundry.checkpoint.store import CheckpointStore, transfer_policy
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.rng import rng_state
 from streaming.format.hashing import hash_file
@@ -95,7 +95,9 @@ class Checkpointer:
         if not cfg.save_folder:
             raise ValueError("Checkpointer needs checkpoint.save_folder")
         self.cfg = cfg
-        self.store = CheckpointStore(cfg.save_folder.replace("{run_name}", run_name))
+        self.store = CheckpointStore(
+            cfg.save_folder.replace("{run_name}", run_name), policy=transfer_policy(cfg.transfer_budget)
+        )
         self.run_name = run_name
         self.every_steps = every_steps
         self.model_config = model_config

@@ -15,10 +15,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from streaming.safepath import safe_relpath
-from streaming.storage import download_file, is_remote, join_url, list_files, redact, upload_file
-from streaming.storage.backends import get_backend
+from streaming.storage import RetryPolicy, download_file, is_remote, join_url, list_files, redact, upload_file
+from streaming.storage.transfer import delete_file
 
-__all__ = ["CheckpointStore"]
+__all__ = ["CheckpointStore", "transfer_policy"]
+
+
+def transfer_policy(budget: float) -> RetryPolicy:
+    """Retries of checkpoint transfers: transient failures for `budget` seconds (`checkpoint.transfer_budget`)."""
+    return RetryPolicy(budget=budget, setting="checkpoint.transfer_budget")
 
 
 def _publish(dst: str, write: Callable[[BinaryIO], object]) -> None:
@@ -52,9 +57,11 @@ class CheckpointStore:
 
     Args:
         root: The save folder.
+        policy: Retries of remote transfers (default: `transfer_policy` with the default budget).
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, policy: RetryPolicy | None = None) -> None:
+        self.policy = policy or transfer_policy(300.0)
         if root.startswith("file://"):
             root = root[len("file://") :]
         self.root = root.rstrip("/") if is_remote(root) else str(Path(root).expanduser())
@@ -88,7 +95,7 @@ class CheckpointStore:
             )
         prefix = self.root + "/"
         where = prefix + (under.rstrip("/") + "/" if under else "")
-        listed = [u[len(prefix) :] for u in list_files(where) if u.startswith(prefix)]
+        listed = [u[len(prefix) :] for u in list_files(where, policy=self.policy) if u.startswith(prefix)]
         for rel in listed:  # checked, but kept as listed: it is the key to read or delete
             safe_relpath(rel, source=f"listing of {redact(where)}", field="key")
         return sorted(listed)
@@ -103,7 +110,7 @@ class CheckpointStore:
     def put(self, path: str, rel: str) -> None:
         """Publishes the local file `path` as `rel` (an upload, or an atomic move/copy into place)."""
         if self.remote:
-            upload_file(path, self.url(rel))
+            upload_file(path, self.url(rel), policy=self.policy)
             return
         dst = self.url(rel)
         if os.path.abspath(path) == os.path.abspath(dst):
@@ -122,7 +129,7 @@ class CheckpointStore:
         tmp = os.path.join(scratch, f".{os.path.basename(rel)}.tmp-{os.getpid()}")
         Path(tmp).write_bytes(data)
         try:
-            upload_file(tmp, self.url(rel))
+            upload_file(tmp, self.url(rel), policy=self.policy)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
@@ -131,7 +138,7 @@ class CheckpointStore:
         self, rel: str, path: str, *, expected: dict[str, str] | None = None, algo: str | None = None
     ) -> None:
         """Copies `rel` to the local `path`, checking its digest when `algo` and `expected` are given."""
-        download_file(self.url(rel), path, expected_hashes=expected, validate_hash=algo)
+        download_file(self.url(rel), path, expected_hashes=expected, validate_hash=algo, policy=self.policy)
 
     def read_text(self, rel: str, *, scratch: str) -> str:
         """The text of a (small) file."""
@@ -141,7 +148,7 @@ class CheckpointStore:
         os.makedirs(scratch, exist_ok=True)
         tmp = os.path.join(scratch, f".{os.path.basename(rel)}.read-{os.getpid()}")
         try:
-            download_file(self.url(rel), tmp)
+            download_file(self.url(rel), tmp, policy=self.policy)
             return Path(tmp).read_text(encoding="utf-8")
         finally:
             if os.path.exists(tmp):
@@ -150,7 +157,7 @@ class CheckpointStore:
     def delete(self, rel: str) -> None:
         """Removes one file (missing files are fine)."""
         if self.remote:
-            get_backend(self.url(rel)).delete(self.url(rel))
+            delete_file(self.url(rel), policy=self.policy)
             return
         path = self.url(rel)
         if os.path.exists(path):

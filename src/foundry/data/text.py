@@ -97,10 +97,12 @@ class TextDataConfig:
     """Samples a worker prepares ahead (null: 8 x device batch)."""
     cache_limit: str | None = None
     """Local cache budget for remote streams (bytes or `"10gb"`; null: unlimited); shards are evicted."""
-    download_retry: int = 2
-    """Extra attempts per shard download."""
+    download_retry: int | None = None
+    """At most this many extra attempts per shard download (null: as many as `download_budget` allows)."""
     download_timeout: float = 60.0
     """Seconds per shard download attempt."""
+    download_budget: float = 300.0
+    """Seconds a shard download keeps retrying transient store failures (outages) before the run fails."""
     validate_hash: str | None = None
     """How shards are verified: null (default) with the fastest digest index.json records, if any; an
     algorithm (e.g. `xxh64`, `sha1`) that index.json must record; `off`: no check."""
@@ -134,6 +136,8 @@ class TextDataConfig:
                 raise ValueError(f"data.{name}={getattr(self, name)} must be >= {low}")
         if self.download_timeout <= 0:
             raise ValueError(f"data.download_timeout={self.download_timeout} must be > 0")
+        if self.download_budget < 0:
+            raise ValueError(f"data.download_budget={self.download_budget} must be >= 0 seconds")
         check_validate_hash(self.validate_hash, name="data.validate_hash")
         for name, parse, example in (
             ("epoch_size", parse_count, "100k"),
@@ -358,6 +362,7 @@ def _dataset(
         cache_limit=cfg.cache_limit,
         download_retry=cfg.download_retry,
         download_timeout=cfg.download_timeout,
+        download_budget=cfg.download_budget,
         validate_hash=cfg.validate_hash,
         keep_zip=cfg.keep_zip,
         allow_unsafe_types=cfg.allow_unsafe_types,

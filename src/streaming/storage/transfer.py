@@ -1,10 +1,13 @@
 """Moving whole files between storage and local disk: atomic, bounded in time, retried only when worth it.
 
 A download goes to ``<path>.tmp-<pid>-<n>`` and is renamed into place only when complete (and, if asked,
-hash-verified), so a crash or ``kill -9`` never leaves a partial file under the real name. ``retries`` counts
-*extra* attempts after the first; they apply only to transient failures (connection resets, timeouts, HTTP
-5xx/429), with exponential backoff and full jitter, each logged with the redacted URL. A missing object fails at
-once with its URL in the message. A hash mismatch triggers one fresh download, then a clear error.
+hash-verified), so a crash or ``kill -9`` never leaves a partial file under the real name. Transient failures
+(connection resets, timeouts, HTTP 5xx/429) are retried for a time ``budget`` (default 5 minutes: stores have
+outages of minutes, and a run that dies after 1.3 s of one loses everything since its last checkpoint), with
+capped exponential backoff and jitter, each retry logged with the redacted URL; ``retries`` optionally caps the
+count too. The jitter comes from a private RNG per transfer, never Python's global ``random``, so a retry
+leaves a training run's RNG state (and its checkpoint) as an uninterrupted run's. A missing object fails at once
+with its URL in the message. A hash mismatch triggers one fresh download, then a clear error.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "HashMismatchError",
     "RetryPolicy",
     "can_download_to_memory",
+    "delete_file",
     "download_file",
     "download_to_memory",
     "list_files",
@@ -43,47 +47,78 @@ class HashMismatchError(OSError):
     """A downloaded file's digest differs from the index after a re-download."""
 
 
+DEFAULT_BUDGET = 300.0
+"""Seconds a transfer keeps retrying transient failures by default."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How transient failures are retried.
+    """How transient failures are retried: until ``budget`` seconds have passed since the first attempt.
 
     Attributes:
-        retries: Extra attempts after the first (0 = try once).
+        retries: At most this many extra attempts after the first as well (None: as many as the budget allows;
+            0: try once).
         timeout: Seconds allowed for one attempt's connect/read (per backend call).
         initial_backoff: Sleep before the first retry; doubles each retry.
         max_backoff: Cap on one sleep.
+        budget: Seconds from the first attempt after which no retry starts (the last sleep is cut to fit).
+        setting: The config field that sets the budget, named when it is spent (e.g. ``data.download_budget``).
     """
 
-    retries: int = 2
+    retries: int | None = None
     timeout: float = 60.0
     initial_backoff: float = 0.5
     max_backoff: float = 30.0
+    budget: float = DEFAULT_BUDGET
+    setting: str = "budget"
 
     def __post_init__(self) -> None:
-        if self.retries < 0:
+        if self.retries is not None and self.retries < 0:
             raise ValueError(f"retries must be >= 0 (extra attempts after the first), got {self.retries}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.budget < 0:
+            raise ValueError(f"{self.setting} must be >= 0 seconds, got {self.budget}")
 
-    def sleep_for(self, attempt: int) -> float:
-        """Backoff before retry number ``attempt`` (1-based): exponential with full jitter."""
-        cap = min(self.max_backoff, self.initial_backoff * (2 ** (attempt - 1)))
-        return random.uniform(cap / 2, cap)
+    def sleep_for(self, attempt: int, rng: random.Random) -> float:
+        """Backoff before retry number ``attempt`` (1-based): exponential, capped, with jitter from ``rng``."""
+        cap = min(self.max_backoff, self.initial_backoff * (2 ** min(attempt - 1, 60)))
+        return rng.uniform(cap / 2, cap)
 
 
 def _with_retries(what: str, url: str, policy: RetryPolicy, fn: Callable[[], None]) -> None:
-    for attempt in range(policy.retries + 1):
+    rng = random.Random(int.from_bytes(os.urandom(8), "little"))  # private: the global RNG is the run's
+    start = time.monotonic()
+    attempt = 0
+    while True:
         try:
             fn()
             return
         except TransientStorageError as err:
-            if attempt == policy.retries:
+            attempt += 1
+            elapsed = time.monotonic() - start
+            left = policy.budget - elapsed
+            if (policy.retries is not None and attempt > policy.retries) or left <= 0:
+                limit = (
+                    f"retries={policy.retries}"
+                    if policy.retries is not None and attempt > policy.retries
+                    else f"{policy.setting}={policy.budget:g} s"
+                )
                 raise TransientStorageError(
-                    f"{what} {redact(url)} failed after {attempt + 1} attempt(s): {err}"
+                    f"{what} {redact(url)} failed after {attempt} attempt(s) over {elapsed:.0f} s ({limit} spent): "
+                    f"{err}"
                 ) from None
-            delay = policy.sleep_for(attempt + 1)
+            delay = min(policy.sleep_for(attempt, rng), left)
             log.warning(
-                "%s %s: %s; retry %d/%d in %.2fs", what, redact(url), err, attempt + 1, policy.retries, delay
+                "%s %s: %s; retry %d in %.2fs (%.0f of %g s %s left)",
+                what,
+                redact(url),
+                err,
+                attempt,
+                delay,
+                left,
+                policy.budget,
+                policy.setting,
             )
             time.sleep(delay)
 
@@ -247,6 +282,15 @@ def upload_file(path: str, url: str, *, policy: RetryPolicy | None = None) -> No
     _with_retries("upload", url, policy, lambda: backend.upload(path, url, timeout=policy.timeout))
 
 
-def list_files(url: str) -> list[str]:
-    """Every object URL under the prefix ``url``, sorted."""
-    return get_backend(url).list(url)
+def list_files(url: str, *, policy: RetryPolicy | None = None) -> list[str]:
+    """Every object URL under the prefix ``url``, sorted (transient failures retried as downloads are)."""
+    out: list[str] = []
+    backend = get_backend(url)
+    _with_retries("list", url, policy or RetryPolicy(), lambda: out.extend(backend.list(url)))
+    return out
+
+
+def delete_file(url: str, *, policy: RetryPolicy | None = None) -> None:
+    """Delete the object at ``url`` (transient failures retried as uploads are)."""
+    backend = get_backend(url)
+    _with_retries("delete", url, policy or RetryPolicy(), lambda: backend.delete(url))

@@ -291,3 +291,38 @@ def test_a_save_folder_on_another_filesystem_publishes_and_resumes(tmp_path, ref
         assert not [n for n in os.listdir(os.path.join(folder, "ep0-ba2")) if ".tmp-" in n]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_store_outage_during_a_save_is_waited_out_within_the_budget(
+    tmp_path, s3_bucket, s3_env, monkeypatch
+):
+    """Issue 27: a 25 s outage used up 3 attempts in ~1.3 s and the run died with an empty bucket. Uploads now
+    retry for `checkpoint.transfer_budget` seconds; a spent budget names the field."""
+    import time
+
+    from tests.streaming.storage.fault_proxy import FaultProxy
+
+    tr = _trainer(1)
+    tr.fit()
+    until = time.monotonic() + 3.0
+    with FaultProxy(s3_env, lambda n, m, p: 503 if time.monotonic() < until else None) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        cfg = CheckpointConfig(save_folder=f"{s3_bucket}/run", async_upload=False, transfer_budget=60)
+        ckpt = Checkpointer(
+            cfg, run_name="t", run_dir=str(tmp_path / "run"), every_steps=1, model_config=asdict(MODEL)
+        )
+        ckpt.save(tr, fmt="full")
+        ckpt.close()
+        assert proxy.injected, "the save met the outage"
+    store = CheckpointStore(f"{s3_bucket}/run")
+    assert "ep0-ba1/manifest.json" in store.list()
+
+    with FaultProxy(s3_env, lambda n, m, p: 503) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        cfg = CheckpointConfig(save_folder=f"{s3_bucket}/run2", async_upload=False, transfer_budget=1)
+        ckpt = Checkpointer(
+            cfg, run_name="t", run_dir=str(tmp_path / "run2"), every_steps=1, model_config=asdict(MODEL)
+        )
+        with pytest.raises(OSError, match=r"checkpoint.transfer_budget=1 s spent"):
+            ckpt.save(tr, fmt="full")
+        ckpt.close()

@@ -152,3 +152,48 @@ def test_credentials_are_redacted():
 def test_unsupported_scheme(tmp_path):
     with pytest.raises(ValueError, match="unsupported URL scheme 'ftp'"):
         download_file("ftp://host/x", str(tmp_path / "x"))
+
+
+def _outage(seconds: float):
+    """A fault function: every request fails with 503 for ``seconds`` from now (a store outage)."""
+    until = time.monotonic() + seconds
+    return lambda n, m, p: 503 if time.monotonic() < until else None
+
+
+def test_an_outage_shorter_than_the_budget_is_ridden_out(s3_bucket, s3_env, tmp_path, monkeypatch):
+    """Issue 27: 3 attempts in ~1.3 s died in a 25 s outage; retries now go by a time budget."""
+    import random
+
+    _put(s3_bucket, "k.bin", b"payload", s3_env)
+    (tmp_path / "up.bin").write_bytes(b"up")
+    state = random.getstate()
+    policy = RetryPolicy(timeout=5, initial_backoff=0.05, max_backoff=0.4, budget=20)
+    with FaultProxy(s3_env, _outage(2.5)) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        download_file(f"{s3_bucket}/k.bin", str(tmp_path / "k.bin"), policy=policy)
+        proxy.fault = _outage(2.5)
+        upload_file(str(tmp_path / "up.bin"), f"{s3_bucket}/up.bin", policy=policy)
+    assert (tmp_path / "k.bin").read_bytes() == b"payload"
+    assert len(proxy.injected) > 6, "each transfer waited the outage out"
+    assert random.getstate() == state, "backoff jitter must not draw from the global RNG (a run's RNG state)"
+
+
+def test_a_spent_budget_names_the_setting_and_the_error(s3_bucket, s3_env, tmp_path, monkeypatch):
+    _put(s3_bucket, "k.bin", b"abc", s3_env)
+    policy = RetryPolicy(
+        timeout=5, initial_backoff=0.05, max_backoff=0.2, budget=1.0, setting="data.download_budget"
+    )
+    with FaultProxy(s3_env, lambda n, m, p: 503) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        start = time.monotonic()
+        with pytest.raises(
+            TransientStorageError, match=r"over \d+ s \(data.download_budget=1 s spent\).*(503|ServiceUnavailable)"
+        ):
+            download_file(f"{s3_bucket}/k.bin", str(tmp_path / "k.bin"), policy=policy)
+    assert 0.9 < time.monotonic() - start < 4
+    assert proxy.count >= 3 and not os.listdir(tmp_path)
+
+
+def test_the_default_policy_retries_for_minutes():
+    policy = RetryPolicy()
+    assert policy.retries is None and policy.budget >= 120

@@ -94,27 +94,18 @@ class S3Backend(Backend):
 
     @contextmanager
     def sdk_errors(self, url: str) -> Iterator[None]:
+        from boto3.exceptions import S3UploadFailedError
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         try:
             yield
         except ClientError as err:
-            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            code = str(err.response.get("Error", {}).get("Code", ""))
-            if status == 404 or code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
-                raise FileNotFoundError(f"{redact(url)}: not found ({code or status})") from None
-            if status == 403 or code in ("403", "AccessDenied"):
-                raise PermissionError(
-                    f"{redact(url)}: access denied; check the credentials for this bucket"
-                ) from None
-            if status in TRANSIENT_HTTP or code in (
-                "SlowDown",
-                "Throttling",
-                "RequestTimeout",
-                "InternalError",
-            ):
-                raise TransientStorageError(f"{redact(url)}: {code or status}") from None
-            raise
+            raise _client_error(err, url) from None
+        except S3UploadFailedError as err:  # upload_file's wrapper around the ClientError of a failed part
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, ClientError):
+                raise _client_error(cause, url) from None
+            raise TransientStorageError(f"{redact(url)}: {err}") from None
         except NoCredentialsError:
             raise PermissionError(
                 f"{redact(url)}: no AWS credentials found (set S3_UNSIGNED=1 for public buckets)"
@@ -162,3 +153,22 @@ class S3Backend(Backend):
         bucket, key = split_bucket(url)
         client = self._client(url, 60.0, write=True)
         self._call(url, lambda: client.delete_object(Bucket=bucket, Key=key))
+
+
+def _client_error(err: Any, url: str) -> Exception:
+    """What a botocore ``ClientError`` means here: not found, access denied, transient, or itself."""
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    code = str(err.response.get("Error", {}).get("Code", ""))
+    if status == 404 or code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
+        return FileNotFoundError(f"{redact(url)}: not found ({code or status})")
+    if status == 403 or code in ("403", "AccessDenied"):
+        return PermissionError(f"{redact(url)}: access denied; check the credentials for this bucket")
+    if status in TRANSIENT_HTTP or code in (
+        "SlowDown",
+        "Throttling",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+    ):
+        return TransientStorageError(f"{redact(url)}: {code or status}")
+    return err
