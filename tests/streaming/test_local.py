@@ -66,5 +66,5 @@ def test_split_subdirectory(tmp_path):
     with MDSWriter(out=str(tmp_path / "train"), columns={"x": "int"}) as w:
         w.write({"x": 3})
     assert LocalDataset(str(tmp_path), split="train")[0]["x"] == 3
-    with pytest.raises(FileNotFoundError, match="rebuild-index"):
+    with pytest.raises(FileNotFoundError, match="val: no such folder .*split"):
         LocalDataset(str(tmp_path), split="val")

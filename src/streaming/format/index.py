@@ -383,9 +383,14 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(
+                f"{folder}: no such folder (check the path, or the dataset's split)"
+            ) from None
         raise FileNotFoundError(
             f"no {INDEX_FILENAME} at {path}: write the dataset with MDSWriter/JSONWriter/CSVWriter, or recreate "
-            f"the index from its shards with `python -m streaming rebuild-index {os.path.dirname(path)}`"
+            f"the index from its shards with `python -m streaming rebuild-index {folder}`"
         ) from None
     try:
         obj = json.loads(text)

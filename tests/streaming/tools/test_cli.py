@@ -107,7 +107,14 @@ def test_module_entrypoint(dataset):
     missing = subprocess.run(
         [sys.executable, "-m", "streaming", "validate", str(dataset / "nope")], capture_output=True, text=True
     )
-    assert missing.returncode == 1 and "no index.json" in missing.stderr
+    assert missing.returncode == 1 and "no such folder" in missing.stderr
+    (dataset / "empty").mkdir()
+    empty = subprocess.run(
+        [sys.executable, "-m", "streaming", "validate", str(dataset / "empty")],
+        capture_output=True,
+        text=True,
+    )
+    assert empty.returncode == 1 and "no index.json" in empty.stderr
 
 
 def test_commands_accept_urls(s3_bucket, capsys):
@@ -126,3 +133,13 @@ def test_commands_accept_urls(s3_bucket, capsys):
     assert main(["rebuild-index", remote]) == 0
     assert main(["validate", remote, "--decode"]) == 0
     assert "30 samples verified" in capsys.readouterr().out
+
+
+def test_inspect_a_missing_folder_names_it_without_suggesting_rebuild_index(tmp_path, capsys):
+    """Issue 26 item 8: a mistyped path suggested `rebuild-index` on a folder that does not exist."""
+    assert main(["inspect", str(tmp_path / "no" / "such")]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no such folder" in err and "rebuild-index" not in err
+    assert err.count("\n") <= 1
+    assert main(["inspect", str(tmp_path)]) != 0  # a folder without index.json: rebuild-index is the way
+    assert "rebuild-index" in capsys.readouterr().err
