@@ -187,7 +187,8 @@ def test_a_spent_budget_names_the_setting_and_the_error(s3_bucket, s3_env, tmp_p
         monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
         start = time.monotonic()
         with pytest.raises(
-            TransientStorageError, match=r"over \d+ s \(data.download_budget=1 s spent\).*(503|ServiceUnavailable)"
+            TransientStorageError,
+            match=r"over \d+ s \(data.download_budget=1 s spent\).*(503|ServiceUnavailable)",
         ):
             download_file(f"{s3_bucket}/k.bin", str(tmp_path / "k.bin"), policy=policy)
     assert 0.9 < time.monotonic() - start < 4
