@@ -101,11 +101,11 @@ def _sharded_to_full(
 
 
 def _full_to_sharded(src: str, staging: str, info: CheckpointInfo) -> Manifest:
-    model = torch.load(os.path.join(src, MODEL_FILE), mmap=True, weights_only=True)
+    model = load_file(os.path.join(src, MODEL_FILE), allow_pickle=False, opt_in=None, mmap=True)
     if info.manifest.weights_only:
         dcp.save({"model": model}, storage_writer=dcp.FileSystemWriter(staging, single_file_per_rank=True))
         return replace(info.manifest, format="sharded")
-    state = torch.load(os.path.join(src, STATE_FILE), mmap=True, weights_only=True)
+    state = load_file(os.path.join(src, STATE_FILE), allow_pickle=False, opt_in=None, mmap=True)
     dcp.save(
         {"model": model, "optim": state["optimizer"]},
         storage_writer=dcp.FileSystemWriter(staging, single_file_per_rank=True),
@@ -176,7 +176,7 @@ def load_model(
                 schema, info, local, base=base, scratch=scratch, device=device, allow_pickle=allow_pickle
             )
         if info.manifest.format == "full":
-            weights = torch.load(os.path.join(local, MODEL_FILE), mmap=True, weights_only=True)
+            weights = load_file(os.path.join(local, MODEL_FILE), allow_pickle=False, opt_in=None, mmap=True)
         else:
             scratch = os.path.join(tmp, "tensors")
             os.makedirs(scratch)

@@ -113,7 +113,10 @@ class Manifest:
                 normalised (names `source`, the field and the value).
             ValueError: Not a manifest this library can read.
         """
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except RecursionError:
+            raise ValueError(f"{source}: JSON nested too deeply to be a checkpoint manifest") from None
         if not isinstance(data, dict):
             raise ValueError(f"{source}: not a checkpoint manifest (a JSON object)")
         if data.get("format_version", 0) > FORMAT_VERSION:

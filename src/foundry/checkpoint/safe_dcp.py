@@ -82,8 +82,11 @@ ALLOWED_GLOBALS: frozenset[tuple[str, str]] = frozenset(
 checkpoints); torch dtypes (`torch.float32`, ...) are allowed besides."""
 
 
-class UnsafeCheckpointError(pickle.UnpicklingError):
-    """A checkpoint file that names a global outside the allowlist (it could run code when loaded)."""
+class UnsafeCheckpointError(pickle.UnpicklingError, ValueError):
+    """A checkpoint file that names a global outside the allowlist (it could run code when loaded).
+
+    A `ValueError` too, so `train.py` reports it as one `error:` line and exits 2, which the launcher treats as
+    fatal: a hostile file is not loaded again by restarts."""
 
 
 class _MetadataUnpickler(pickle.Unpickler):

@@ -217,3 +217,67 @@ def test_only_local_rank_zero_downloads_a_remote_checkpoint(tmp_path, s3_bucket,
     assert not os.path.exists(other) or not os.listdir(other)
     first = fetch(info, cache_root=str(tmp_path / "rank0"), local_rank=0)
     assert sorted(os.listdir(first)) == sorted(p.name for p in local.iterdir() if p.name != "manifest.json")
+
+
+# ----------------------------------------------------------------------------- issue 27: corrupt or hostile
+
+
+def test_a_hostile_checkpoint_is_a_fatal_user_error(tmp_path, capsys):
+    """Exit 2 (one `error:` line), which the launcher does not restart: before, exit 1 and 4 loads of it."""
+    from foundry.cli import EXIT_USER_ERROR, run_cli
+
+    ckpt = _sharded(tmp_path)
+    metadata = RestrictedReader(str(ckpt)).read_metadata()
+    metadata.planner_data["evil"] = _System(str(tmp_path / "pwned"))
+    _replace_metadata(ckpt, metadata)
+    code = run_cli(lambda: load_weights(build_model(MODEL), str(ckpt), cache_root=str(tmp_path / "cache")))
+    err = capsys.readouterr().err
+    assert code == EXIT_USER_ERROR and err.startswith("error: ") and "Traceback" not in err
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_a_manifest_nested_too_deeply_is_skipped_and_autoresume_falls_back(tmp_path, caplog):
+    import logging
+    import shutil
+
+    _one_checkpoint(tmp_path)
+    folder = tmp_path / "ckpts"
+    shutil.copytree(folder / "ep0-ba1", folder / "ep0-ba2")
+    (folder / "ep0-ba2" / "manifest.json").write_text("[" * 200_000 + "]" * 200_000)
+    with caplog.at_level(logging.WARNING):
+        latest = find_latest(CheckpointStore(str(folder)), scratch=str(tmp_path / "s"))
+    assert latest is not None and latest.name == "ep0-ba1"
+    assert any("ep0-ba2" in r.getMessage() and "nested too deeply" in r.getMessage() for r in caplog.records)
+    start = resolve_start(
+        CheckpointConfig(save_folder=str(folder)), run_name="t", scratch=str(tmp_path / "s")
+    )
+    assert start is not None and start.info.name == "ep0-ba1"
+
+
+@pytest.mark.parametrize("script", ["convert_checkpoint", "export_hf"])
+def test_scripts_refuse_a_pickled_weights_file_in_one_line(tmp_path, script):
+    """Before: torch's unpickling error, advising `weights_only=False`."""
+    import subprocess
+    import sys
+
+    _one_checkpoint(tmp_path)
+    ckpt = tmp_path / "ckpts" / "ep0-ba1"
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(1), "evil": _System(str(tmp_path / "pwned"))}, buf)
+    (ckpt / "model.pt").write_bytes(buf.getvalue())
+    _set_file(ckpt / "manifest.json", "model.pt", buf.getvalue())
+    repo = Path(__file__).resolve().parents[3]
+    args = {
+        "convert_checkpoint": ["--src", str(ckpt), "--dst", str(tmp_path / "out"), "--to", "sharded"],
+        "export_hf": ["--src", str(ckpt), "--out", str(tmp_path / "hf")],
+    }[script]
+    proc = subprocess.run(
+        [sys.executable, str(repo / "scripts" / f"{script}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "refused" in lines[0], proc.stderr
+    assert "weights_only=False" not in proc.stderr and not (tmp_path / "pwned").exists()
