@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from foundry.callbacks.base import Callback
-from foundry.live import LIVE_FILE, Live
+from foundry.live import LIVE_FILE, Live, process_token
 
 __all__ = ["Liveness"]
 
@@ -40,6 +40,7 @@ class Liveness(Callback):
         self.rank = rank
         self.started = time.time()
         self.last_write = 0.0
+        self.token = process_token(os.getpid())
 
     def _write(self, trainer: Any, phase: str) -> None:  # noqa: ANN401 - Trainer
         if self.rank != 0:
@@ -49,6 +50,7 @@ class Liveness(Callback):
             pid=os.getpid(), host=socket.gethostname(), step=int(trainer.state.step),
             max_steps=int(trainer.max_steps), phase=phase, time=round(now, 3), started=round(self.started, 3),
             attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), interval_s=self.interval_s,
+            token=self.token,
         )  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{LIVE_FILE}.{os.getpid()}.tmp")

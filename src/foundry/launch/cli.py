@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from dataclasses import asdict
@@ -22,6 +23,7 @@ from foundry.launch.agent import Supervisor
 from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, elastic_nodes, exclude_node
 from foundry.launch.watchdog import Progress
 from foundry.launch.worker import LAUNCH_ENV, WorkerSettings
+from foundry.live import process_token
 from foundry.loggers.mlflow import publish_launch_events
 from foundry.loggers.wandb import publish_launch_summary
 
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         "-m", "foundry.launch.worker", job[0], *overrides,
     ]  # fmt: skip
     append_event(run_dir, "start", launch_id=launch_id, run_name=run_name, max_restarts=args.max_restarts,
-                 torchrun_options=torchrun_opts, script=job[0], pid=os.getpid())  # fmt: skip
+                 torchrun_options=torchrun_opts, script=job[0], pid=os.getpid(), host=socket.gethostname(),
+                 token=process_token(os.getpid()))  # fmt: skip
     elastic = elastic_nodes(torchrun_opts)  # --nnodes=MIN:MAX: a node failing a node-local check leaves
     if elastic and (bad := check_node(settings)) is not None:
         exclude_node(run_dir, launch_id, check=bad.check, detail=bad.detail, when="before_join")

@@ -23,7 +23,8 @@ from typing import Any
 import yaml
 
 from foundry.events import append_event
-from foundry.runs.state import RunFiles, pid_alive_here
+from foundry.live import same_process
+from foundry.runs.state import RunFiles
 from foundry.runs.store import RunRoot
 from streaming.cache.space import pid_alive
 
@@ -54,22 +55,44 @@ def _launcher_pid(start: dict[str, Any]) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+def _check_identity(name: str, what: str, pid: int, host: str | None, token: str | None) -> None:
+    """Refuse to signal `pid` unless it is the recorded process: on this host, alive, and with the recorded
+    `process_token` (a folder synced from a bucket, or a pid reused after a crash, names someone else's)."""
+    here = socket.gethostname()
+    if host is not None and host != here:
+        raise ProcessLookupError(
+            f"{name}: its {what} runs on host {host!r}; run `runs stop` there (signals are local)"
+        )
+    if not pid_alive(pid) or not same_process(pid, token):
+        why = (
+            "is gone"
+            if not pid_alive(pid)
+            else "is now another process (or the record cannot prove it is this run's)"
+        )
+        raise ProcessLookupError(
+            f"{name}: not running here: the {what}'s pid {pid} {why}; nothing was signalled"
+        )
+
+
 def stop_target(files: RunFiles) -> StopTarget:
-    """Which process to signal; raises ProcessLookupError naming why there is none (finished, elsewhere)."""
+    """Which process to signal; raises ProcessLookupError naming why there is none (finished, elsewhere, or a
+    pid that is not the recorded process: host, pid and process start time are all checked)."""
     start, ended = _launch(files.events)
     if start is not None and not ended:
         pid = _launcher_pid(start)
-        if pid is not None and pid_alive(pid):
+        if (
+            pid is not None
+            and start.get("host", socket.gethostname()) == socket.gethostname()
+            and pid_alive(pid)
+        ):
+            _check_identity(files.name, "launcher", pid, start.get("host"), start.get("token"))
             return StopTarget(pid=pid, what="launcher")
     live = files.live
     if live is None:
         raise ProcessLookupError(f"{files.name}: no live.json and no running launcher: nothing to stop")
-    if live.host != socket.gethostname():
-        raise ProcessLookupError(
-            f"{files.name}: rank 0 runs on host {live.host!r}; run `runs stop` there (signals are local)"
-        )
-    if live.phase in ("done", "preempted") or not pid_alive_here(live):
+    if live.phase in ("done", "preempted"):
         raise ProcessLookupError(f"{files.name}: not running (live.json: phase {live.phase}, pid {live.pid})")
+    _check_identity(files.name, "rank 0", live.pid, live.host, live.token)
     return StopTarget(pid=live.pid, what="rank 0")
 
 

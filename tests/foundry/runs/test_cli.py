@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from foundry.live import LIVE_FILE
+from foundry.live import LIVE_FILE, process_token
 from foundry.runs.cli import main
 from foundry.runs.show import config_diff, default_config
 from foundry.sync import sync
@@ -94,7 +94,7 @@ def test_stop_signals_rank0_of_a_run_without_launcher(sweep_dir: Path, capsys) -
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ok\n"
         live = {"pid": proc.pid, "host": socket.gethostname(), "step": 3, "max_steps": 30, "phase": "step",
-                "time": time.time(), "started": time.time() - 5}  # fmt: skip
+                "time": time.time(), "started": time.time() - 5, "token": process_token(proc.pid)}  # fmt: skip
         (run / LIVE_FILE).write_text(json.dumps(live))
         assert main(["list", str(run)]) == 0 and " running " in capsys.readouterr().out
         assert main(["stop", str(run)]) == 0
@@ -174,3 +174,32 @@ def test_list_of_a_folder_that_does_not_exist_is_an_error(tmp_path: Path, capsys
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path / 'nope'}: no such folder") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "record", ["no token", "another process", "another host", "launcher, another process"]
+)
+def test_stop_never_signals_a_process_the_run_did_not_record(sweep_dir: Path, capsys, record: str) -> None:
+    """Issue 27: `runs stop` signalled whatever pid a folder named (a folder synced from a bucket, a pid reused
+    after a crash): it killed an unrelated process. Host, pid and process start time must all match."""
+    run = sweep_dir / "0_optimizer.lr=0.01"
+    (run / "final_metrics.json").unlink()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        token = {"no token": None, "another host": process_token(bystander.pid)}.get(record, "boot:12345")
+        host = "elsewhere" if record == "another host" else socket.gethostname()
+        live = {"pid": bystander.pid, "host": host, "step": 3, "max_steps": 30, "phase": "step",
+                "time": time.time(), "started": time.time() - 5, "token": token}  # fmt: skip
+        (run / LIVE_FILE).write_text(json.dumps(live))
+        if record.startswith("launcher"):
+            with open(run / "events.jsonl", "a") as f:
+                f.write(json.dumps({"event": "start", "time": time.time(), "pid": bystander.pid,
+                                    "host": socket.gethostname(), "token": "boot:1"}) + "\n")  # fmt: skip
+        assert main(["stop", str(run)]) == 2
+        err = capsys.readouterr().err
+        assert ("host 'elsewhere'" in err) if record == "another host" else ("not running here" in err), err
+        time.sleep(0.2)
+        assert bystander.poll() is None, "an unrelated process was signalled"
+    finally:
+        bystander.kill()
+        bystander.wait()
