@@ -27,7 +27,7 @@ from foundry.callbacks.base import CallbacksConfig
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.data.finetune.offline import OfflineInstructDataConfig
 from foundry.data.finetune.schema import FinetuneDataConfig
-from foundry.data.quickstart import QuickstartDataConfig
+from foundry.data.quickstart import QuickstartDataConfig, quickstart_tokenizer_path
 from foundry.data.text import TextDataConfig
 from foundry.errors import ConfigError
 from foundry.eval.config import EvalConfig, register_eval_configs
@@ -158,7 +158,10 @@ class TrainConfig:
 
 
 def register_configs() -> None:
-    """Stores every schema node in Hydra's `ConfigStore` (idempotent; call before composing)."""
+    """Stores every schema node in Hydra's `ConfigStore` and registers the config's resolvers (idempotent;
+    call before composing)."""
+    # `${quickstart_tokenizer:<cache>,<corpus_mb>,<vocab_size>}`: the keyed tokenizer path (conf/data/quickstart.yaml)
+    OmegaConf.register_new_resolver("quickstart_tokenizer", quickstart_tokenizer_path, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     register_model_configs(cs)

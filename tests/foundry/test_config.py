@@ -13,6 +13,7 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
 from foundry.config import TrainConfig, register_configs, to_train_config
+from foundry.data.quickstart import quickstart_tokenizer_path
 from foundry.errors import ConfigError
 from foundry.tasks import run_task
 from foundry.tasks.summary import MultirunSummary
@@ -57,7 +58,11 @@ def test_defaults_are_the_offline_quickstart(conf):
     obj = to_train_config(_compose([]))
     assert obj.task == "pretrain"
     assert type(obj.data).__name__ == "QuickstartDataConfig"
-    assert obj.tokenizer.name == f"{obj.data.local}/tokenizer.json"
+    # the tokenizer's own keyed folder in the quick-start cache (built there on first use, then never changed)
+    assert obj.tokenizer.name == quickstart_tokenizer_path(
+        obj.data.local, obj.data.corpus_mb, obj.data.vocab_size
+    )
+    assert obj.tokenizer.name.startswith(f"{obj.data.local}/tokenizer-")
     assert obj.model.d_model == 64
 
 

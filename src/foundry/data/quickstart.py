@@ -3,28 +3,46 @@
 Design note: `python train.py` must work on a fresh machine with no network and no shared data, so the
 corpus is CPython's own English reference text (`pydoc_data.topics`) followed by the top-level standard
 library sources, in sorted order (the same bytes on every machine with the same Python). A byte-level BPE
-tokenizer is trained on it with `tokenizers` in seconds. Everything is built once into `data.local` (a
-temporary sibling directory renamed into place, so an interrupted build is never mistaken for a finished
-one) and reused while its parameters (recorded in `quickstart.json`) match. Each stage logs one progress line
-(through `logging`, so it reaches the console and Hydra's `train.log`).
+tokenizer is trained on it with `tokenizers` in seconds. The cache folder `data.local` is shared by every run
+on the machine, so nothing in it is ever rebuilt in place: the tokenizer goes to `tokenizer-<key>/` (keyed by
+Python and `tokenizers` versions, corpus size and vocabulary) and the MDS splits to `data-<key>/` (keyed by
+the tokenizer's key, `max_seq_len`, the split names and eval fraction), each built once into a temporary
+folder, published by a rename and then only read (`foundry.data.build_cache`); concurrent builders of one key
+wait for a single build. Each stage logs one progress line (through `logging`, so it reaches the console and
+Hydra's `train.log`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import platform
 import shutil
 import sysconfig
-import tempfile
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from foundry.data.build_cache import build_key, publish_once
 from foundry.data.text import TextDataConfig
 
-__all__ = ["QuickstartDataConfig", "quickstart_corpus", "train_bpe_tokenizer", "prepare_quickstart"]
+__all__ = [
+    "QuickstartDataConfig",
+    "prepare_quickstart",
+    "prepare_quickstart_tokenizer",
+    "quickstart_corpus",
+    "quickstart_tokenizer_path",
+    "train_bpe_tokenizer",
+]
 
 EOS = "<|endoftext|>"
+LAYOUT = 2
+"""Version of the cache layout and build code; raising it gives every build a new folder."""
+BUILD_FILE = "quickstart.json"
+"""Each build folder's record of the parameters it was built with."""
+DEFAULT_CORPUS_MB = 4.0
+DEFAULT_VOCAB_SIZE = 512
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +51,9 @@ log = logging.getLogger(__name__)
 class QuickstartDataConfig(TextDataConfig):
     """The `data=quickstart` option: a local corpus built (and cached) on first use."""
 
-    corpus_mb: float = 4.0
+    corpus_mb: float = DEFAULT_CORPUS_MB
     """Characters of corpus to take, in millions."""
-    vocab_size: int = 512
+    vocab_size: int = DEFAULT_VOCAB_SIZE
     """BPE vocabulary size (the byte alphabet, the EOS token and merges)."""
     eval_fraction: float = 0.05
     """Share of documents (from the end) held out for the `val` split."""
@@ -86,60 +104,113 @@ def train_bpe_tokenizer(docs: list[str], *, vocab_size: int, path: Path) -> None
     tok.save(str(path))
 
 
-def _params(cfg: QuickstartDataConfig, max_seq_len: int) -> dict[str, object]:
+def _tokenizer_params(corpus_mb: float, vocab_size: int) -> dict[str, object]:
+    """Everything the tokenizer (and the corpus under it) depends on: the corpus comes from this Python's
+    standard library, and BPE training from the installed `tokenizers`."""
+    try:
+        tokenizers_version = version("tokenizers")
+    except PackageNotFoundError:
+        tokenizers_version = "absent"
     return {
-        "version": 1,
-        "corpus_mb": cfg.corpus_mb,
-        "vocab_size": cfg.vocab_size,
-        "eval_fraction": cfg.eval_fraction,
-        "max_seq_len": max_seq_len,
-        "train_split": cfg.train_split,
-        "eval_split": cfg.eval_split,
+        "layout": LAYOUT,
+        "python": platform.python_version(),
+        "tokenizers": tokenizers_version,
+        "corpus_mb": float(corpus_mb),
+        "vocab_size": int(vocab_size),
     }
 
 
+def _data_params(cfg: QuickstartDataConfig, max_seq_len: int) -> dict[str, object]:
+    """Everything the MDS splits depend on (the tokenizer's parameters through its key)."""
+    return {
+        "layout": LAYOUT,
+        "tokenizer": build_key(_tokenizer_params(cfg.corpus_mb, cfg.vocab_size)),
+        "max_seq_len": int(max_seq_len),
+        "eval_fraction": float(cfg.eval_fraction),
+        "train_split": cfg.train_split,
+        "eval_split": cfg.eval_split,
+        "eos": EOS,
+    }
+
+
+def quickstart_tokenizer_path(
+    local: str | None, corpus_mb: float = DEFAULT_CORPUS_MB, vocab_size: int = DEFAULT_VOCAB_SIZE
+) -> str:
+    """Where the quick-start tokenizer of these parameters is (or will be) published under the cache `local`.
+
+    A pure function of its arguments (no I/O), so the config can name the file before it is built: it is the
+    `${quickstart_tokenizer:...}` resolver of `conf/data/quickstart.yaml` (registered by `register_configs`).
+
+    Raises:
+        ValueError: `local` is None (no quick-start cache configured).
+    """
+    if local is None:
+        raise ValueError(
+            "no quick-start cache folder (data.local / data.quickstart_local is null): set tokenizer.name"
+        )
+    key = build_key(_tokenizer_params(corpus_mb, vocab_size))
+    return str(Path(str(local)) / f"tokenizer-{key}" / "tokenizer.json")
+
+
+def prepare_quickstart_tokenizer(cfg: QuickstartDataConfig) -> Path:
+    """Build (or reuse) the quick-start tokenizer under `cfg.local`; returns its `tokenizer.json`.
+
+    Its folder is keyed by `_tokenizer_params`; concurrent callers wait for one build (`publish_once`).
+    """
+    path = Path(quickstart_tokenizer_path(cfg.local, cfg.corpus_mb, cfg.vocab_size)).expanduser()
+    params = _tokenizer_params(cfg.corpus_mb, cfg.vocab_size)
+
+    def build(tmp: Path) -> None:
+        log.info(
+            "quick start: building the corpus and tokenizer in %s (once per corpus and vocabulary)",
+            path.parent,
+        )
+        docs = _corpus(cfg)
+        t0 = time.perf_counter()
+        train_bpe_tokenizer(docs, vocab_size=cfg.vocab_size, path=tmp / "tokenizer.json")
+        log.info(
+            "quick start: trained a byte-level BPE tokenizer, %d tokens (%.1f s)",
+            _vocab_size(tmp / "tokenizer.json"),
+            time.perf_counter() - t0,
+        )
+        (tmp / BUILD_FILE).write_text(json.dumps(params, indent=2))
+
+    publish_once(path.parent.parent, path.parent.name, build=build, what="quick start")
+    return path
+
+
 def prepare_quickstart(cfg: QuickstartDataConfig, *, max_seq_len: int) -> Path:
-    """Build (or reuse) the quick-start tokenizer and MDS splits under `cfg.local`.
+    """Build (or reuse) the quick-start tokenizer and MDS splits under the cache folder `cfg.local`.
+
+    Each build goes to its own folder named by a hash of its parameters (`data-<key>`, `tokenizer-<key>`),
+    published atomically and never modified afterwards, so a run reading one build is unaffected by runs with
+    other parameters; concurrent builders of one key wait for a single build.
 
     Args:
         cfg: The data config.
         max_seq_len: Row length of the packed MDS rows.
 
     Returns:
-        The directory, holding `tokenizer.json`, `quickstart.json` and one sub-directory per split.
+        The data folder, holding `tokenizer.json` (a copy of the tokenizer the rows were made with),
+        `quickstart.json` (the build parameters) and one sub-directory per split: read it as `data.local`.
     """
     from foundry.data.prep import convert_texts
     from foundry.tokenizers import TokenizerConfig, build_tokenizer
 
     root = Path(str(cfg.local)).expanduser()
-    params = _params(cfg, max_seq_len)
-    marker = root / "quickstart.json"
-    if marker.is_file() and json.loads(marker.read_text()) == params:
-        log.info("quick start: reusing the corpus, tokenizer and MDS splits in %s", root)
-        return root
-    log.info("quick start: building the corpus, tokenizer and MDS splits in %s (first run only)", root)
+    params = _data_params(cfg, max_seq_len)
+    name = f"data-{build_key(params)}"
+    if (root / name).is_dir():
+        log.info("quick start: reusing the corpus, tokenizer and MDS splits in %s", root / name)
+        return root / name
     begin = time.perf_counter()
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    tmp.chmod(0o755)
-    try:
-        t0 = time.perf_counter()
-        docs = quickstart_corpus(int(cfg.corpus_mb * 1e6))
-        chars = sum(len(d) for d in docs)
-        log.info(
-            "quick start: corpus of %d documents, %.2fM characters (%.1f s)",
-            len(docs),
-            chars / 1e6,
-            time.perf_counter() - t0,
-        )
-        t0 = time.perf_counter()
-        train_bpe_tokenizer(docs, vocab_size=cfg.vocab_size, path=tmp / "tokenizer.json")
+    tokenizer_json = prepare_quickstart_tokenizer(cfg)
+
+    def build(tmp: Path) -> None:
+        log.info("quick start: building the MDS splits in %s (max_seq_len=%d)", root / name, max_seq_len)
+        docs = _corpus(cfg)
+        shutil.copyfile(tokenizer_json, tmp / "tokenizer.json")
         tokenizer = build_tokenizer(TokenizerConfig(name=str(tmp / "tokenizer.json")))
-        log.info(
-            "quick start: trained a byte-level BPE tokenizer, %d tokens (%.1f s)",
-            len(tokenizer),
-            time.perf_counter() - t0,
-        )
         n_eval = max(1, int(len(docs) * cfg.eval_fraction)) if cfg.eval_split else 0
         splits = {cfg.train_split: docs[: len(docs) - n_eval]}
         if cfg.eval_split:
@@ -156,12 +227,29 @@ def prepare_quickstart(cfg: QuickstartDataConfig, *, max_seq_len: int) -> Path:
                 max_seq_len,
                 stats.seconds,
             )
-        (tmp / "quickstart.json").write_text(json.dumps(params, indent=2))
-        if root.exists():
-            shutil.rmtree(root)
-        tmp.rename(root)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    log.info("quick start: data ready in %s (%.1f s)", root, time.perf_counter() - begin)
-    return root
+        (tmp / BUILD_FILE).write_text(json.dumps({**params, "tokenizer_path": str(tokenizer_json)}, indent=2))
+
+    folder, built = publish_once(root, name, build=build, what="quick start")
+    if built:
+        log.info("quick start: data ready in %s (%.1f s)", folder, time.perf_counter() - begin)
+    else:
+        log.info("quick start: reusing the corpus, tokenizer and MDS splits in %s", folder)
+    return folder
+
+
+def _corpus(cfg: QuickstartDataConfig) -> list[str]:
+    t0 = time.perf_counter()
+    docs = quickstart_corpus(int(cfg.corpus_mb * 1e6))
+    log.info(
+        "quick start: corpus of %d documents, %.2fM characters (%.1f s)",
+        len(docs),
+        sum(len(d) for d in docs) / 1e6,
+        time.perf_counter() - t0,
+    )
+    return docs
+
+
+def _vocab_size(path: Path) -> int:
+    from tokenizers import Tokenizer
+
+    return int(Tokenizer.from_file(str(path)).get_vocab_size())

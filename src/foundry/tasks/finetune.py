@@ -163,7 +163,7 @@ def build_finetune_data(cfg: TrainConfig, *, world: World, is_main: bool) -> Run
     if isinstance(data, OfflineInstructDataConfig):
         if not is_main:
             barrier()  # rank 0 writes the set (and the quick-start tokenizer) first; the others then read it
-        prepare_offline_instruct(data, max_seq_len=getattr(cfg.model, "max_seq_len", None) or max_seq_len)
+        prepare_offline_instruct(data)
         if is_main:
             barrier()
     tokenizer = _tokenizer(cfg)

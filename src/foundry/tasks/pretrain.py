@@ -160,19 +160,22 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
         FileNotFoundError: A local split is absent (before the tokenizer, whose own error would hide this one).
         ConfigError: The sequence length or batch size cannot be planned (see `foundry.tasks.plan`).
     """
-    if not isinstance(cfg.data, TextDataConfig):
+    data = cfg.data
+    if not isinstance(data, TextDataConfig):
         raise ConfigError(
-            f"{type(cfg.data).__name__} is not text data: task=pretrain needs data=quickstart|c4|..."
+            f"{type(data).__name__} is not text data: task=pretrain needs data=quickstart|c4|..."
         )
     max_seq_len = resolve_max_seq_len(cfg)
     batches = batch_plan(cfg, world)
-    if isinstance(cfg.data, QuickstartDataConfig):
+    if isinstance(data, QuickstartDataConfig):
         if not is_main:
             barrier()  # rank 0 builds the shared cache first; the others then find it complete
-        prepare_quickstart(cfg.data, max_seq_len=max_seq_len)
+        built = prepare_quickstart(data, max_seq_len=max_seq_len)
         if is_main:
             barrier()
-    missing = missing_data(cfg.data)
+        # read this build's own folder (keyed by its parameters, never modified once published)
+        data = replace(data, local=str(built))
+    missing = missing_data(data)
     if missing:
         raise FileNotFoundError(missing)
     # tokenizer.name=null (tokenizer=none): rows of token ids, checked against model.vocab_size by the collator
@@ -186,16 +189,16 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
         "documents": DocumentRule.from_tokenizer(tokenizer) if cfg.model.uses_sequence_id() else None,
         "device_type": resolve_device(cfg.trainer.device).type,  # data.pin_memory=null pins for cuda
     }
-    train = build_text_dataloader(cfg.data, device_batch_size=batches.device_batch_size, **common)
+    train = build_text_dataloader(data, device_batch_size=batches.device_batch_size, **common)
     eval_loader = None
-    if cfg.data.eval_split or any(s.eval_split for s in cfg.data.streams.values()):
+    if data.eval_split or any(s.eval_split for s in data.streams.values()):
         eval_loader = build_text_dataloader(
-            cfg.data,
+            data,
             device_batch_size=cfg.trainer.device_eval_batch_size or batches.microbatch_size,
             evaluate=True,
             **common,
         )
-    return RunData(tokenizer=tokenizer, train=train, eval=eval_loader, stream_names=cfg.data.stream_names)
+    return RunData(tokenizer=tokenizer, train=train, eval=eval_loader, stream_names=data.stream_names)
 
 
 def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: DistContext) -> ModelStack:  # noqa: ANN401

@@ -4,8 +4,8 @@ Design note: the CPU finetuning recipe must run on a fresh machine with no netwo
 `OfflineInstructDataConfig` is a `FinetuneDataConfig` whose `hf_name` folder is generated when absent
 (`foundry.data.finetune.instruct`, seconds; the same rows on every machine with the same Python), and which
 can name the quick-start cache whose tokenizer the recipe uses: the quick-start model was trained with it, so
-it is built there (`prepare_quickstart`) only when that `tokenizer.json` is missing, and an existing cache is
-never rebuilt. Writes go through a temporary folder renamed into place, so a half-written set is never read.
+it is built there (`prepare_quickstart_tokenizer`, the default corpus and vocabulary) only when missing, and a
+published build is never rebuilt. Writes go through a temporary folder renamed into place, so a half-written set is never read.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from foundry.data.finetune.instruct import write_instruct_dataset
 from foundry.data.finetune.schema import FinetuneDataConfig
-from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
+from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart_tokenizer
 
 __all__ = ["OfflineInstructDataConfig", "prepare_offline_instruct"]
 
@@ -36,7 +36,7 @@ class OfflineInstructDataConfig(FinetuneDataConfig):
     eval_fraction: float = 0.1
     """Share of questions (by hash) in the `val` split."""
     quickstart_local: str | None = None
-    """A quick-start cache folder: its `tokenizer.json` is built when missing (the quick-start model's)."""
+    """A quick-start cache folder: its default tokenizer is built there when missing (the quick-start model's)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -52,12 +52,11 @@ class OfflineInstructDataConfig(FinetuneDataConfig):
             raise ValueError(f"data.additions={self.additions} must be >= 0")
 
 
-def prepare_offline_instruct(cfg: OfflineInstructDataConfig, *, max_seq_len: int) -> None:
+def prepare_offline_instruct(cfg: OfflineInstructDataConfig) -> None:
     """Writes the instruction set into `cfg.hf_name` and the quick-start tokenizer, each only when missing.
 
     Args:
         cfg: The data config.
-        max_seq_len: The quick-start cache's row length when it has to be built (the model's `max_seq_len`).
     """
     out = Path(str(cfg.hf_name)).expanduser()
     if not (out / f"{cfg.train_split}.jsonl").is_file():
@@ -74,5 +73,5 @@ def prepare_offline_instruct(cfg: OfflineInstructDataConfig, *, max_seq_len: int
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
         log.info("offline instruction set: wrote %s (%s)", out, counts)
-    if cfg.quickstart_local and not (Path(cfg.quickstart_local).expanduser() / "tokenizer.json").is_file():
-        prepare_quickstart(QuickstartDataConfig(local=cfg.quickstart_local), max_seq_len=max_seq_len)
+    if cfg.quickstart_local:
+        prepare_quickstart_tokenizer(QuickstartDataConfig(local=cfg.quickstart_local))
