@@ -130,13 +130,14 @@ bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m
 	$(PY) scripts/bench/trainer_overhead.py
 
 # ICL evaluation (foundry.eval). Without CKPT: the newest quick-start checkpoint if there is one, else random init.
+# Each suite has its own run folder (outputs/eval-<EVAL>, or RUN_NAME), so one suite's results never replace another's.
 EVAL ?= offline
-eval: ## ICL tasks on a model: make eval [CKPT=<checkpoint>] [MODEL=mpt-tiny] [EVAL=offline|light|gauntlet-v0.3] [ARGS=...]
+eval: ## ICL tasks on a model: make eval [CKPT=<checkpoint>] [MODEL=mpt-tiny] [EVAL=offline|light|gauntlet-v0.3] [ARGS=...] -> outputs/eval-<EVAL>
 	@ckpt="$(CKPT)"; \
 	if [ -z "$$ckpt" ] && [ -d outputs/quickstart/checkpoints ]; then ckpt=outputs/quickstart/checkpoints; fi; \
 	if [ -z "$$ckpt" ]; then echo "[make eval] no CKPT and no outputs/quickstart/checkpoints: evaluating a randomly initialised model"; fi; \
 	set -x; EVAL_DATA="$${EVAL_DATA:-$(CURDIR)/../shared/data/icl}" $(PY) train.py task=eval model=$(or $(MODEL),mpt-tiny) \
-	  eval=$(EVAL) run_name=$(or $(RUN_NAME),eval) $${ckpt:+checkpoint.load_path=$$ckpt} $(ARGS)
+	  eval=$(EVAL) run_name=$(or $(RUN_NAME),eval-$(EVAL)) $${ckpt:+checkpoint.load_path=$$ckpt} $(ARGS)
 
 # lm-evaluation-harness on our model (offline; local task yamls in evals/harness_tasks, data under EVAL_DATA).
 TASKS ?= piqa_local,lambada_local

@@ -4,7 +4,10 @@ Design note: every source ends as a list of plain dicts in llm-foundry's jsonl f
 prompt construction never knows where rows came from. A missing local file raises `MissingTaskData`, whose
 message names the file and how to get it; the runner turns it into a skip. Remote files are cached in a
 per-user folder (`cache_dir`), never a shared predictable path under /tmp; they are fetched whole with
-`streaming.storage.open_url` (smart_open, with the streaming backends' client configuration).
+`streaming.storage.open_url` (smart_open, with the streaming backends' client configuration). Skipping is for
+some files absent (llm-foundry's v0.3 list names files no mirror has); when every task's file is absent,
+`check_task_data` refuses the whole evaluation with one message naming the data folder, before any model
+is built or any result written.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from foundry.eval.config import ICLTaskConfig
+from foundry.errors import ConfigError
+from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root, load_task_configs
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
 from streaming.safepath import private_dir
 from streaming.storage import open_url
 
-__all__ = ["MissingTaskData", "cache_dir", "load_rows", "resolve_local"]
+__all__ = ["MissingTaskData", "cache_dir", "check_task_data", "load_rows", "local_task_file", "resolve_local"]
 
 _REPO = Path(__file__).resolve().parents[3]
 _LF_PREFIXES = ("eval/local_data/", "scripts/eval/local_data/")
@@ -133,3 +137,40 @@ def load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, A
             "at a folder holding it, or give dataset_uri an object-store URL / hf:// dataset"
         )
     return _read_jsonl(path)
+
+
+def local_task_file(task: ICLTaskConfig, *, data_root: str | Path) -> Path | None:
+    """The local file `task` reads, or None when its rows come from elsewhere (offline://, hf://, a URL)."""
+    uri = task.dataset_uri
+    if uri.startswith(("offline://", "hf://")) or ("://" in uri and not uri.startswith("file://")):
+        return None
+    return resolve_local(uri.removeprefix("file://"), data_root)
+
+
+def check_task_data(cfg: EvalConfig) -> None:
+    """Refuses an evaluation in which every task would be skipped for want of its data file.
+
+    Cheap (no file is read): call it before building the model or writing results.
+
+    Raises:
+        ConfigError: Every task of `cfg` reads a local file and none of them exists; one line naming the data
+            folder, where it came from (`eval.data_root`, `$EVAL_DATA` or the default) and how to set it.
+    """
+    tasks = load_task_configs(cfg)
+    root = cfg.data_root or default_data_root()
+    files = [local_task_file(t, data_root=root) for t in tasks]
+    if not tasks or not cfg.skip_missing or any(f is None or f.is_file() for f in files):
+        return  # something to evaluate (or skip_missing=false: the first absent file raises by name)
+    if cfg.data_root:
+        source = "eval.data_root"
+    elif os.environ.get("EVAL_DATA"):
+        source = "$EVAL_DATA"
+    else:
+        source = "the default; $EVAL_DATA is not set"
+    suite = f" of {cfg.icl_tasks_file}" if cfg.icl_tasks_file else ""
+    raise ConfigError(
+        f"no data for any of the {len(tasks)} ICL tasks{suite}: the data folder {Path(root).expanduser()} "
+        f"({source}) has none of their files (e.g. {files[0]}). Set EVAL_DATA=<folder> (or eval.data_root) to a "
+        "copy of llm-foundry's scripts/eval/local_data (this project's tests use ../shared/data/icl), or use "
+        "eval=offline, which needs no data; nothing was evaluated and no results were written"
+    )

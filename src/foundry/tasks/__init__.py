@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from foundry.config import TrainConfig, check_group_choices, to_train_config
+from foundry.eval.data import check_task_data
 from foundry.hydra_callbacks import redacted_yaml
 from foundry.loggers import attach_final_metrics
 from foundry.parallel.dist import process_world
@@ -61,6 +62,8 @@ def run_task(cfg: DictConfig) -> float | None:
     check_group_choices()  # experiment=typo: Hydra skips a missing option of an optional group silently
     train_cfg = to_train_config(cfg)
     apply_storage(train_cfg.storage)  # before anything opens a URL: data, checkpoints, workers
+    if train_cfg.task == "eval" and train_cfg.eval is not None:
+        check_task_data(train_cfg.eval)  # no data for any task: refused before the run's files are written
     run_dir = _run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     main = process_world().rank == 0  # before the process group exists: the launcher's environment says

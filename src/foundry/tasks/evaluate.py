@@ -10,12 +10,16 @@ from pathlib import Path
 
 from foundry.checkpoint import load_weights
 from foundry.config import TrainConfig
-from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
+from foundry.data.quickstart import (
+    QuickstartDataConfig,
+    prepare_quickstart_tokenizer,
+    quickstart_tokenizer_path,
+)
 from foundry.errors import ConfigError
 from foundry.eval import load_task_configs, run_icl_eval
+from foundry.eval.data import check_task_data
 from foundry.models.build import build_model_on
 from foundry.parallel.dist import resolve_device
-from foundry.tasks.plan import resolve_max_seq_len
 from foundry.tasks.run_files import write_text_atomic
 from foundry.tokenizers import build_tokenizer
 from streaming.storage import redact
@@ -34,16 +38,20 @@ def eval_task(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         The numeric results (flat `metrics/...` keys).
 
     Raises:
-        ConfigError: When `cfg.eval` has no ICL tasks, or the sequence lengths disagree (quick-start data).
+        ConfigError: When `cfg.eval` has no ICL tasks, or no data for any of them (`check_task_data`).
     """
     if cfg.eval is None or not load_task_configs(cfg.eval):
         raise ConfigError(
             "task=eval has no ICL tasks: pick an eval group, e.g. eval=offline or eval=gauntlet-v0.3"
         )
-    tok_name = cfg.tokenizer.name
-    if isinstance(cfg.data, QuickstartDataConfig) and tok_name and not Path(tok_name).expanduser().exists():
-        # the quick-start tokenizer is built with its data (same arguments as pretrain)
-        prepare_quickstart(cfg.data, max_seq_len=resolve_max_seq_len(cfg))
+    check_task_data(
+        cfg.eval
+    )  # every task's file absent: one error, before a model is built or a file written
+    data = cfg.data
+    if isinstance(data, QuickstartDataConfig) and cfg.tokenizer.name == quickstart_tokenizer_path(
+        data.local, data.corpus_mb, data.vocab_size
+    ):
+        prepare_quickstart_tokenizer(data)  # the quick-start tokenizer: built once, then reused
     device = resolve_device(cfg.trainer.device)
     tokenizer = build_tokenizer(cfg.tokenizer)
     model = build_model_on(cfg.model, device=device, tokenizer=tokenizer)

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from foundry.errors import ConfigError
 from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root
-from foundry.eval.data import MissingTaskData, load_rows, resolve_local
+from foundry.eval.data import MissingTaskData, check_task_data, load_rows, resolve_local
 from foundry.eval.prompts import build_examples
 from foundry.eval.runner import load_tasks
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
@@ -68,6 +69,25 @@ def test_missing_file_is_skipped_with_a_message_naming_it(tmp_path, capsys):
     cfg.skip_missing = False
     with pytest.raises(MissingTaskData, match="squad.jsonl"):
         load_tasks(cfg)
+
+
+def test_check_task_data_refuses_only_when_every_task_would_be_skipped(tmp_path, monkeypatch):
+    monkeypatch.delenv("EVAL_DATA", raising=False)
+    mc = {"label": "mc", "dataset_uri": "eval/local_data/mc.jsonl", "icl_task_type": "multiple_choice"}
+    lm = {"label": "lm", "dataset_uri": "lm.jsonl", "icl_task_type": "language_modeling"}
+    cfg = EvalConfig(icl_tasks=[mc, lm], data_root=str(tmp_path))
+    with pytest.raises(ConfigError, match="no data for any of the 2 ICL tasks") as info:
+        check_task_data(cfg)
+    assert f"data folder {tmp_path} (eval.data_root)" in str(info.value) and "EVAL_DATA" in str(info.value)
+    assert str(tmp_path / "mc.jsonl") in str(info.value)
+    (tmp_path / "lm.jsonl").write_text("")  # one task with data: the others are skipped as before
+    check_task_data(cfg)
+    offline = {"label": "copy", "dataset_uri": "offline://repeat_copy", "icl_task_type": "language_modeling"}
+    check_task_data(EvalConfig(icl_tasks=[mc, offline], data_root=str(tmp_path / "none")))
+    check_task_data(EvalConfig(icl_tasks=[mc], data_root=str(tmp_path / "none"), skip_missing=False))
+    monkeypatch.setenv("EVAL_DATA", str(tmp_path / "none"))
+    with pytest.raises(ConfigError, match=r"\(\$EVAL_DATA\)"):
+        check_task_data(EvalConfig(icl_tasks=[mc]))
 
 
 def test_data_root_from_env(monkeypatch, tmp_path):
