@@ -32,11 +32,15 @@ from streaming.epoch_planner import EpochPlanner
 from streaming.format.hashing import check_validate_hash
 from streaming.format.index import ShardInfo
 from streaming.plan.sampling import stream_choose
+from streaming.plan.upstream_shuffle import UPSTREAM_ALGOS
 from streaming.resume_state import (
     STATE_VERSION,
+    UPSTREAM_ORDER,
     build_state,
     check_state_version,
     dataset_config,
+    from_upstream,
+    is_upstream_state,
     resume_mismatches,
     stream_summary,
     streams_fingerprint,
@@ -368,6 +372,7 @@ class StreamingDataset(IterableDataset):
             sampling_granularity=self.sampling_granularity,
             epoch_size=self.epoch_size,
             fingerprint=fingerprint,
+            upstream_order=bool(self._plan.spec_args.get("upstream_order")),
         )
 
     def state_dict(self, num_samples: int, from_beginning: bool = False) -> dict[str, Any]:
@@ -391,6 +396,27 @@ class StreamingDataset(IterableDataset):
             streams=self._stream_summaries(),
         )
 
+    def _follow_upstream_order(self, obj: dict[str, Any]) -> None:
+        """Shuffle in mosaicml-streaming's own order from now on (a run that started on that library), so a
+        state saved by it mid-epoch continues without repeating or skipping a sample.
+
+        Raises:
+            ValueError: A mid-epoch state of a shuffled run whose order cannot be reproduced here.
+        """
+        if not self.shuffle:
+            return  # unshuffled orders are the same
+        whole = bool(np.array_equal(self.choose_per_stream, self.samples_per_stream))
+        if self.shuffle_algo in UPSTREAM_ALGOS and self.batching_method == "random" and whole:
+            self._plan.spec_args["upstream_order"] = True
+            self._plan.orders.clear()
+        elif obj.get("sample_in_epoch"):
+            raise ValueError(
+                "this mosaicml-streaming state was saved mid-epoch, and its order can be continued here only for "
+                f"shuffle_algo in {', '.join(UPSTREAM_ALGOS)} with batching_method='random' and every stream "
+                f"read whole (no proportion/repeat/choose); this dataset has shuffle_algo={self.shuffle_algo!r}, "
+                f"batching_method={self.batching_method!r}. Resume from the epoch's end, or keep those settings"
+            )
+
     def _stream_summaries(self) -> list[dict[str, Any]]:
         return [
             stream_summary(where=_where(s), fingerprint=s.fingerprint(), choose=int(c))
@@ -408,13 +434,22 @@ class StreamingDataset(IterableDataset):
                 plan, which depends only on its streams and arguments (the same at any world size). Past that
                 epoch's end, the next epoch starts. Every other checked argument must still match.
 
+        A mosaicml-streaming state (what Composer checkpoints of runs on that library hold) is accepted too: the
+        next iteration continues at the sample that library would have yielded next.
+
         Raises:
             ValueError: the state is not from this library/version, or does not match this dataset.
         """
+        upstream = is_upstream_state(obj)
+        if upstream or (isinstance(obj, dict) and obj.get("order") == UPSTREAM_ORDER):
+            self._follow_upstream_order(obj)
+        if upstream:
+            config = self._config(obj["num_canonical_nodes"])
+            obj = from_upstream(obj, shuffle_seed=self.shuffle_seed, config=config)
         check_state_version(obj)
         diffs = resume_mismatches(
             obj,
-            ncn_arg=self._plan.ncn_arg,
+            ncn_arg=None if upstream else self._plan.ncn_arg,  # upstream's state sets the canonical nodes
             config_for=self._config,
             on_mixture_change=on_mixture_change,
             streams=self._stream_summaries(),

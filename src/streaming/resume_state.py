@@ -26,9 +26,12 @@ __all__ = [
     "MIXTURE_KEYS",
     "ON_MIXTURE_CHANGE",
     "STATE_VERSION",
+    "UPSTREAM_ORDER",
     "build_state",
     "check_state_version",
     "dataset_config",
+    "from_upstream",
+    "is_upstream_state",
     "mixture_changes",
     "plan_mismatch",
     "resume_mismatches",
@@ -72,10 +75,12 @@ def dataset_config(
     sampling_granularity: int,
     epoch_size: int,
     fingerprint: str,
+    upstream_order: bool = False,
 ) -> dict[str, Any]:
     """The checked part of a state (keys ``CHECKED_KEYS``, and ``plan_version``); ``shuffle_block_size`` is the
-    effective one."""
+    effective one. ``upstream_order``: the shuffle follows mosaicml-streaming's own order (``order`` key)."""
     return {
+        **({"order": UPSTREAM_ORDER} if upstream_order else {}),
         "shuffle": shuffle,
         "shuffle_algo": shuffle_algo,
         "shuffle_seed": shuffle_seed,
@@ -96,7 +101,7 @@ def build_state(
     sample_in_epoch: int,
     global_batch_size: int | None,
     num_canonical_nodes: int,
-    initial_physical_nodes: int,
+    initial_physical_nodes: int | None,
     config: dict[str, Any],
     streams: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
@@ -111,6 +116,59 @@ def build_state(
         "initial_physical_nodes": initial_physical_nodes,
         **config,
     }
+
+
+UPSTREAM_ORDER = "mosaicml-streaming"
+"""``order`` of a state whose run shuffles in mosaicml-streaming's own order (it started on that library)."""
+
+UPSTREAM_KEYS = frozenset({"epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed"})
+"""What mosaicml-streaming's ``StreamingDataset.state_dict()`` holds (plus, since 0.7, ``initial_physical_nodes``):
+what Composer checkpoints of runs on that library carry."""
+
+
+def is_upstream_state(obj: Any) -> bool:
+    """Whether ``obj`` is a mosaicml-streaming state dict (no ``version``; exactly its keys)."""
+    return (
+        isinstance(obj, dict)
+        and "version" not in obj
+        and UPSTREAM_KEYS <= set(obj) <= UPSTREAM_KEYS | {"initial_physical_nodes"}
+    )
+
+
+def from_upstream(obj: dict[str, Any], *, shuffle_seed: int, config: dict[str, Any]) -> dict[str, Any]:
+    """A mosaicml-streaming state as one of ours, resuming at the same sample.
+
+    Upstream's state says where the run stands (epoch, samples consumed in it globally), the canonical nodes
+    and the physical nodes it started on, and the seed; everything else about the order comes from the
+    dataset's arguments, so ``config`` (the dataset's ``dataset_config`` with the state's canonical nodes) is
+    taken as the state's. The canonical nodes are the state's, as upstream does.
+
+    Raises:
+        ValueError: A field of the wrong type, or a seed other than the dataset's (upstream silently switches
+            to the state's seed; here the dataset must be built with it, so its epoch sizes agree).
+    """
+    for key in ("epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed"):
+        if not isinstance(obj[key], int) or isinstance(obj[key], bool) or obj[key] < 0:
+            raise ValueError(f"mosaicml-streaming state: {key} must be an int >= 0, got {obj[key]!r}")
+    nodes = obj.get("initial_physical_nodes")
+    if nodes is not None and (not isinstance(nodes, int) or nodes < 1):
+        raise ValueError(
+            f"mosaicml-streaming state: initial_physical_nodes must be an int >= 1, got {nodes!r}"
+        )
+    if obj["shuffle_seed"] != shuffle_seed:
+        raise ValueError(
+            f"the mosaicml-streaming state was saved with shuffle_seed={obj['shuffle_seed']}, this dataset has "
+            f"shuffle_seed={shuffle_seed}: build the dataset with shuffle_seed={obj['shuffle_seed']} to continue "
+            "that run's order"
+        )
+    return build_state(
+        epoch=obj["epoch"],
+        sample_in_epoch=obj["sample_in_epoch"],
+        global_batch_size=None,
+        num_canonical_nodes=obj["num_canonical_nodes"],
+        initial_physical_nodes=nodes,  # type: ignore[arg-type]  # None: this run's nodes, as upstream
+        config=config,
+    )
 
 
 def check_state_version(obj: Any) -> None:

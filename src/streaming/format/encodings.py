@@ -18,11 +18,14 @@ import functools
 import json
 import pickle
 import struct
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import numpy as np
 
+from streaming.format import custom_encodings
+from streaming.format.custom_encodings import registered_encoding
 from streaming.format.encoding_base import Encoding, EncodingError, UnknownEncodingError, type_name
 from streaming.format.images import IMAGE_ENCODING_NAMES, get_image_encoding
 
@@ -38,6 +41,7 @@ __all__ = [
     "get_encoding",
     "is_encoding_safe",
     "is_valid_encoding",
+    "register_encoding",
     "text_value_ok",
 ]
 
@@ -362,7 +366,24 @@ def _cached_encoding(spec: str) -> Encoding:
         return get_image_encoding(spec)
     if name in MDS_ENCODING_NAMES:
         raise UnknownEncodingError(f"invalid encoding {spec!r}: only ndarray takes a ':' configuration")
-    raise UnknownEncodingError(f"unknown column encoding {spec!r}; valid encodings: {_valid_forms()}")
+    user = registered_encoding(spec)
+    if user is not None:
+        return user
+    raise UnknownEncodingError(
+        f"unknown column encoding {spec!r}; valid encodings: {_valid_forms()} (or one registered with "
+        "streaming.format.encodings.register_encoding)"
+    )
+
+
+def _is_builtin(name: str) -> bool:
+    return name in _SIMPLE or name in MDS_ENCODING_NAMES or name in IMAGE_ENCODING_NAMES or name == "ndarray"
+
+
+def register_encoding(name: str, factory: Callable[[], Any]) -> None:
+    """Register a custom column encoding (see ``streaming.format.custom_encodings``); mosaicml-streaming's
+    ``_encodings[name] = Cls`` does the same through ``streaming.base.format.mds.encodings``."""
+    custom_encodings.register_encoding(name, factory, builtin=_is_builtin)
+    _cached_encoding.cache_clear()
 
 
 def get_encoding(spec: str) -> Encoding:

@@ -50,6 +50,7 @@ class RandomOrder(GlobalOrder):
         epoch: Epoch.
         block_size: Block size of block shuffles.
         window: ``py1e`` window override (tests).
+        upstream: mosaicml-streaming's own shuffled order (``streaming.plan.upstream_shuffle``).
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class RandomOrder(GlobalOrder):
         epoch: int,
         block_size: int,
         window: int | None = None,
+        upstream: bool = False,
     ) -> None:
         self.units = units
         self.canonical = CanonicalOrder(units.num_samples, num_canonical_nodes)
@@ -75,6 +77,7 @@ class RandomOrder(GlobalOrder):
             epoch=epoch,
             block_size=block_size,
             window=window,
+            upstream=upstream,
         )
 
     def __len__(self) -> int:

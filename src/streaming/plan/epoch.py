@@ -50,6 +50,8 @@ class PlanSpec:
         sampling_granularity: Pick size of the per-shard remainder.
         batching_method: ``random``, ``stratified`` or ``per_stream``.
         py1e_window: ``py1e`` window override (tests).
+        upstream_order: Shuffle in mosaicml-streaming's own order (``streaming.plan.upstream_shuffle``): a run
+            that started on that library continues in it.
     """
 
     shard_sizes: tuple[int, ...]
@@ -65,6 +67,7 @@ class PlanSpec:
     sampling_granularity: int = 1
     batching_method: str = "random"
     py1e_window: int | None = None
+    upstream_order: bool = False
 
     def __post_init__(self) -> None:
         if self.batching_method not in BATCHING_METHODS:
@@ -122,6 +125,7 @@ def epoch_order(spec: PlanSpec, epoch: int) -> GlobalOrder:
             epoch=epoch,
             block_size=block_size,
             window=spec.py1e_window,
+            upstream=spec.upstream_order,
         )
 
     if spec.batching_method == "random":

@@ -34,6 +34,7 @@ from streaming.plan.counter_rng import derive_key, hash64, permute
 from streaming.plan.py1e import ExpandingShuffle
 from streaming.plan.shuffle_base import BlockShuffle, Shuffle
 from streaming.plan.spans import NodeSpans, divide_spans, span_rng
+from streaming.plan.upstream_shuffle import UpstreamShuffle, upstream_permutation
 
 __all__ = ["PLAN_VERSIONS", "SHUFFLE_ALGOS", "BlockShuffle", "Shuffle", "make_shuffle", "plan_version"]
 
@@ -177,6 +178,7 @@ def make_shuffle(
     epoch: int,
     block_size: int,
     window: int | None = None,
+    upstream: bool = False,
 ) -> Shuffle:
     """Build the shuffle of one epoch.
 
@@ -189,6 +191,7 @@ def make_shuffle(
         epoch: Epoch.
         block_size: Block size of ``py1br`` / ``py1e``.
         window: ``py1e`` window width override (tests use small ones to exercise many windows).
+        upstream: mosaicml-streaming's own order (``streaming.plan.upstream_shuffle``), precomputed.
 
     Returns:
         The shuffle.
@@ -200,6 +203,9 @@ def make_shuffle(
     if block_size < 1:
         raise ValueError(f"shuffle_block_size must be >= 1, got {block_size}")
     sizes = np.asarray(unit_sizes, dtype=np.int64)
+    if upstream:
+        perm = upstream_permutation(algo, sizes, num_canonical_nodes, seed, epoch, block_size)
+        return UpstreamShuffle(row_start=row_start, permutation=perm)
     if algo == "naive":
         return NaiveShuffle(row_start=row_start, total=int(sizes.sum()), seed=seed, epoch=epoch)
     run_order = None

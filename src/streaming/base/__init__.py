@@ -1,0 +1,35 @@
+"""mosaicml-streaming's import paths (``streaming.base...``), so code written for it runs unchanged.
+
+Design note: thin aliases only; the implementation lives in the top-level modules (``streaming.dataset`` and
+so on). What is aliased is what user code imports from mosaicml-streaming 0.13.0's public API: the dataset,
+loader, stream and writer classes, ``streaming.base.util``'s helpers, and ``streaming.base.format``'s writers
+and MDS encoding helpers. Upstream internals (shared memory, partition and shuffle modules) are not promised.
+Re-exports are lazy, as in ``streaming``: importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "CSVWriter",
+    "JSONWriter",
+    "LocalDataset",
+    "MDSWriter",
+    "Stream",
+    "StreamingDataLoader",
+    "StreamingDataset",
+    "TSVWriter",
+    "XSVWriter",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'streaming.base' has no attribute {name!r}")
+    return getattr(importlib.import_module("streaming"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

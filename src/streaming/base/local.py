@@ -1,0 +1,5 @@
+"""``streaming.base.local`` (mosaicml-streaming's path): ``LocalDataset``."""
+
+from streaming.local import LocalDataset
+
+__all__ = ["LocalDataset"]

@@ -1,0 +1,109 @@
+"""Issue 28 item 7: a mosaicml-streaming state dict (what Composer checkpoints of runs on that library hold)
+resumes here at exactly the sample upstream would have yielded next."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streaming import MDSWriter, StreamingDataset
+from tests.streaming.compat.reference import run_reference
+
+N, TAKEN, SEED = 600, 130, 7
+ARGS = dict(batch_size=4, shuffle=True, shuffle_seed=SEED, num_canonical_nodes=2)
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    out = tmp_path / "ds"
+    with MDSWriter(out=str(out), columns={"id": "int"}, size_limit=400) as w:
+        for i in range(N):
+            w.write({"id": i})
+    return out
+
+
+def _ours(local: Path, state: dict | None = None) -> list[int]:
+    ds = StreamingDataset(local=str(local), **ARGS)
+    if state is not None:
+        ds.load_state_dict(state)
+    return [int(s["id"]) for s in ds]
+
+
+def test_a_hand_written_upstream_state_continues_the_epoch(dataset):
+    state = {"epoch": 0, "sample_in_epoch": 0, "num_canonical_nodes": 2, "shuffle_seed": SEED,
+             "initial_physical_nodes": 1}  # fmt: skip
+    full = _ours(dataset, state)  # upstream's own order, from the epoch's start
+    assert full != _ours(dataset), "this library's native order differs from upstream's"
+    state["sample_in_epoch"] = TAKEN
+    rest = _ours(dataset, state)
+    assert full[:TAKEN] + rest == full and sorted(full) == list(range(N))
+    del state["initial_physical_nodes"]  # states of mosaicml-streaming < 0.7
+    assert _ours(dataset, state) == rest
+
+
+def test_an_upstream_state_with_another_seed_is_refused_naming_it(dataset):
+    state = {"epoch": 0, "sample_in_epoch": TAKEN, "num_canonical_nodes": 2, "shuffle_seed": 8}
+    with pytest.raises(ValueError, match="shuffle_seed=8"):
+        StreamingDataset(local=str(dataset), **ARGS).load_state_dict(state)
+
+
+_UPSTREAM = """
+    import json
+    from streaming import StreamingDataset
+    ds = StreamingDataset(local={local!r}, batch_size=4, shuffle=True, shuffle_seed={seed}, num_canonical_nodes=2)
+    state = json.loads({state!r})
+    if state:
+        ds.load_state_dict(state)
+    ids = []
+    for sample in ds:
+        ids.append(int(sample["id"]))
+        if len(ids) == {stop}:
+            break
+    print(json.dumps({{"ids": ids, "state": ds.state_dict(len(ids), from_beginning=False)}}))
+"""
+
+
+def test_a_run_stopped_under_mosaicml_streaming_continues_here_exactly(dataset, tmp_path):
+    def upstream(state: dict | None, stop: int) -> dict:
+        code = _UPSTREAM.format(local=str(dataset), seed=SEED, state=json.dumps(state or {}), stop=stop)
+        return run_reference(code, cwd=tmp_path)  # type: ignore[return-value]
+
+    first = upstream(None, TAKEN)  # the run on mosaicml-streaming, stopped mid-epoch (a checkpoint)
+    state = first["state"]
+    assert set(state) >= {"epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed"}
+    assert state["sample_in_epoch"] == TAKEN
+    upstream_rest = upstream(state, -1)["ids"]  # what upstream yields when it continues
+    ours_rest = _ours(dataset, state)  # the same checkpoint, continued here
+    assert ours_rest == upstream_rest
+    assert sorted(first["ids"] + ours_rest) == list(range(N)), "the union is the epoch, no duplicates"
+
+
+_TWO_EPOCHS = """
+    import json
+    from streaming import StreamingDataset
+    ds = StreamingDataset(local={local!r}, batch_size=4, shuffle=True, shuffle_seed={seed}, num_canonical_nodes=2)
+    print(json.dumps([[int(s["id"]) for s in ds] for _ in range(2)]))
+"""
+
+
+def test_later_epochs_and_our_own_checkpoints_keep_upstreams_order(dataset, tmp_path):
+    from streaming import StreamingDataLoader
+
+    epoch0, epoch1 = run_reference(_TWO_EPOCHS.format(local=str(dataset), seed=SEED), cwd=tmp_path)  # type: ignore[misc]
+    ds = StreamingDataset(local=str(dataset), **ARGS)
+    ds.load_state_dict({"epoch": 0, "sample_in_epoch": TAKEN, "num_canonical_nodes": 2, "shuffle_seed": SEED})
+    loader = StreamingDataLoader(ds, batch_size=4, num_workers=2)
+    assert [int(i) for b in loader for i in b["id"]] == epoch0[TAKEN:]
+    seen = []
+    for batch in loader:  # epoch 1, stopped after 10 batches: a checkpoint of ours
+        seen += [int(i) for i in batch["id"]]
+        if len(seen) == 40:
+            break
+    state = loader.state_dict()
+    assert state["order"] == "mosaicml-streaming"
+    again = StreamingDataset(local=str(dataset), **ARGS)
+    again.load_state_dict(state)
+    rest = [int(i) for b in StreamingDataLoader(again, batch_size=4, num_workers=2) for i in b["id"]]
+    assert seen + rest == epoch1
