@@ -263,6 +263,21 @@ class StreamingDataset(IterableDataset):
         """Make shard ``shard_id`` readable locally: download (remote streams, once per node), verify, decompress."""
         self._shards_access().prepare(shard_id)
 
+    @property
+    def num_samples(self) -> int:
+        """mosaicml-streaming's name for ``size``: samples in all streams, before any resampling."""
+        return self.size
+
+    def evict_shard(self, shard_id: int) -> None:
+        """Delete shard ``shard_id``'s files from the local cache (it is downloaded again when needed). A shard
+        being read or prepared (by any process) is left alone, and so is a shard whose only copy is local
+        (mosaicml-streaming deletes it: its data would be gone)."""
+        if not 0 <= shard_id < len(self.shards):
+            raise IndexError(f"shard {shard_id} out of range: the dataset has {len(self.shards)} shards")
+        if self.streams[int(self.stream_per_shard[shard_id])].is_remote:
+            self._shards_access().forget(shard_id)
+            self._shard_cache().evict(shard_id)
+
     def get_item(self, sample_id: int) -> dict[str, Any]:
         """Sample ``sample_id`` of the unresampled concatenation of all streams (negative counts from the end)."""
         if sample_id < 0:

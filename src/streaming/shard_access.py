@@ -156,6 +156,13 @@ class ShardAccess:
         if self.cache is not None:
             self.cache.drain()
 
+    def forget(self, shard_id: int) -> None:
+        """Drop this process's reader of shard ``shard_id`` (its pin goes with the last view of its file)."""
+        self.readers.pop(shard_id, None)
+        self.prepared.discard(shard_id)
+        if self.cache is not None:
+            self.cache.drain()
+
     def reader(self, shard_id: int) -> ShardReader:
         """The open reader of a shard (prepared first if needed; prepared again if evicted meanwhile)."""
         reader = self.readers.get(shard_id)

@@ -281,6 +281,11 @@ class ShardCache:
         somewhere count against the limit until nothing maps it."""
         self._pins.add_while_alive(shard_id, owner)
 
+    def evict(self, shard_id: int) -> int:
+        """Delete shard ``shard_id``'s files now unless it is read (pinned) or prepared, or its only copy is
+        local; returns the bytes freed."""
+        return self._space.evict(shard_id) if shard_id in self._space.entries else 0
+
     def drain(self) -> None:
         """Undo the pins whose owners went (``pin_while_alive``)."""
         self._pins.drain()

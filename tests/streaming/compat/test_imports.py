@@ -119,3 +119,30 @@ def test_a_builtin_encoding_cannot_be_replaced():
 
     with pytest.raises(ValueError, match="built-in"):
         _encodings["int"] = Fake
+
+
+@pytest.mark.parametrize("cache_limit", [None, "1mb"])
+def test_num_samples_and_evict_shard(tmp_path, cache_limit):
+    """Issue 28 item 2: upstream's `num_samples` and `evict_shard()`; a shard is fetched again after it."""
+    from streaming import MDSWriter, StreamingDataset
+
+    with MDSWriter(out=str(tmp_path / "remote"), columns={"i": "int"}, size_limit=200) as w:
+        for i in range(100):
+            w.write({"i": i})
+    ds = StreamingDataset(
+        remote=str(tmp_path / "remote"), local=str(tmp_path / "cache"), batch_size=1, cache_limit=cache_limit
+    )
+    assert ds.num_samples == ds.size == 100
+    assert ds[0]["i"] == 0
+    raw = tmp_path / "cache" / ds.shards[0].raw_data.basename
+    assert raw.exists()
+    ds.evict_shard(0)
+    assert not raw.exists()
+    assert (
+        StreamingDataset(remote=str(tmp_path / "remote"), local=str(tmp_path / "cache"), batch_size=1)[1]["i"]
+        == 1
+    )
+    assert raw.exists()
+    local_only = StreamingDataset(local=str(tmp_path / "remote"), batch_size=1)
+    local_only.evict_shard(0)  # the only copy: never deleted
+    assert (tmp_path / "remote" / ds.shards[0].raw_data.basename).exists()
