@@ -31,7 +31,7 @@ from streaming.dataset_index import load_dataset_shards
 from streaming.epoch_planner import EpochPlanner
 from streaming.format.hashing import check_validate_hash
 from streaming.format.index import ShardInfo
-from streaming.plan.sampling import stream_choose
+from streaming.plan.sampling import derived_weights, stream_choose
 from streaming.plan.upstream_shuffle import UPSTREAM_ALGOS
 from streaming.resume_state import (
     STATE_VERSION,
@@ -176,13 +176,21 @@ class StreamingDataset(IterableDataset):
         self.epoch_size_arg = None if epoch_size is None else parse_count(epoch_size, name="epoch_size")
         self.choose_per_stream = stream_choose(
             samples_per_stream=self.samples_per_stream.tolist(),
-            proportion=[s.proportion for s in self.streams],
-            repeat=[s.repeat for s in self.streams],
-            choose=[s.choose for s in self.streams],
+            proportion=[s.weights_given["proportion"] for s in self.streams],
+            repeat=[s.weights_given["repeat"] for s in self.streams],
+            choose=[s.weights_given["choose"] for s in self.streams],
             epoch_size=self.epoch_size_arg,
             seed=shuffle_seed,
         )
         self.epoch_size = int(self.choose_per_stream.sum())
+        proportions, repeats = derived_weights(
+            samples_per_stream=self.samples_per_stream.tolist(),
+            choose_per_stream=self.choose_per_stream.tolist(),
+            proportion=[s.weights_given["proportion"] for s in self.streams],
+            epoch_size=self.epoch_size_arg,
+        )
+        for s, p, r, c in zip(self.streams, proportions, repeats, self.choose_per_stream.tolist()):
+            s.proportion, s.repeat, s.choose = float(p), float(r), int(c)  # as upstream fills them in
         self.cache_limit = None if cache_limit is None else parse_bytes(cache_limit, name="cache_limit")
         check_cache_limit(self.cache_limit, self._bytes_per_shard)
         if world is not None and replication is not None:

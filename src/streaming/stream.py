@@ -149,6 +149,9 @@ class Stream:
         self.proportion = proportion
         self.repeat = repeat
         self.choose = None if choose is None else int(choose)
+        self.weights_given = {"proportion": proportion, "repeat": repeat, "choose": self.choose}
+        """The weights as passed: a dataset fills in ``proportion``, ``repeat`` and ``choose`` with the values it
+        derives (as mosaicml-streaming does), and reads these."""
         self.download_retry = download_retry
         self.download_timeout = download_timeout
         self.download_budget = download_budget
@@ -220,7 +223,7 @@ class Stream:
     def fingerprint(self) -> str:
         """A short hash of this stream's index (shard names, sizes, sample counts, hashes) and weights."""
         if self._fingerprint is None:  # resume states ask for it at every checkpoint; the table never changes
-            weights = {"proportion": self.proportion, "repeat": self.repeat, "choose": self.choose}
+            weights = self.weights_given
             self._fingerprint = self.shard_table().fingerprint(weights)
         return self._fingerprint
 

@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Units", "allocate_shards", "build_units", "epoch_sampling_seed", "stream_choose"]
+__all__ = [
+    "Units",
+    "allocate_shards",
+    "build_units",
+    "derived_weights",
+    "epoch_sampling_seed",
+    "stream_choose",
+]
 
 _TAG_SHORTFALL = 11
 _TAG_ALLOC = 12
@@ -91,6 +98,29 @@ def stream_choose(
         elif r is not None:
             out[i] = int(r * n[i])
     return out
+
+
+def derived_weights(
+    *,
+    samples_per_stream: Sequence[int],
+    choose_per_stream: Sequence[int],
+    proportion: Sequence[float | None],
+    epoch_size: int | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(proportion, repeat) of each stream as mosaicml-streaming writes them back onto its ``Stream`` objects:
+    the given proportions normalized (relative weights), else each stream's share of the underlying samples
+    (``epoch_size`` without weights), else its share of the epoch; ``repeat`` = chosen / underlying samples."""
+    n = np.asarray(samples_per_stream, dtype=np.float64)
+    chosen = np.asarray(choose_per_stream, dtype=np.float64)
+    if len(proportion) and all(p is not None for p in proportion):
+        base = np.asarray(proportion, dtype=np.float64)
+    elif epoch_size is not None:
+        base = n
+    else:
+        base = chosen
+    share = base / base.sum() if base.sum() > 0 else np.zeros_like(base)
+    repeat = np.divide(chosen, n, out=np.zeros_like(chosen), where=n > 0)
+    return share, repeat
 
 
 def _split_relative(weights: np.ndarray, total: int, seed: int) -> np.ndarray:

@@ -107,3 +107,37 @@ def test_later_epochs_and_our_own_checkpoints_keep_upstreams_order(dataset, tmp_
     again.load_state_dict(state)
     rest = [int(i) for b in StreamingDataLoader(again, batch_size=4, num_workers=2) for i in b["id"]]
     assert seen + rest == epoch1
+
+
+WEIGHTS = [
+    [{"choose": 100}, {}],
+    [{"repeat": 2}, {"repeat": 0.5}],
+    [{"proportion": 3}, {"proportion": 1}],
+    [{}, {}],
+]
+
+
+@pytest.mark.parametrize("weights", WEIGHTS, ids=lambda w: repr(w))
+def test_derived_weights_are_written_back_onto_the_streams_as_upstream_does(dataset, tmp_path, weights):
+    """Issue 28 item 4: upstream fills in every Stream's proportion, repeat and choose."""
+    from streaming import Stream
+
+    second = tmp_path / "second"
+    with MDSWriter(out=str(second), columns={"id": "int"}, size_limit=400) as w:
+        for i in range(200):
+            w.write({"id": i})
+    folders = [str(dataset), str(second)]
+    code = f"""
+        import json
+        from streaming import Stream, StreamingDataset
+        streams = [Stream(local=f, **w) for f, w in zip({folders!r}, {weights!r})]
+        StreamingDataset(streams=streams, batch_size=4)
+        print(json.dumps([[float(s.proportion), float(s.repeat), int(s.choose)] for s in streams]))
+    """
+    expected = run_reference(code, cwd=tmp_path)
+    streams = [Stream(local=f, **w) for f, w in zip(folders, weights)]
+    StreamingDataset(streams=streams, batch_size=4)
+    got = [[s.proportion, s.repeat, s.choose] for s in streams]
+    assert [x for row in got for x in row] == pytest.approx([x for row in expected for x in row])
+    again = StreamingDataset(streams=streams, batch_size=4)  # the filled-in streams can be used again
+    assert again.epoch_size == sum(c for _, _, c in got)
