@@ -24,6 +24,8 @@ __all__ = [
     "DatasetIndex",
     "FileInfo",
     "IndexError_",
+    "IndexJSONError",
+    "IndexNotFoundError",
     "ShardInfo",
     "dump_index",
     "index_path",
@@ -88,6 +90,21 @@ _CONFIG_KEYS = {
 
 class IndexError_(ValueError):  # noqa: N801 - avoid shadowing the builtin IndexError
     """A malformed ``index.json`` or shard object; the message names the file and the shard."""
+
+
+class IndexJSONError(IndexError_, json.JSONDecodeError):
+    """An ``index.json`` that is not JSON (empty, truncated): a ``json.JSONDecodeError`` too, as upstream raises."""
+
+    def __init__(self, message: str, err: json.JSONDecodeError) -> None:
+        json.JSONDecodeError.__init__(self, err.msg, err.doc, err.pos)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class IndexNotFoundError(FileNotFoundError, RuntimeError):
+    """No ``index.json`` where a dataset was expected (a ``RuntimeError`` too, as upstream raises)."""
 
 
 @dataclass(frozen=True)
@@ -385,17 +402,17 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
     except FileNotFoundError:
         folder = os.path.dirname(path)
         if not os.path.isdir(folder):
-            raise FileNotFoundError(
+            raise IndexNotFoundError(
                 f"{folder}: no such folder (check the path, or the dataset's split)"
             ) from None
-        raise FileNotFoundError(
+        raise IndexNotFoundError(
             f"no {INDEX_FILENAME} at {path}: write the dataset with MDSWriter/JSONWriter/CSVWriter, or recreate "
             f"the index from its shards with `python -m streaming rebuild-index {folder}`"
         ) from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
-        raise IndexError_(f"{source or path}: not valid JSON ({err})") from None
+        raise IndexJSONError(f"{source or path}: not valid JSON ({err})", err) from None
     return parse_index(obj, path=path, source=source)
 
 

@@ -37,7 +37,7 @@ from streaming.sizes import parse_bytes
 from streaming.storage.url import redact
 from streaming.writers.output import Output, resolve_output
 
-__all__ = ["DEFAULT_SIZE_LIMIT", "Writer", "shard_basename"]
+__all__ = ["DEFAULT_SIZE_LIMIT", "Writer", "WriterArgumentError", "shard_basename"]
 
 DEFAULT_SIZE_LIMIT = 1 << 26
 
@@ -45,6 +45,11 @@ DEFAULT_SIZE_LIMIT = 1 << 26
 def shard_basename(index: int, fmt: str) -> str:
     """``shard.<index:05>.<fmt>`` (the number simply grows past 99999)."""
     return f"shard.{index:05}.{fmt}"
+
+
+class WriterArgumentError(TypeError, ValueError):
+    """A writer argument that does not exist (a ``ValueError`` as in mosaicml-streaming, a ``TypeError`` as
+    Python reports unknown keywords)."""
 
 
 class Writer(ABC):
@@ -82,7 +87,13 @@ class Writer(ABC):
         progress_bar: bool = False,
         max_workers: int | None = None,
         retry: int = 2,
+        **unknown: object,
     ) -> None:
+        if unknown:
+            raise WriterArgumentError(
+                f"{type(self).__name__}: unknown argument(s) {sorted(unknown)}; valid: out, columns, compression, "
+                "hashes, size_limit, keep_local, exist_ok, append, progress_bar, max_workers, retry"
+            )
         self._compression = get_compression(compression) if compression else None
         self.compression = compression
         self.hashes = list(hashes or [])

@@ -146,3 +146,20 @@ def test_num_samples_and_evict_shard(tmp_path, cache_limit):
     local_only = StreamingDataset(local=str(tmp_path / "remote"), batch_size=1)
     local_only.evict_shard(0)  # the only copy: never deleted
     assert (tmp_path / "remote" / ds.shards[0].raw_data.basename).exists()
+
+
+def test_errors_are_upstreams_types_too(tmp_path):
+    """Issue 28 item 9: the exception types upstream raises (ours subclass them, keeping our messages)."""
+    import json
+
+    from streaming import MDSWriter, StreamingDataset
+
+    with pytest.raises(ValueError, match="bogus"):
+        MDSWriter(out=str(tmp_path / "w"), columns={"x": "int"}, bogus=1)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "index.json").write_text("")
+    with pytest.raises(json.JSONDecodeError, match="not valid JSON"):
+        StreamingDataset(local=str(tmp_path / "empty"), batch_size=1)
+    (tmp_path / "none").mkdir()
+    with pytest.raises(RuntimeError, match="no index.json"):
+        StreamingDataset(local=str(tmp_path / "none"), batch_size=1)
