@@ -149,8 +149,15 @@ class StratifiedOrder(GlobalOrder):
         exact = sizes / sizes.sum() * self.g
         share = np.floor(exact).astype(np.int64)
         left = self.g - int(share.sum())
-        if left:
-            share[np.argsort(-(exact - share), kind="stable")[:left]] += 1
+        if left:  # largest remainders first; among equal ones the later stream first, as upstream orders them
+            share[np.flip(np.argsort(exact - share))[:left]] += 1
+        if (share <= 0).any():
+            empty = int(np.flatnonzero(share <= 0)[0])
+            raise ValueError(
+                f"batching_method='stratified': stream {empty}'s share of a global batch of {self.g} rounds to 0 "
+                f"samples (shares {share.tolist()}), so its samples would never be read; raise the global batch "
+                "size or that stream's weight, or use batching_method='random'"
+            )
         self.share = share
         self.cum = np.concatenate([[0], np.cumsum(share)]).astype(np.int64)
         used = share > 0

@@ -141,3 +141,36 @@ def test_derived_weights_are_written_back_onto_the_streams_as_upstream_does(data
     assert [x for row in got for x in row] == pytest.approx([x for row in expected for x in row])
     again = StreamingDataset(streams=streams, batch_size=4)  # the filled-in streams can be used again
     assert again.epoch_size == sum(c for _, _, c in got)
+
+
+def test_stratified_shares_match_upstream_and_a_zero_share_is_refused(dataset, tmp_path):
+    """Issue 28 items 8, 10: a tied leftover goes to the later stream (as upstream); a share of 0 is an error
+    (before: that stream was silently left out of every batch)."""
+    from streaming import Stream
+
+    second = tmp_path / "second"
+    with MDSWriter(out=str(second), columns={"id": "int"}, size_limit=400) as w:
+        for i in range(N, 2 * N):
+            w.write({"id": i})
+    folders = [str(dataset), str(second)]
+    code = f"""
+        import json
+        from streaming import Stream, StreamingDataset
+        ds = StreamingDataset(streams=[Stream(local=f) for f in {folders!r}], batch_size=5,
+                              batching_method="stratified", shuffle=False)
+        ids = [int(s["id"]) for _, s in zip(range(5), ds)]
+        print(json.dumps(sum(i >= {N} for i in ids)))
+    """
+    upstream_second = run_reference(code, cwd=tmp_path)
+    ds = StreamingDataset(
+        streams=[Stream(local=f) for f in folders], batch_size=5, batching_method="stratified", shuffle=False
+    )
+    ids = [int(s["id"]) for _, s in zip(range(5), ds)]
+    assert sum(i >= N for i in ids) == upstream_second == 3
+    tiny = StreamingDataset(
+        streams=[Stream(local=folders[0], proportion=0.95), Stream(local=folders[1], proportion=0.05)],
+        batch_size=5,
+        batching_method="stratified",
+    )
+    with pytest.raises(ValueError, match="stream 1's share of a global batch of 5 rounds to 0"):
+        next(iter(tiny))
