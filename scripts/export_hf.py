@@ -14,8 +14,10 @@ Examples:
   * a folder written by `save_pretrained` (foundry_mpt), or a weights file (.pt/.safetensors) with `--config`.
 
 `--format auto` writes transformers' built-in `mpt` format (loads in `transformers.MptForCausalLM`) when the
-model's options map onto it (ALiBi, no_bias, LayerNorm, GELU MLP, MHA), else our `foundry_mpt` format
-(load with `foundry.models.load_pretrained`).
+model's options map onto it (ALiBi, no_bias, LayerNorm, GELU MLP, MHA), else our `foundry_mpt` format with
+the modelling code beside the weights (`auto_map` in config.json, as llm-foundry's exports): plain
+transformers loads it with `AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)`, without this
+project installed (or `foundry.models.load_pretrained`). It prints which format it wrote and why.
 
 A mistake in the arguments (a missing path, a format the model cannot take) prints one `error: ...` line and
 exits 2; `HYDRA_FULL_ERROR=1` adds the traceback.
@@ -31,7 +33,7 @@ from typing import Any
 import torch
 
 from foundry.errors import ConfigError, require_path, run_tool
-from foundry.models.export import FORMATS, export_checkpoint, is_trainer_checkpoint
+from foundry.models.export import FORMATS, describe_export, export_checkpoint, is_trainer_checkpoint
 from foundry.tokenizers import TokenizerConfig, build_tokenizer, run_tokenizer_config
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -105,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
             args.src, args.out, config=args.config, tokenizer=tok, fmt=args.format, dtype=DTYPES[args.dtype]
         )
     print(f"wrote {fmt} checkpoint to {Path(args.out)}")
+    print(f"format: {describe_export(args.out, requested=args.format)}")
 
 
 if __name__ == "__main__":

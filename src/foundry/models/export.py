@@ -3,12 +3,15 @@
 Design note: transformers' own `MptForCausalLM` implements a narrow slice of MPT (ALiBi with bias max 8,
 no biases, LayerNorm, GELU MLP x4, MHA). Our parameter names already match it, so export is "check the
 options map, build transformers' model, copy the state dict, `save_pretrained`" - loading the weights into
-the real target class is the validation. Configurations outside that slice export in our registered
-`foundry_mpt` format, which `AutoModelForCausalLM` loads after `register_auto_classes()`.
+the real target class is the validation. Configurations outside that slice export in our `foundry_mpt`
+format with the modelling code beside the weights (`foundry.models.remote_code`, `auto_map` in config.json):
+plain transformers loads it with `trust_remote_code=True`, and `AutoModelForCausalLM` loads it without
+after `register_auto_classes()`. `describe_export` says which format a folder holds and why.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +20,11 @@ from torch import nn
 
 from foundry.models.build import load_pretrained
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
+from foundry.models.remote_code import write_remote_code
 from foundry.serialization import load_file
 
 __all__ = [
+    "describe_export",
     "export_checkpoint",
     "export_hf",
     "from_hf_mpt",
@@ -129,7 +134,8 @@ def export_hf(
     Args:
         model: our MPT. out_dir: output folder. tokenizer: saved alongside when given.
         fmt: `hf_mpt` (transformers' built-in MptForCausalLM; fails if options do not map), `foundry`
-            (our registered model_type) or `auto` (hf_mpt when possible, else foundry).
+            (our model_type `foundry_mpt`, with its modelling code and `auto_map`: loads in plain transformers
+            with `trust_remote_code=True`) or `auto` (hf_mpt when possible, else foundry).
         dtype: weight dtype on disk.
 
     A model with LoRA adapters (`model.peft_config`) is merged in place first (pass a copy to keep training
@@ -151,6 +157,8 @@ def export_hf(
         fmt = "foundry" if hf_mpt_incompatibilities(model.config) else "hf_mpt"
     if fmt == "foundry":
         model.save_pretrained(out, state_dict=_state_dict_fp(model, dtype))
+        if isinstance(model, MPTForCausalLM):  # (a transformers model of another kind has its class there)
+            write_remote_code(out)
     else:
         from transformers import MptForCausalLM
 
@@ -168,6 +176,39 @@ def export_hf(
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
     return fmt
+
+
+def describe_export(out_dir: str | Path, *, requested: str = "auto") -> str:
+    """One line: which format the export folder `out_dir` holds, how to load it, and why it was chosen.
+
+    Args:
+        out_dir: A folder `export_hf` wrote. requested: the `fmt` it was asked for.
+    """
+    out = Path(out_dir)
+    config = json.loads((out / "config.json").read_text())
+    model_type = config.get("model_type")
+    if model_type == "mpt":
+        why = (
+            "asked for (--format hf_mpt)"
+            if requested == "hf_mpt"
+            else "every option of this model maps onto it"
+        )
+        return (
+            f"hf_mpt, transformers' own MptForCausalLM: AutoModelForCausalLM.from_pretrained('{out}') loads it "
+            f"with no extra code ({why})"
+        )
+    if "auto_map" not in config:
+        return f"a transformers {model_type} model (its class is part of transformers; no code written)"
+    problems = hf_mpt_incompatibilities(MPTConfig.from_json_file(str(out / "config.json")))
+    if requested == "foundry":
+        why = "asked for (--format foundry)"
+    else:
+        why = "transformers' own MPT cannot hold this model: " + "; ".join(problems)
+    return (
+        f"foundry_mpt with its modelling code beside the weights (modeling_foundry_mpt.py and helpers, auto_map "
+        f"in config.json): AutoModelForCausalLM.from_pretrained('{out}', trust_remote_code=True) loads it "
+        f"with only torch and transformers installed ({why})"
+    )
 
 
 def from_hf_mpt(hf_model: nn.Module) -> MPTForCausalLM:
