@@ -9,26 +9,17 @@ Re-exports are lazy, as in ``streaming``: importing this package does not import
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-__all__ = [
-    "CSVWriter",
-    "JSONWriter",
-    "LocalDataset",
-    "MDSWriter",
-    "Stream",
-    "StreamingDataLoader",
-    "StreamingDataset",
-    "TSVWriter",
-    "XSVWriter",
-]
+import streaming
+
+__all__ = [name for name in streaming.__all__ if name != "merge_index"]  # upstream's streaming.base names
 
 
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module 'streaming.base' has no attribute {name!r}")
-    return getattr(importlib.import_module("streaming"), name)
+    return getattr(streaming, name)
 
 
 def __dir__() -> list[str]:
