@@ -101,8 +101,8 @@ bench: ## run every benchmark (BENCHES="..." to pick); each prints JSON lines wi
 clean: ## remove run outputs and caches
 	rm -rf outputs multirun .pytest_cache .ruff_cache .mypy_cache .hypothesis
 
-train: ## offline quick start (mpt-tiny, ~1 min on CPU); pass overrides with ARGS="model=mpt-125m data=c4"
-	$(PY) train.py $(ARGS)
+train: ## offline quick start (mpt-tiny, ~1 min on CPU) as run `quickstart` (again: it autoresumes); ARGS="trainer.max_duration=1200ba"
+	$(PY) train.py run_name=quickstart $(ARGS)
 
 # Finetuning (task=finetune). Without CKPT: the quick-start checkpoint when `make train` left one, else a fresh mpt-tiny
 # (from_scratch=true: task=finetune refuses random weights unless asked).
@@ -110,7 +110,7 @@ finetune: ## CPU finetuning recipe (offline instruction set, packed): make finet
 	@ckpt="$(CKPT)"; \
 	if [ -z "$$ckpt" ] && [ -d outputs/quickstart/checkpoints ]; then ckpt=outputs/quickstart/checkpoints; fi; \
 	scratch=; if [ -z "$$ckpt" ]; then scratch=from_scratch=true; echo "[make finetune] no CKPT and no outputs/quickstart/checkpoints (make train): finetuning a fresh mpt-tiny (from_scratch=true)"; fi; \
-	set -x; $(PY) train.py experiment=finetune-cpu $${ckpt:+checkpoint.load_path=$$ckpt} $$scratch $(ARGS)
+	set -x; $(PY) train.py experiment=finetune-cpu run_name=finetune-cpu $${ckpt:+checkpoint.load_path=$$ckpt} $$scratch $(ARGS)
 
 NPROC ?= 2
 PARALLELISM ?= ddp

@@ -107,7 +107,8 @@ def _train_py(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_train_then_eval_evaluates_the_trained_checkpoint(tmp_path):
     """`make train` then `make eval` in miniature (the same train.py commands, shorter)."""
-    _train_py([*TINY, *SHORT, "trainer.global_train_batch_size=4"], tmp_path)
+    # make train
+    _train_py(["run_name=quickstart", *TINY, *SHORT, "trainer.global_train_batch_size=4"], tmp_path)
     log = (tmp_path / "outputs" / "quickstart" / "train.log").read_text()
     assert "quick start: building the corpus" in log and "MDS split 'train'" in log and "data ready" in log
     ckpts = tmp_path / "outputs" / "quickstart" / "checkpoints"

@@ -40,7 +40,7 @@ def test_smoke_three_steps(tmp_path):
 
 @pytest.mark.slow
 def test_quickstart_with_no_overrides_trains_and_the_loss_falls(tmp_path):
-    proc = _train([], tmp_path, timeout=900)
+    proc = _train(["run_name=quickstart"], tmp_path, timeout=900)  # make train
     run_dir = tmp_path / "outputs" / "quickstart"
     assert f"run directory: {run_dir}" in proc.stdout
     rows = _metrics(run_dir)

@@ -35,6 +35,7 @@ from foundry.loggers.base import LoggerConfig
 from foundry.models import ModelConfig, register_model_configs
 from foundry.optim import OptimizerConfig, SchedulerConfig, register_optim_configs
 from foundry.parallel.config import ParallelismConfig
+from foundry.run_name import register_run_name_resolver
 from foundry.storage_config import StorageConfig
 from foundry.tokenizers import TokenizerConfig, register_tokenizer_configs
 from foundry.train.config import TrainerConfig
@@ -113,7 +114,8 @@ class TrainConfig:
     task: str = "pretrain"
     """What `train.py` runs: `pretrain`, `finetune` (on `data=finetune/<name>`), or `eval` (ICL evaluation)."""
     run_name: str = "dev"
-    """Names the run directory (`outputs/<run_name>`) and the W&B run."""
+    """Names the run directory (`outputs/<run_name>`) and the W&B run; a named run autoresumes. `train.yaml`
+    generates a fresh one (`pretrain-mpt-tiny-20261126-175501`, `foundry.run_name`) unless given."""
     seed: int = 17
     """Seeds Python, numpy and torch; the data shuffle seed when `data.shuffle_seed` is null."""
     model: ModelConfig
@@ -162,6 +164,7 @@ def register_configs() -> None:
     call before composing)."""
     # `${quickstart_tokenizer:<cache>,<corpus_mb>,<vocab_size>}`: the keyed tokenizer path (conf/data/quickstart.yaml)
     OmegaConf.register_new_resolver("quickstart_tokenizer", quickstart_tokenizer_path, replace=True)
+    register_run_name_resolver()  # `${foundry.run_name:${task}}`: a fresh name unless the run is named
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     register_model_configs(cs)

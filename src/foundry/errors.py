@@ -16,13 +16,33 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["EXIT_USER_ERROR", "ConfigError", "is_url", "require_path", "run_tool"]
+__all__ = ["EXIT_USER_ERROR", "ConfigError", "ResumeMismatch", "is_url", "require_path", "run_tool"]
 
 EXIT_USER_ERROR = 2
 
 
 class ConfigError(ValueError):
     """A bad config key or value, or a file/folder the config names that is missing."""
+
+
+class ResumeMismatch(ConfigError):
+    """A checkpoint cannot continue this config (another model config, another dataset or mixture).
+
+    The run that tried to resume rewrites it into a message naming the run and the checkpoint
+    (`foundry.tasks.resume_message`).
+
+    Args:
+        message: The complete message (for code that reports it as is).
+        detail: What differs, without advice (`model.n_layers: checkpoint 2, config 4`).
+        what: `model` or `data`.
+        mixture_changed: The data's stream mixture changed (`data.on_mixture_change=continue` accepts that).
+    """
+
+    def __init__(self, message: str, *, detail: str, what: str, mixture_changed: bool = False) -> None:
+        super().__init__(message)
+        self.detail = detail
+        self.what = what
+        self.mixture_changed = mixture_changed
 
 
 def run_tool(main: Callable[[], int | None]) -> int:

@@ -3,8 +3,9 @@
 Hydra records the composed config, its own config and the command-line overrides (`.hydra/*.yaml`,
 `multirun.yaml`) and names sweep job folders after the overrides (`hydra.job.override_dirname`); a signed URL or
 a token given on the command line would land verbatim in all of them. `conf/hydra/default.yaml` therefore sets
-`output_subdir: null` (Hydra writes no `.hydra/`) and registers `RedactedHydraFiles`, which writes the same three
-files through `streaming.storage.redact.redact_value` when each job starts, and names sweep job folders with the
+`output_subdir: null` (Hydra writes no `.hydra/`); `write_hydra_files` writes the same three files through
+`streaming.storage.redact.redact_value` once the run is accepted (`foundry.tasks.run_record`: a refused command
+writes nothing), `RedactedHydraFiles` redacts the sweep's `multirun.yaml`, and sweep job folders are named with the
 `${foundry.redact:...}` resolver. `RedactingFilter` masks every log line the job and Hydra itself log (the
 console and `<run_dir>/train.log`; Hydra's launcher logs each job's overrides). The task itself never reads
 these files and keeps the real values.
@@ -30,6 +31,7 @@ __all__ = [
     "RedactingFilter",
     "redacted_yaml",
     "register_redact_resolver",
+    "write_hydra_files",
 ]
 
 REDACT_RESOLVER = "foundry.redact"
@@ -72,31 +74,38 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-class RedactedHydraFiles(HydraCallback):
-    """Writes Hydra's `config.yaml`, `hydra.yaml` and `overrides.yaml` redacted, and redacts `multirun.yaml`.
-
-    Registered in `conf/hydra/default.yaml` together with `output_subdir: null`, so the unredacted files are
-    never written. Creating it registers the `foundry.redact` resolver the sweep `subdir` uses.
+def write_hydra_files(out: Path, task_cfg: DictConfig) -> None:
+    """Writes the running job's `config.yaml`, `hydra.yaml` and `overrides.yaml` to `out` (`<run_dir>/.hydra/
+    rank<R>`): the content of Hydra's own files, secrets masked, each atomically. Needs a running Hydra job.
 
     Args:
-        subdir: Where the files go, relative to the job's output directory (`.hydra/rank<R>`).
+        out: The folder (created if missing).
+        task_cfg: The job's config (`hydra` node removed, as the task function receives it).
+    """
+    hydra_cfg = HydraConfig.get()
+    task = OmegaConf.to_container(task_cfg, resolve=False, enum_to_str=True)
+    assert isinstance(task, dict)
+    task.pop("hydra", None)
+    hydra_node = OmegaConf.to_container(hydra_cfg, resolve=False, enum_to_str=True)
+    _write(out / "config.yaml", redacted_yaml(task))
+    _write(out / "hydra.yaml", redacted_yaml({"hydra": hydra_node}))
+    _write(out / "overrides.yaml", redacted_yaml(list(hydra_cfg.overrides.task)))
+
+
+class RedactedHydraFiles(HydraCallback):
+    """Redacts the sweep's `multirun.yaml` and the overrides a failed job prints.
+
+    Registered in `conf/hydra/default.yaml` together with `output_subdir: null`, so the unredacted files are
+    never written (a job's own three files: `write_hydra_files`). Creating it registers the `foundry.redact`
+    resolver the sweep `subdir` uses.
     """
 
-    def __init__(self, subdir: str = ".hydra") -> None:
-        self.subdir = subdir
+    def __init__(self) -> None:
         register_redact_resolver()
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ANN401
-        """Writes the three files of this job (the same content as Hydra's, secrets masked)."""
+        """Rewrites the sweep's `multirun.yaml` with secrets masked (a sweep job only)."""
         hydra_cfg = HydraConfig.get()
-        out = Path(hydra_cfg.runtime.output_dir) / self.subdir
-        task = OmegaConf.to_container(config, resolve=False, enum_to_str=True)
-        assert isinstance(task, dict)
-        task.pop("hydra", None)
-        hydra_node = OmegaConf.to_container(hydra_cfg, resolve=False, enum_to_str=True)
-        _write(out / "config.yaml", redacted_yaml(task))
-        _write(out / "hydra.yaml", redacted_yaml({"hydra": hydra_node}))
-        _write(out / "overrides.yaml", redacted_yaml(list(hydra_cfg.overrides.task)))
         if hydra_cfg.mode == RunMode.MULTIRUN:
             _redact_file(Path(str(hydra_cfg.sweep.dir)) / "multirun.yaml")
 

@@ -21,6 +21,7 @@ from foundry.checkpoint.config import CheckpointConfig
 from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, find_latest, open_checkpoint
 from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_full, load_sharded
 from foundry.checkpoint.store import CheckpointStore, transfer_policy
+from foundry.errors import ResumeMismatch
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.rng import set_rng_state
 from streaming.format.hashing import hash_file
@@ -147,11 +148,13 @@ def load_into(
     if start.source == "autoresume" and model_config is not None and m.model_config:
         diffs = config_differences(m.model_config, model_config)
         if diffs:
-            raise ValueError(
+            raise ResumeMismatch(
                 f"autoresume: {redact(info.url)} was saved with a different model config:\n  "
                 + "\n  ".join(diffs)
                 + "\nRestore those values to resume this run, or start a new one (another run_name or "
-                "checkpoint.save_folder; checkpoint.load_path + load_weights_only=true to start from its weights)"
+                "checkpoint.save_folder; checkpoint.load_path + load_weights_only=true to start from its weights)",
+                detail="a different model config:\n  " + "\n  ".join(diffs),
+                what="model",
             )
     if (
         start.source == "load_path"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from foundry.errors import ConfigError
+from foundry.errors import ResumeMismatch
 from streaming.dataloader import StreamingDataLoader
 
 __all__ = ["TextLoader"]
@@ -40,7 +40,7 @@ class TextLoader(StreamingDataLoader):
         """Restores a saved loader state under `on_mixture_change` (None: the loader's `self.on_mixture_change`).
 
         Raises:
-            ConfigError: The checkpoint's data differs from this config (the message names what changed and the
+            ResumeMismatch: The checkpoint's data differs from this config (the message names what changed and the
                 switch that accepts a changed mixture).
         """
         policy = on_mixture_change or self.on_mixture_change
@@ -49,11 +49,15 @@ class TextLoader(StreamingDataLoader):
         except ValueError as err:
             if "resume state does not match" not in str(err):
                 raise
+            mixture = policy == "error" and (
+                "stream mixture changed" in str(err) or "streams_fingerprint" in str(err)
+            )
             hint = (
                 "; to resume with a changed mixture from the checkpoint's sample position pass "
                 "data.on_mixture_change=continue"
-                if policy == "error"
-                and ("stream mixture changed" in str(err) or "streams_fingerprint" in str(err))
+                if mixture
                 else ""
             )
-            raise ConfigError(f"data: {err}{hint}") from err
+            raise ResumeMismatch(
+                f"data: {err}{hint}", detail=str(err), what="data", mixture_changed=mixture
+            ) from err

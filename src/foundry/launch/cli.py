@@ -3,7 +3,9 @@
 Design note: the launcher's own options are parsed with `parse_known_args`; everything else before `--`
 goes to torchrun unchanged (`--nproc-per-node`, `--standalone`, `--nnodes`, rendezvous), so torchrun's
 documentation stays the reference for those. The run directory is Hydra's `outputs/<run_name>`; a command
-without `run_name=` gets one generated here, so every restart of the group resumes the same run.
+without `run_name=` (or `$RUN_NAME`) gets its new name chosen here, once (`foundry.run_name`: composed from the
+script's `conf/` as `train.py` would, e.g. `pretrain-mpt-tiny-20261126-175501`), and passed as `run_name=` to
+every rank of every restart, so restarts resume that run and a second launch of the command starts a new one.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from foundry.errors import ConfigError
 from foundry.events import append_event
 from foundry.launch.agent import Supervisor
+from foundry.launch.compose import compose_run_name
 from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, elastic_nodes, exclude_node
 from foundry.launch.watchdog import Progress
 from foundry.launch.worker import LAUNCH_ENV, WorkerSettings
@@ -68,15 +72,24 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:i], job
 
 
-def run_name_of(overrides: list[str]) -> tuple[str, list[str]]:
-    """The `run_name=` override (or $RUN_NAME); generates and appends one when neither is set."""
+def run_name_of(overrides: list[str], *, generate: Callable[[list[str]], str]) -> tuple[str, list[str]]:
+    """The `run_name=` override (or $RUN_NAME); else `generate(overrides)`, appended as `run_name=<name>`."""
     for o in reversed(overrides):
-        if o.startswith("run_name="):
+        if o.lstrip("+").startswith("run_name="):
             return o.split("=", 1)[1], overrides
     if os.environ.get("RUN_NAME"):
         return os.environ["RUN_NAME"], overrides
-    name = time.strftime("launch-%Y%m%d-%H%M%S")
+    name = generate(overrides)
     return name, [*overrides, f"run_name={name}"]
+
+
+def new_run_name(script: str) -> Callable[[list[str]], str]:
+    """Names a new run as `train.py` would (its `conf/train.yaml` composed with the overrides); a script
+    without one beside it gets `launch-<time>`."""
+    conf = Path(script).resolve().parent / "conf"
+    if not (conf / "train.yaml").is_file():
+        return lambda overrides: time.strftime("launch-%Y%m%d-%H%M%S")
+    return lambda overrides: compose_run_name(overrides, conf)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     before, job = split_command(argv)
     args, torchrun_opts = build_parser().parse_known_args(before)
-    run_name, overrides = run_name_of(job[1:])
+    run_name, overrides = run_name_of(job[1:], generate=new_run_name(job[0]))
     run_dir = Path.cwd() / "outputs" / run_name
     launch_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     settings = WorkerSettings(

@@ -218,15 +218,11 @@ def validate_manifest(manifest: dict[str, Any], conf_dir: Path = CONF_DIR) -> No
 
 
 def compose_run_name(overrides: list[str], conf_dir: Path = CONF_DIR) -> str:
-    """Composes the training config like `train.py` (unknown keys and bad values fail here); its run_name."""
-    from hydra import compose, initialize_config_dir  # import cost only for the command line tool
+    """Composes the training config like `train.py` (unknown keys and bad values fail here); its run_name,
+    chosen here once when the overrides name none (`foundry.run_name`), so every pod and restart shares it."""
+    from foundry.launch.compose import compose_run_name as compose
 
-    from foundry.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    return str(cfg.run_name)
+    return compose(overrides, conf_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

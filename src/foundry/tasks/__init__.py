@@ -5,8 +5,10 @@ train, checkpoint, parallel, eval, loggers, callbacks, streaming) and passes eac
 no component imports it back. One module per task: `pretrain` (plan -> build -> `Trainer.fit`), `finetune`
 (the same run on prompt/response or chat rows) and `evaluate` (`task=eval`, ICL evaluation of a model);
 `plan` holds the pure arithmetic a run derives from its config, `summary` the Hydra callback tabulating a
-sweep, `run_files` the atomic writer for a run directory's files. `run_task` validates the composed config before it writes anything (so a rejected command leaves an existing
-run directory as it was), and only rank 0 (asked of the world, `process_world`) writes the run's files.
+sweep, `run_files` the atomic writer for a run directory's files, `run_record` the moment a run is accepted.
+Nothing is written into the run directory before the task accepts the run (`RunRecord.open`, after the config,
+the data and the checkpoint it resumes were checked), so a refused command leaves an existing run directory as
+it was and a new one not at all; only rank 0 (asked of the world, `process_world`) writes the run's files.
 """
 
 from __future__ import annotations
@@ -21,21 +23,23 @@ from omegaconf import DictConfig
 
 from foundry.config import TrainConfig, check_group_choices, to_train_config
 from foundry.eval.data import check_task_data
-from foundry.hydra_callbacks import redacted_yaml
+from foundry.hydra_callbacks import redacted_yaml, write_hydra_files
 from foundry.loggers import attach_final_metrics
 from foundry.parallel.dist import process_world
+from foundry.run_name import run_name_given
 from foundry.storage_config import apply_storage
 from foundry.tasks.evaluate import eval_task
 from foundry.tasks.finetune import finetune
 from foundry.tasks.pretrain import pretrain
 from foundry.tasks.run_files import write_text_atomic
+from foundry.tasks.run_record import RunRecord
 
 __all__ = ["TASK_RUNNERS", "eval_task", "finetune", "pretrain", "run_task", "write_text_atomic"]
 
-TASK_RUNNERS: dict[str, Callable[[TrainConfig, Path], dict[str, float]]] = {
-    "pretrain": lambda cfg, run_dir: pretrain(cfg, run_dir=run_dir),
-    "finetune": lambda cfg, run_dir: finetune(cfg, run_dir=run_dir),
-    "eval": eval_task,
+TASK_RUNNERS: dict[str, Callable[[TrainConfig, Path, RunRecord], dict[str, float]]] = {
+    "pretrain": lambda cfg, run_dir, record: pretrain(cfg, run_dir=run_dir, record=record),
+    "finetune": lambda cfg, run_dir, record: finetune(cfg, run_dir=run_dir, record=record),
+    "eval": lambda cfg, run_dir, record: eval_task(cfg, run_dir, record=record),
 }
 """`cfg.task` -> the function running it (one per name in `foundry.config.TASKS`)."""
 OBJECTIVES = ("eval/loss", "train/loss")
@@ -49,27 +53,44 @@ def _run_dir() -> Path:
     return Path("outputs") / "dev"
 
 
+def _record(cfg: DictConfig, run_dir: Path, *, main: bool) -> RunRecord:
+    """The job's `RunRecord`: on `open()` rank 0 writes `config.yaml` and, under Hydra, `.hydra/rank<R>/`."""
+
+    def write_files() -> None:
+        write_text_atomic(run_dir / "config.yaml", redacted_yaml(cfg, resolve=True))
+        if HydraConfig.initialized():
+            write_hydra_files(run_dir / ".hydra" / f"rank{process_world().rank}", cfg)
+
+    named = run_name_given(HydraConfig.get().overrides.task) if HydraConfig.initialized() else True
+    return RunRecord(run_dir, named=named, is_main=main, write_files=write_files)
+
+
 def run_task(cfg: DictConfig) -> float | None:
     """Runs the task `cfg.task` selects and returns the sweep objective.
 
-    Validates `cfg` (`to_train_config`) before writing anything, so a rejected command leaves an existing run
-    directory as it was; then writes the resolved config (credentials masked) to `<run_dir>/config.yaml` and
-    the final metrics to `final_metrics.json`, each atomically and on rank 0 only.
+    Validates `cfg` (`to_train_config`) before writing anything; the task opens the run (`RunRecord.open`:
+    the resolved config, credentials masked, to `<run_dir>/config.yaml`, and `train.log`) once it accepts it,
+    and a command refused before that (a `ConfigError`, missing data, a checkpoint it cannot resume) leaves
+    the run directory as it was (a new one is removed). The final metrics go to `final_metrics.json`, each
+    file written atomically and on rank 0 only.
 
     Returns:
         The final `eval/loss` (else `train/loss`), the value Hydra sweepers (Optuna) minimise.
     """
-    check_group_choices()  # experiment=typo: Hydra skips a missing option of an optional group silently
-    train_cfg = to_train_config(cfg)
-    apply_storage(train_cfg.storage)  # before anything opens a URL: data, checkpoints, workers
-    if train_cfg.task == "eval" and train_cfg.eval is not None:
-        check_task_data(train_cfg.eval)  # no data for any task: refused before the run's files are written
     run_dir = _run_dir()
-    run_dir.mkdir(parents=True, exist_ok=True)
     main = process_world().rank == 0  # before the process group exists: the launcher's environment says
-    if main:
-        write_text_atomic(run_dir / "config.yaml", redacted_yaml(cfg, resolve=True))
-    metrics = TASK_RUNNERS[train_cfg.task](train_cfg, run_dir)
+    record = _record(cfg, run_dir, main=main)
+    try:
+        check_group_choices()  # experiment=typo: Hydra skips a missing option of an optional group silently
+        train_cfg = to_train_config(cfg)
+        apply_storage(train_cfg.storage)  # before anything opens a URL: data, checkpoints, workers
+        if train_cfg.task == "eval" and train_cfg.eval is not None:
+            check_task_data(train_cfg.eval)  # no data for any task: refused before anything is written
+        run_dir.mkdir(parents=True, exist_ok=True)
+        metrics = TASK_RUNNERS[train_cfg.task](train_cfg, run_dir, record)
+    except BaseException:
+        record.refuse()  # refused (or crashed) before the run was accepted: nothing of it stays
+        raise
     if main:
         write_text_atomic(run_dir / "final_metrics.json", json.dumps(metrics, indent=2))
         if train_cfg.task != "eval":  # the training run's closed loggers may take the file too (MLflow)

@@ -21,18 +21,20 @@ from foundry.eval.data import check_task_data
 from foundry.models.build import build_model_on
 from foundry.parallel.dist import resolve_device
 from foundry.tasks.run_files import write_text_atomic
+from foundry.tasks.run_record import RunRecord
 from foundry.tokenizers import build_tokenizer
 from streaming.storage import redact
 
 __all__ = ["eval_task"]
 
 
-def eval_task(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
+def eval_task(cfg: TrainConfig, run_dir: Path, *, record: RunRecord | None = None) -> dict[str, float]:
     """Evaluates the model `cfg` describes on the ICL tasks of `cfg.eval`.
 
     Args:
         cfg: The validated root `TrainConfig`.
         run_dir: The run directory (results go here; a remote `load_path` is cached under it).
+        record: Opened once the model and its weights are loaded (before that the run directory is not written).
 
     Returns:
         The numeric results (flat `metrics/...` keys).
@@ -66,6 +68,7 @@ def eval_task(cfg: TrainConfig, run_dir: Path) -> dict[str, float]:
         print(f"[foundry] evaluating checkpoint {redact(info.url)} (step {info.manifest.step})", flush=True)
     else:
         print("[foundry] evaluating a randomly initialised model (no checkpoint.load_path)", flush=True)
+    (record or RunRecord(run_dir)).open()
     results = run_icl_eval(cfg.eval, model=model, tokenizer=tokenizer, device=device, output_dir=run_dir)
     write_text_atomic(run_dir / "eval_results.json", json.dumps(results, indent=2, default=str))
     print(

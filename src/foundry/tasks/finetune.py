@@ -41,6 +41,7 @@ from foundry.models.mpt.schema import MPTModelConfig
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.tasks.plan import batch_plan, resolve_max_seq_len
 from foundry.tasks.pretrain import RunData, pretrain
+from foundry.tasks.run_record import RunRecord
 from foundry.tokenizers import build_tokenizer
 from streaming.world import World
 
@@ -56,8 +57,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def finetune(cfg: TrainConfig, *, run_dir: str | Path) -> dict[str, float]:
+def finetune(cfg: TrainConfig, *, run_dir: str | Path, record: RunRecord | None = None) -> dict[str, float]:
     """Finetunes `cfg.model` on `cfg.data` (a `FinetuneDataConfig`); one process or every rank of `torchrun`.
+
+    `record` is opened once the run is accepted (see `pretrain`).
 
     Returns:
         The final metrics (`train/loss`, `eval/loss` over the eval split's loss tokens, ...).
@@ -65,7 +68,7 @@ def finetune(cfg: TrainConfig, *, run_dir: str | Path) -> dict[str, float]:
     Raises:
         ConfigError: The data is not finetuning data, or the model cannot keep packed examples apart.
     """
-    return pretrain(finetune_config(cfg), run_dir=run_dir, data_builder=build_finetune_data)
+    return pretrain(finetune_config(cfg), run_dir=run_dir, data_builder=build_finetune_data, record=record)
 
 
 def _finetune_data(cfg: TrainConfig) -> FinetuneDataConfig:

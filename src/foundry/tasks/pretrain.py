@@ -18,12 +18,12 @@ import torch
 
 from foundry.callbacks import Callback, build_callbacks
 from foundry.checkpoint.callback import attach_checkpointing, find_start
-from foundry.checkpoint.resume import StartPoint
+from foundry.checkpoint.resume import StartPoint, load_into
 from foundry.config import TrainConfig
 from foundry.data.documents import DocumentRule
 from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
 from foundry.data.text import TextDataConfig, build_text_dataloader, missing_data
-from foundry.errors import ConfigError
+from foundry.errors import ConfigError, ResumeMismatch
 from foundry.eval.callback import icl_callbacks
 from foundry.eval.config import load_task_configs
 from foundry.loggers import Logger, build_loggers
@@ -40,6 +40,8 @@ from foundry.parallel.dist import (
 )
 from foundry.parallel.wrap import wrap_model
 from foundry.tasks.plan import RunPlan, batch_plan, plan_run, resolve_max_seq_len
+from foundry.tasks.resume_message import resume_refusal
+from foundry.tasks.run_record import RunRecord
 from foundry.tokenizers import build_tokenizer
 from foundry.train.loop import Trainer
 from foundry.train.metadata import write_run_metadata
@@ -79,7 +81,11 @@ class ModelStack:
 
 
 def pretrain(
-    cfg: TrainConfig, *, run_dir: str | Path, data_builder: DataBuilder | None = None
+    cfg: TrainConfig,
+    *,
+    run_dir: str | Path,
+    data_builder: DataBuilder | None = None,
+    record: RunRecord | None = None,
 ) -> dict[str, float]:
     """Pretrains a causal LM as `cfg` describes (one process, or every rank of a `torchrun` launch).
 
@@ -88,20 +94,29 @@ def pretrain(
         run_dir: Where `run.json`, `metrics.jsonl` and logger files go (written by rank 0 only).
         data_builder: Builds the data step (`build_data`, the text loaders, by default; `task=finetune` passes
             its own, everything else is shared).
+        record: Opened once the data is built and the start checkpoint loaded, before any file of the run is
+            written (`run_task` passes the job's; None: a record with nothing to write but `run_dir` itself).
 
     Returns:
         The final metrics (`train/loss`, `eval/loss`, `eval/perplexity`, throughput, ...), rank 0's on every rank.
+
+    Raises:
+        ConfigError: Among others, the checkpoint autoresume found was trained on another model or data (the
+            message names the run and the checkpoint).
     """
     ctx = init_distributed(cfg.parallelism, device=resolve_device(cfg.trainer.device))
     try:
         cfg = _expand_run_dir(cfg, Path(run_dir))
-        return _pretrain(cfg, run_dir=Path(run_dir), ctx=ctx, data_builder=data_builder or build_data)
+        record = record or RunRecord(Path(run_dir), is_main=ctx.is_main)
+        return _pretrain(
+            cfg, run_dir=Path(run_dir), ctx=ctx, data_builder=data_builder or build_data, record=record
+        )
     finally:
         teardown(ctx)
 
 
 def _pretrain(
-    cfg: TrainConfig, *, run_dir: Path, ctx: DistContext, data_builder: DataBuilder
+    cfg: TrainConfig, *, run_dir: Path, ctx: DistContext, data_builder: DataBuilder, record: RunRecord
 ) -> dict[str, float]:
     world = process_world(ctx)
     seed_all(cfg.seed)
@@ -111,7 +126,6 @@ def _pretrain(
     plan = plan_run(cfg, world, batches_per_epoch=len(data.train), device=ctx.device)
     stack = build_model_stack(cfg, plan, tokenizer=data.tokenizer, ctx=ctx)
     start = find_start(cfg.checkpoint, run_name=cfg.run_name, run_dir=run_dir)
-    loggers = build_observers(cfg, plan, model=stack.model, start=start, run_dir=run_dir, ctx=ctx)
     trainer = Trainer(
         model=stack.model,
         optimizer=stack.optimizer,
@@ -125,13 +139,17 @@ def _pretrain(
         max_seq_len=plan.max_seq_len,
         device=ctx.device,
         stream_names=data.stream_names,
-        loggers=loggers,
         callbacks=build_run_callbacks(cfg, plan, tokenizer=data.tokenizer, run_dir=run_dir),
     )
+    if start is not None:  # every check of the checkpoint against this config, before the run is accepted
+        _resume(trainer, cfg, start=start, run_dir=run_dir, ctx=ctx, named=record.named)
+    record.open()  # accepted: from here on the run's files are written
+    loggers = build_observers(cfg, plan, model=stack.model, start=start, run_dir=run_dir, ctx=ctx)
+    trainer.loggers = loggers
     attach_checkpointing(
         trainer,
         cfg.checkpoint,
-        start=start,
+        start=None,  # loaded above
         run_name=cfg.run_name,
         run_dir=str(run_dir),
         save_every_steps=plan.save_interval_steps,
@@ -141,6 +159,26 @@ def _pretrain(
         local_rank=ctx.local_rank,
     )
     return run_training(trainer, cfg, plan, start=start, loggers=loggers, run_dir=run_dir, ctx=ctx)
+
+
+def _resume(
+    trainer: Trainer, cfg: TrainConfig, *, start: StartPoint, run_dir: Path, ctx: DistContext, named: bool
+) -> None:
+    """Loads `start` into `trainer`; a checkpoint of another model or data is refused naming run and checkpoint."""
+    try:
+        load_into(
+            trainer,
+            start,
+            cfg=cfg.checkpoint,
+            cache_root=str(run_dir / ".checkpoint-cache"),
+            model_config=asdict(cfg.model),
+            global_batch_size=trainer.plan.global_batch_size,
+            local_rank=ctx.local_rank,
+        )
+    except ResumeMismatch as err:
+        if start.source != "autoresume":
+            raise
+        raise resume_refusal(err, run_name=cfg.run_name, checkpoint=start.info.url, named=named) from err
 
 
 def _expand_run_dir(cfg: TrainConfig, run_dir: Path) -> TrainConfig:

@@ -10,7 +10,7 @@ final step and waits for the upload) and raises `Preempted`, a `SystemExit` with
 `EX_TEMPFAIL` from sysexits.h: "temporary failure, retry later"), so `train.py` exits with it after the
 usual `finally` clean-up. Slurm requeues on it with `RequeueExit=75` in slurm.conf (or a wrapper script that
 runs `scontrol requeue $SLURM_JOB_ID` on 75); a torchrun elastic agent restarts on any non-zero code. A
-rerun of the same command autoresumes from that checkpoint and continues exactly.
+rerun of the same command (with the same run_name) autoresumes from that checkpoint and continues exactly.
 
 `trainer.preemption_grace` is the time the scheduler allows between its signal and its SIGKILL: the trainer
 cannot stretch it, so it reports how long the stop took and warns when that was over the grace (then lower
@@ -55,7 +55,8 @@ class Preempted(SystemExit):
     def __str__(self) -> str:
         return (
             f"preempted by {self.signal_name} at step {self.step}: stopped {self.seconds:.1f} s after the "
-            f"signal; exit code {REQUEUE_EXIT_CODE} (requeue); rerun the same command to resume"
+            f"signal; exit code {REQUEUE_EXIT_CODE} (requeue); rerun the same command to resume, with the run's "
+            "run_name= (`python -m foundry.runs resume <run>` prints that command)"
         )
 
 

@@ -83,10 +83,14 @@ def test_command_line_split_and_run_name(monkeypatch):
     )
     with pytest.raises(ConfigError, match="usage"):
         split_command(["train.py"])
-    assert run_name_of(["a=1", "run_name=r"]) == ("r", ["a=1", "run_name=r"])
+
+    def generate(overrides: list[str]) -> str:
+        return "pretrain-mpt-tiny-20261126-175501"
+
+    assert run_name_of(["a=1", "run_name=r"], generate=generate) == ("r", ["a=1", "run_name=r"])
     monkeypatch.delenv("RUN_NAME", raising=False)
-    name, overrides = run_name_of(["a=1"])
-    assert name.startswith("launch-") and overrides == ["a=1", f"run_name={name}"]
+    name, overrides = run_name_of(["a=1"], generate=generate)
+    assert name == generate([]) and overrides == ["a=1", f"run_name={name}"]
 
 
 def test_exit_notes_only_for_exits_a_restart_cannot_fix(tmp_path):

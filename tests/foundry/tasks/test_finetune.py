@@ -99,7 +99,7 @@ def test_finetuning_without_a_starting_point_is_refused_unless_from_scratch(expe
 
 def test_mpt_7b_dolly_sft_is_llm_foundrys_recipe():
     cfg = _cfg("experiment=mpt-7b-dolly-sft", "checkpoint.load_path=/ckpt")
-    assert cfg.task == "finetune" and cfg.run_name == "mpt-7b-dolly-sft"
+    assert cfg.task == "finetune" and cfg.run_name.startswith("finetune-")  # a new run unless named
     assert cfg.model.d_model == 4096 and cfg.model.n_layers == 32
     d = cfg.data
     assert (d.hf_name, d.train_split, d.eval_split, d.max_seq_len) == (

@@ -38,6 +38,7 @@ def test_generate_answers_from_the_finetuned_cpu_recipe(tmp_path):
         [
             str(REPO / "train.py"),
             "experiment=finetune-cpu",
+            "run_name=finetune-cpu",  # as `make finetune` names it
             "from_scratch=true",  # no quick-start checkpoint here: a fresh mpt-tiny, as `make finetune` does
             "trainer.max_duration=1ep",
             "trainer.eval_first=false",
