@@ -26,6 +26,7 @@ from hydra.errors import CompactHydraException, ConfigCompositionException, Miss
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from foundry.config import KEY_RULE, group_option_message, unknown_key_message
+from streaming.storage.redact import redact_text
 
 __all__ = ["USER_ERRORS", "EXIT_USER_ERROR", "run_cli", "user_message"]
 
@@ -92,7 +93,7 @@ def run_cli(main: Callable[[], Any]) -> int:
     except USER_ERRORS as err:
         if user_full_error == "1":
             traceback.print_exc()
-        print(f"error: {user_message(err)}", file=sys.stderr, flush=True)
+        print(f"error: {redact_text(user_message(err))}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
     finally:
         if user_full_error is None:

@@ -39,6 +39,7 @@ from foundry.run_name import register_run_name_resolver
 from foundry.storage_config import StorageConfig
 from foundry.tokenizers import TokenizerConfig, register_tokenizer_configs
 from foundry.train.config import TrainerConfig
+from streaming.storage.redact import redact_text
 
 __all__ = [
     "TASKS",
@@ -146,6 +147,12 @@ class TrainConfig:
             raise ValueError(f"task={self.task!r}: choose one of {list(TASKS)}")
         if not self.run_name or "/" in self.run_name:
             raise ValueError(f"run_name={self.run_name!r} must be a non-empty name without '/'")
+        if redact_text(self.run_name) != self.run_name:
+            raise ValueError(
+                f"run_name={redact_text(self.run_name)!r} holds a credential (the value of a secret environment "
+                "variable, or a key=value secret): it would name the run folder, the W&B run and every record in "
+                "plain text; choose another run_name"
+            )
         finetune_data = isinstance(self.data, FinetuneDataConfig)
         if self.task == "finetune" and not finetune_data:
             raise ValueError(

@@ -58,8 +58,11 @@ def run_tool(main: Callable[[], int | None]) -> int:
     except (ValueError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             traceback.print_exc()
+        # imported here: `streaming.storage` costs ~0.15 s, and tools that must start fast import this module
+        from streaming.storage.redact import redact_text
+
         message = " ".join(str(err).split()) or type(err).__name__  # one line, however the text was wrapped
-        print(f"error: {message}", file=sys.stderr, flush=True)
+        print(f"error: {redact_text(message)}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
 
 

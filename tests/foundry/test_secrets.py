@@ -139,3 +139,66 @@ def test_logging_filter_masks_the_message():
     )
     assert RedactingFilter().filter(record)
     assert record.getMessage() == "opening https://***@host/x?sig=*** with token=***"
+
+
+# ----------------------------------------------------------------------------- issue 27: secrets by value
+
+ENV_SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY",
+    "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
+    "HF_TOKEN": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz",
+}
+
+
+def _env_leaks(root: Path) -> list[str]:
+    values = [v.encode() for v in ENV_SECRETS.values()]
+    return [str(p) for p in root.rglob("*") if any(v in str(p).encode() or (p.is_file() and v in p.read_bytes()) for v in values)]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_secrets_from_the_environment_are_masked_by_value_everywhere(tmp_path, monkeypatch):
+    """Before: `${oc.env:AWS_SECRET_ACCESS_KEY}` in a variable, a tag or `data.remote` reached config.yaml,
+    run.json, .hydra/, train.log and the console in plain text (redaction went by key name and URL pattern)."""
+    for k, v in ENV_SECRETS.items():
+        monkeypatch.setenv(k, v)
+    args = [
+        "experiment=smoke-cpu", "run_name=envsec", *TINY,
+        "+variables.creds='${oc.env:AWS_SECRET_ACCESS_KEY}'",
+        "+variables.who='id ${oc.env:AWS_ACCESS_KEY_ID}'",
+        "tags=[smoke,'${oc.env:HF_TOKEN}']",
+    ]  # fmt: skip
+    proc = _train(args, tmp_path)
+    assert not any(v.encode() in proc.stdout + proc.stderr for v in ENV_SECRETS.values())
+    assert _env_leaks(tmp_path / "outputs") == []
+    run = json.loads((tmp_path / "outputs" / "envsec" / "run.json").read_text())
+    assert run["config"]["variables"]["creds"] == "***" and run["config"]["tags"] == ["smoke", "***"]
+
+
+def test_a_run_name_holding_a_secret_is_refused_without_printing_it(tmp_path, monkeypatch):
+    for k, v in ENV_SECRETS.items():
+        monkeypatch.setenv(k, v)
+    proc = _train(
+        ["experiment=smoke-cpu", "run_name=run-${oc.env:AWS_ACCESS_KEY_ID}", *TINY], tmp_path, ok=False
+    )
+    assert proc.returncode == 2 and b"error: run_name='run-***' holds a credential" in proc.stderr
+    assert not any(v.encode() in proc.stdout + proc.stderr for v in ENV_SECRETS.values())
+    assert _env_leaks(tmp_path) == []
+
+
+def test_a_mistyped_override_does_not_echo_its_password(tmp_path):
+    proc = _train(["experiment=smoke-cpu", "+variables.pw=Hunt3r2Secret[oops"], tmp_path, ok=False)
+    assert proc.returncode == 2 and b"Hunt3r2Secret" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+
+
+def test_redaction_by_value_and_the_pw_parameter(monkeypatch):
+    from streaming.storage.redact import redact_text, redact_value
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", ENV_SECRETS["AWS_SECRET_ACCESS_KEY"])
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/home/me/creds.json")  # a path, not a secret
+    secret = ENV_SECRETS["AWS_SECRET_ACCESS_KEY"]
+    assert redact_text(f"s3 key {secret} used") == "s3 key *** used"
+    assert redact_value({"tags": [f"x{secret}"], "note": "/home/me/creds.json"}) == {
+        "tags": ["x***"],
+        "note": "/home/me/creds.json",
+    }
+    assert redact_text("https://host/db?user=a&pw=hunter22") == "https://host/db?user=a&pw=***"

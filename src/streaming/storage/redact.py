@@ -9,6 +9,11 @@ What counts as a secret:
   ``session_token``, ``sas_token``, ``account_key``, ``connection_string``, ``credentials``, ...), both as a
   mapping key and as ``key=value`` inside text (Hydra overrides, connection strings, environment dumps).
 
+- by value: the value of every environment variable whose name is a credential name (``AWS_SECRET_ACCESS_KEY``,
+  ``AWS_ACCESS_KEY_ID``, ``HF_TOKEN``, ``WANDB_API_KEY``, ... ``is_secret_env``), wherever it appears, so a
+  secret that reached a config through ``${oc.env:...}`` (a tag, a run name, a URL) is masked in any text or
+  field, whatever its key. Values shorter than 8 characters are left alone (they would mask ordinary words).
+
 Design note: redaction builds new values and never mutates its input, so code that needs the real value (a
 backend opening a signed URL) keeps using the original object while every file and logger gets the redacted
 copy. The marker is ``***``. Values that are not strings (numbers, booleans, None) are never secrets.
@@ -17,12 +22,22 @@ copy. The marker is ``***``. Values that are not strings (numbers, booleans, Non
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "is_secret_key", "is_secret_param", "redact_text", "redact_url", "redact_value"]
+__all__ = [
+    "MASK",
+    "is_secret_env",
+    "is_secret_key",
+    "is_secret_param",
+    "redact_text",
+    "redact_url",
+    "redact_value",
+    "secret_env_values",
+]
 
 MASK = "***"
 
@@ -40,8 +55,12 @@ _SECRET_KEYS = frozenset(
         "id_token",
         "github_token",
         "wandb_api_key",
+        "pw",
     }
 )
+_MIN_SECRET_VALUE = 8
+# Environment variables named like credentials that hold none.
+_NOT_SECRET_ENV = frozenset({"google_application_credentials", "aws_shared_credentials_file"})
 _SECRET_KEY_PARTS = (
     "password",
     "passwd",
@@ -125,6 +144,28 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc if parts.scheme else parts.netloc, parts.path, query, ""))
 
 
+def is_secret_env(name: str) -> bool:
+    """Whether the environment variable ``name`` holds a credential (``AWS_ACCESS_KEY_ID`` included: half of a
+    key pair; paths to credential files are not)."""
+    low = name.lower()
+    if low in _NOT_SECRET_ENV:
+        return False
+    return is_secret_key(low) or low.endswith(("_key_id", "_token", "_key")) or "token" in low.split("_")
+
+
+def secret_env_values() -> list[str]:
+    """The values of this process's credential environment variables (``is_secret_env``), longest first."""
+    values = {v for k, v in os.environ.items() if len(v) >= _MIN_SECRET_VALUE and is_secret_env(k)}
+    return sorted(values, key=len, reverse=True)
+
+
+def _mask_values(text: str) -> str:
+    for value in secret_env_values():
+        if value in text:
+            text = text.replace(value, MASK)
+    return text
+
+
 def redact_text(text: str) -> str:
     """``text`` with every embedded secret masked and everything else verbatim.
 
@@ -135,7 +176,7 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     out = _USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    out = _redact_params(out)
+    out = _redact_params(_mask_values(out))
     return _ASSIGN.sub(
         lambda m: f"{m.group(1)}={MASK}" if is_secret_key(m.group(1).rsplit(".", 1)[-1]) else m.group(0),
         out,
