@@ -17,6 +17,14 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip wheel setuptools
 
+# The environment, made on first use: `make train` / `make test` (and every target that runs the project) on a fresh
+# clone install it first; an existing environment that imports the project is only marked as ready.
+ENV_READY := $(VENV)/.installed
+$(ENV_READY):
+	@if command -v $(PY) >/dev/null && $(PY) -c "import foundry, streaming, torch" 2>/dev/null; then \
+	  mkdir -p $(VENV) && touch $@; \
+	else echo "[make] no working $(VENV): running make install first"; $(MAKE) --no-print-directory install; fi
+
 LOCK := requirements/dev.lock
 # Where torch comes from: empty = pip's own sources (PyPI: the CUDA build on Linux; on this project's CPU machines the
 # local CPU wheel); TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU build anywhere (README: Set up and test)
@@ -28,6 +36,7 @@ install: $(PY) ## create .venv: torch==2.13.0 first, then the locked versions of
 	$(PY) -m pip install -r $(LOCK)
 	$(PY) -m pip install --no-deps -e .
 	@$(MAKE) --no-print-directory install-emulators
+	@touch $(ENV_READY)
 
 install-latest: $(PY) ## like install, but the newest releases pyproject.toml allows instead of the lock (what `pip install foundry-stack` gets today)
 	$(TORCH_INSTALL)
@@ -51,26 +60,26 @@ install-emulators: ## Azurite (Azure Blob emulator, npm) into .cache/node for th
 	else mkdir -p .cache/node && cd .cache/node && ( [ -f package.json ] || npm init -y >/dev/null ) && \
 	  npm install --no-audit --no-fund --loglevel=error azurite@$(AZURITE); fi
 
-test: ## the fast default tier (CPU, no multi-process, no slow)
+test: $(ENV_READY) ## the fast default tier (CPU, no multi-process, no slow)
 	$(PY) -m pytest $(PYTEST_FAST) -q
 
-test-all: ## every test that can run on this machine (slow and multi-process included)
+test-all: $(ENV_READY) ## every test that can run on this machine (slow and multi-process included)
 	$(PY) -m pytest -m "not gpu" -q
 
-test-dist: ## multi-process gloo tests only
+test-dist: $(ENV_READY) ## multi-process gloo tests only
 	$(PY) -m pytest -m dist -q
 
-test-browser: ## the HTML report rendered in headless Chromium (needs /usr/bin/chromium: make install-browser)
+test-browser: $(ENV_READY) ## the HTML report rendered in headless Chromium (needs /usr/bin/chromium: make install-browser)
 	$(PY) -m pytest -m browser -q
 
 install-browser: ## Debian's chromium for the browser tests (root, apt)
 	apt-get install -y --no-install-recommends chromium
 
-test-gpu: ## GPU tests (device machine only; none selected is not a failure)
+test-gpu: $(ENV_READY) ## GPU tests (device machine only; none selected is not a failure)
 	$(PY) -m pytest -m gpu -q || [ $$? -eq 5 ]
 
 GPU_RUN ?= gpu-check-fsdp
-gpu-check: ## on a GPU machine: test-gpu, then JSON lines from model_step (MFU), trainer (--gpu), icl_eval (cuda) and a 2-step FSDP2 bf16 run
+gpu-check: $(ENV_READY) ## on a GPU machine: test-gpu, then JSON lines from model_step (MFU), trainer (--gpu), icl_eval (cuda) and a 2-step FSDP2 bf16 run
 	$(MAKE) test-gpu
 	$(PY) scripts/bench/model_step.py --device cuda --sizes mpt-125m mpt-350m mpt-1b
 	$(PY) scripts/bench/trainer_overhead.py --gpu
@@ -82,18 +91,18 @@ gpu-check: ## on a GPU machine: test-gpu, then JSON lines from model_step (MFU),
 	  checkpoint=none run_name=$(GPU_RUN)
 	$(PY) -c "import json; m = json.load(open('outputs/$(GPU_RUN)/final_metrics.json')); print(json.dumps({'check': 'fsdp2_bf16_2_steps', **m}))"
 
-lint: ## ruff check, format check and mypy type check of src/ (config: [tool.mypy] in pyproject.toml)
+lint: $(ENV_READY) ## ruff check, format check and mypy type check of src/ (config: [tool.mypy] in pyproject.toml)
 	$(PY) -m ruff check src tests scripts
 	$(PY) -m ruff format --check src tests scripts
 	$(PY) -m mypy
 
-format: ## apply ruff fixes and formatting
+format: $(ENV_READY) ## apply ruff fixes and formatting
 	$(PY) -m ruff check --fix src tests scripts
 	$(PY) -m ruff format src tests scripts
 
 BENCHES ?= streaming_read epoch_plan streaming_remote model_step trainer_overhead icl_eval mixture_train finetune_throughput failure_recovery
 
-bench: ## run every benchmark (BENCHES="..." to pick); each prints JSON lines with the machine
+bench: $(ENV_READY) ## run every benchmark (BENCHES="..." to pick); each prints JSON lines with the machine
 	@for b in $(BENCHES); do \
 	  if [ -f scripts/bench/$$b.py ]; then echo "== $$b" >&2; $(PY) scripts/bench/$$b.py || exit 1; fi; \
 	done
@@ -101,12 +110,12 @@ bench: ## run every benchmark (BENCHES="..." to pick); each prints JSON lines wi
 clean: ## remove run outputs and caches
 	rm -rf outputs multirun .pytest_cache .ruff_cache .mypy_cache .hypothesis
 
-train: ## offline quick start (mpt-tiny, ~1 min on CPU) as run `quickstart` (again: it autoresumes); ARGS="trainer.max_duration=1200ba"
+train: $(ENV_READY) ## offline quick start (mpt-tiny, ~1 min on CPU) as run `quickstart` (again: it autoresumes); ARGS="trainer.max_duration=1200ba"
 	$(PY) train.py run_name=quickstart $(ARGS)
 
 # Finetuning (task=finetune). Without CKPT: the quick-start checkpoint when `make train` left one, else a fresh mpt-tiny
 # (from_scratch=true: task=finetune refuses random weights unless asked).
-finetune: ## CPU finetuning recipe (offline instruction set, packed): make finetune [CKPT=<checkpoint>] [ARGS="trainer.max_duration=1ep"]
+finetune: $(ENV_READY) ## CPU finetuning recipe (offline instruction set, packed): make finetune [CKPT=<checkpoint>] [ARGS="trainer.max_duration=1ep"]
 	@ckpt="$(CKPT)"; \
 	if [ -z "$$ckpt" ] && [ -d outputs/quickstart/checkpoints ]; then ckpt=outputs/quickstart/checkpoints; fi; \
 	scratch=; if [ -z "$$ckpt" ]; then scratch=from_scratch=true; echo "[make finetune] no CKPT and no outputs/quickstart/checkpoints (make train): finetuning a fresh mpt-tiny (from_scratch=true)"; fi; \
@@ -114,25 +123,25 @@ finetune: ## CPU finetuning recipe (offline instruction set, packed): make finet
 
 NPROC ?= 2
 PARALLELISM ?= ddp
-train-ddp: ## the quick start on NPROC=2 CPU processes under torchrun (PARALLELISM=ddp|fsdp|fsdp-grad-op|hsdp)
+train-ddp: $(ENV_READY) ## the quick start on NPROC=2 CPU processes under torchrun (PARALLELISM=ddp|fsdp|fsdp-grad-op|hsdp)
 	OMP_NUM_THREADS=1 $(PY) -m torch.distributed.run --standalone --nproc_per_node=$(NPROC) train.py \
 	  parallelism=$(PARALLELISM) run_name=quickstart-ddp $(ARGS)
 
-launch: ## supervised run: torchrun restarts, health checks, hang watchdog, events.jsonl (NPROC=2 CPU ranks; ARGS=overrides)
+launch: $(ENV_READY) ## supervised run: torchrun restarts, health checks, hang watchdog, events.jsonl (NPROC=2 CPU ranks; ARGS=overrides)
 	OMP_NUM_THREADS=1 $(PY) -m foundry.launch $(LAUNCH_ARGS) --standalone --nproc-per-node=$(NPROC) -- train.py \
 	  parallelism=$(PARALLELISM) run_name=quickstart-launch $(ARGS)
 
 .PHONY: runs
-runs: ## run directories: make runs [ARGS="list" | "show RUN" | "logs RUN -f" | "stop RUN" | "resume RUN" | "report RUN|SWEEP"] (--root s3://...)
+runs: $(ENV_READY) ## run directories: make runs [ARGS="list" | "show RUN" | "logs RUN -f" | "stop RUN" | "resume RUN" | "report RUN|SWEEP"] (--root s3://...)
 	$(PY) -m foundry.runs $(or $(ARGS),list)
 
-bench-trainer: ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
+bench-trainer: $(ENV_READY) ## trainer vs bare PyTorch loop tokens/s (CPU; --gpu for mpt-125m/1b MFU) and converter tokens/s
 	$(PY) scripts/bench/trainer_overhead.py
 
 # ICL evaluation (foundry.eval). Without CKPT: the newest quick-start checkpoint if there is one, else random init.
 # Each suite has its own run folder (outputs/eval-<EVAL>, or RUN_NAME), so one suite's results never replace another's.
 EVAL ?= offline
-eval: ## ICL tasks on a model: make eval [CKPT=<checkpoint>] [MODEL=mpt-tiny] [EVAL=offline|light|gauntlet-v0.3] [ARGS=...] -> outputs/eval-<EVAL>
+eval: $(ENV_READY) ## ICL tasks on a model: make eval [CKPT=<checkpoint>] [MODEL=mpt-tiny] [EVAL=offline|light|gauntlet-v0.3] [ARGS=...] -> outputs/eval-<EVAL>
 	@ckpt="$(CKPT)"; \
 	if [ -z "$$ckpt" ] && [ -d outputs/quickstart/checkpoints ]; then ckpt=outputs/quickstart/checkpoints; fi; \
 	if [ -z "$$ckpt" ]; then echo "[make eval] no CKPT and no outputs/quickstart/checkpoints: evaluating a randomly initialised model"; fi; \
@@ -142,7 +151,7 @@ eval: ## ICL tasks on a model: make eval [CKPT=<checkpoint>] [MODEL=mpt-tiny] [E
 # lm-evaluation-harness on our model (offline; local task yamls in evals/harness_tasks, data under EVAL_DATA).
 TASKS ?= piqa_local,lambada_local
 HARNESS_ARGS ?= --device cpu --batch_size 16
-eval-harness: ## lm-eval tasks on a model: make eval-harness CKPT=<HF export or checkpoint> TASKS=piqa_local [TOKENIZER=... LIMIT=...]
+eval-harness: $(ENV_READY) ## lm-eval tasks on a model: make eval-harness CKPT=<HF export or checkpoint> TASKS=piqa_local [TOKENIZER=... LIMIT=...]
 	@if [ -z "$(CKPT)" ]; then echo "set CKPT=<HF export folder or foundry checkpoint> (see README: lm-evaluation-harness)"; exit 2; fi
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EVAL_DATA="$${EVAL_DATA:-$(CURDIR)/../shared/data/icl}" \
 	$(PY) -m foundry.eval.harness run --model foundry \
@@ -152,7 +161,7 @@ eval-harness: ## lm-eval tasks on a model: make eval-harness CKPT=<HF export or 
 comma := ,
 
 # Generation (foundry.generate). Without CKPT: the newest quick-start checkpoint.
-generate: ## completions from a model: make generate [CKPT=<checkpoint or HF folder>] [ADAPTER=<LoRA folder>] PROMPT="..." [ARGS="--temperature 0.7 --stop ###"]
+generate: $(ENV_READY) ## completions from a model: make generate [CKPT=<checkpoint or HF folder>] [ADAPTER=<LoRA folder>] PROMPT="..." [ARGS="--temperature 0.7 --stop ###"]
 	@ckpt="$(or $(CKPT),outputs/quickstart/checkpoints)"; \
 	set -x; $(PY) scripts/generate.py --model "$$ckpt" $(if $(ADAPTER),--adapter "$(ADAPTER)") \
 	  --prompt "$(or $(PROMPT),The history of)" $(ARGS)

@@ -36,3 +36,19 @@ def test_each_eval_suite_has_its_own_run_folder(suite):
         check=True,
     ).stdout
     assert f"eval={suite} run_name=eval-{suite} " in out, out
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("target", ["test", "train"])
+def test_make_train_and_test_create_a_missing_environment_first(tmp_path, target):
+    """Issue 26 item 14: on a fresh clone `make train` / `make test` do the whole set-up (a dry run here)."""
+    venv = tmp_path / "venv"
+    out = subprocess.run(
+        ["make", "-n", f"VENV={venv}", target], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    run = {"test": f"{venv}/bin/python -m pytest", "train": f"{venv}/bin/python train.py"}[target]
+    steps = ["running make install first", f"python3 -m venv {venv}", "pip install -r requirements/dev.lock",
+             "pip install --no-deps -e .", run]  # fmt: skip
+    positions = [out.find(s) for s in steps]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), out
+    assert not venv.exists()  # a dry run: nothing was installed
