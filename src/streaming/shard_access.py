@@ -101,6 +101,7 @@ class ShardAccess:
                         info=info,
                         policy=stream.retry_policy(),
                         validate_hash=stream.validate_hash,
+                        keep_zip=bool(stream.keep_zip),
                     )
                 )
             self.cache = ShardCache(shards=shards, cache_limit=self.cache_limit)

@@ -103,14 +103,21 @@ class CachedShard:
     validate_hash: str | None = None
     """How to verify on download and on first use of a cached copy (``streaming.format.hashing.
     check_validate_hash``'s forms; None: the cache's default)."""
+    keep_zip: bool = False
+    """Keep the compressed files after decompression (they count against ``cache_limit`` and are evicted with
+    the shard)."""
 
     @property
     def evictable(self) -> bool:
         return self.remote is not None
 
     def resident_files(self) -> list[FileInfo]:
-        """Files kept on disk once prepared: the raw forms (zip forms are removed after decompression)."""
-        return [f for f in (self.info.raw_data, self.info.raw_meta) if f is not None]
+        """Files kept on disk once prepared: the raw forms, and the zip forms with ``keep_zip`` (else they are
+        removed after decompression)."""
+        raw = [f for f in (self.info.raw_data, self.info.raw_meta) if f is not None]
+        if self.keep_zip:
+            raw += [f for f in (self.info.zip_data, self.info.zip_meta) if f is not None]
+        return raw
 
     @property
     def resident_bytes(self) -> int:
@@ -519,7 +526,7 @@ class ShardCache:
             return 0, []
         files = [f for f in shard.info.stored_files() if missing(f)]
         if shard.info.zip_data is not None:
-            files += [f for f in shard.resident_files() if missing(f)]
+            files += [f for f in shard.resident_files() if missing(f) and f not in files]
         return sum(f.bytes for f in files), [self._path(k, f) for f in files]
 
     def _remove_temps(self, k: int) -> None:
@@ -559,7 +566,9 @@ class ShardCache:
                 record_verdict(path, self._verdict(k, info, algo), algo, info.hashes[algo])
         if shard.info.zip_data is not None:
             decompress_shard(shard.local, shard.info, on_tmp=on_tmp)
-            if shard.evictable:  # the compressed form is only a transport format once raw is present
+            if (
+                shard.evictable and not shard.keep_zip
+            ):  # the compressed form is only transport once raw is here
                 for packed in (shard.info.zip_data, shard.info.zip_meta):
                     if packed is not None and os.path.exists(self._path(k, packed)):
                         os.remove(self._path(k, packed))

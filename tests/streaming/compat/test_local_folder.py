@@ -28,3 +28,26 @@ def test_a_shard_deleted_by_hand_mid_epoch_is_fetched_again(tmp_path, cache_limi
             for path in glob.glob(str(local / "shard.*.mds")):
                 os.remove(path)
     assert sorted(ids) == list(range(300))
+
+
+@pytest.mark.parametrize("keep_zip", [False, True])
+@pytest.mark.parametrize("cache_limit", [None, "1mb"])
+def test_keep_zip_keeps_the_compressed_files(tmp_path, keep_zip, cache_limit):
+    """Issue 28 item 3: `keep_zip=True` was accepted and ignored (compressed files always deleted)."""
+    with MDSWriter(
+        out=str(tmp_path / "remote"), columns={"id": "int"}, size_limit=200, compression="zstd"
+    ) as w:
+        for i in range(100):
+            w.write({"id": i})
+    local = tmp_path / "cache"
+    ds = StreamingDataset(
+        remote=str(tmp_path / "remote"),
+        local=str(local),
+        batch_size=2,
+        keep_zip=keep_zip,
+        cache_limit=cache_limit,
+    )
+    assert sorted(int(s["id"]) for s in ds) == list(range(100))
+    raw = sorted(p.name for p in local.glob("shard.*.mds"))
+    zipped = sorted(p.name for p in local.glob("shard.*.mds.zstd"))
+    assert raw and (zipped == [n + ".zstd" for n in raw] if keep_zip else zipped == [])
