@@ -136,10 +136,11 @@ def _split_relative(weights: np.ndarray, total: int, seed: int) -> np.ndarray:
 
 
 def epoch_sampling_seed(*, seed: int, epoch: int, sampling_method: str, shuffle: bool) -> int:
-    """The seed of per-epoch resampling: ``seed + epoch`` for shuffled ``balanced``, else ``seed``."""
+    """The seed of per-epoch resampling: ``seed + epoch`` for ``balanced`` (shuffled or not, as upstream: the
+    partial repeats of a stream differ every epoch), ``seed`` for ``fixed`` (the same samples every epoch)."""
     if sampling_method not in ("balanced", "fixed"):
         raise ValueError(f"sampling_method must be 'balanced' or 'fixed', got {sampling_method!r}")
-    return seed + epoch if (shuffle and sampling_method == "balanced") else seed
+    return seed + epoch if sampling_method == "balanced" else seed
 
 
 def allocate_shards(

@@ -51,3 +51,21 @@ def test_keep_zip_keeps_the_compressed_files(tmp_path, keep_zip, cache_limit):
     raw = sorted(p.name for p in local.glob("shard.*.mds"))
     zipped = sorted(p.name for p in local.glob("shard.*.mds.zstd"))
     assert raw and (zipped == [n + ".zstd" for n in raw] if keep_zip else zipped == [])
+
+
+def test_balanced_sampling_without_shuffle_draws_new_partial_repeats_each_epoch(tmp_path):
+    """Issue 28 item 5: upstream reseeds balanced sampling every epoch, shuffled or not; we reused the same
+    partial-repeat samples every epoch without shuffling."""
+    from collections import Counter
+
+    from streaming import Stream
+
+    with MDSWriter(out=str(tmp_path / "ds"), columns={"id": "int"}, size_limit=200) as w:
+        for i in range(100):
+            w.write({"id": i})
+    ds = StreamingDataset(
+        streams=[Stream(local=str(tmp_path / "ds"), repeat=1.5)], batch_size=2, shuffle=False
+    )
+    epochs = [[int(s["id"]) for s in ds] for _ in range(2)]
+    twice = [sorted(i for i, n in Counter(e).items() if n == 2) for e in epochs]
+    assert len(twice[0]) == len(twice[1]) == 50 and twice[0] != twice[1]
