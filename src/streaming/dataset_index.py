@@ -80,9 +80,15 @@ def load_dataset_shards(streams: Sequence[Stream], *, allow_unsafe_types: bool) 
 
     Raises:
         ValueError: A shard with an unsafe column encoding (names the stream folder, the first such shard and
-            its column).
+            its column), or a stream whose index lists no shards (as upstream refuses it).
     """
     tables = [s.shard_table() for s in streams]
+    for s, t in zip(streams, tables):
+        if len(t) == 0:
+            raise ValueError(
+                f"{s.dirname}: index.json lists no shards (an empty dataset, or a writer that never finished); "
+                "write samples to it or leave this stream out"
+            )
     if not allow_unsafe_types:
         for s, t in zip(streams, tables):
             if t.first_unsafe >= 0:

@@ -63,6 +63,7 @@ same order).
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
 import threading
@@ -150,19 +151,48 @@ def minimum_cache_bytes(shards: Sequence[CachedShard], *, concurrent: int) -> in
     return sum(sizes[:concurrent]) + peak
 
 
+SOURCE_FILE = "source.json"
+"""In the lock folder: the remote a cache folder was filled from (redacted), so it is never used for another."""
+
+
 def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -> str:
     """Download ``remote/index.json`` into ``local`` once per node (other processes wait, then reuse it).
 
-    An index already present locally is kept (a dataset is immutable once published).
+    An index already present locally is kept (a dataset is immutable once published). The folder records the
+    remote it was filled from; a stream with another remote is refused (its shards have the same names, so
+    they would be read from the wrong dataset).
+
+    Raises:
+        ValueError: ``local`` holds a copy of another remote.
     """
     path = os.path.join(local, INDEX_FILENAME)
-    if os.path.exists(path):
-        return path
     os.makedirs(local, exist_ok=True)
     with file_lock(local, INDEX_FILENAME):
+        _check_source(local, remote)
         if not os.path.exists(path):
             download_file(join_url(remote, INDEX_FILENAME), path, policy=policy)
     return path
+
+
+def _check_source(local: str, remote: str) -> None:
+    """Record ``remote`` as ``local``'s source, or refuse a different one (holding the index lock)."""
+    marker = os.path.join(local, LOCK_DIR, SOURCE_FILE)
+    mine = redact(remote.rstrip("/"))
+    try:
+        with open(marker) as f:
+            theirs = json.load(f).get("remote")
+    except (OSError, ValueError, AttributeError):
+        theirs = None
+    if theirs is None:
+        tmp = f"{marker}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump({"remote": mine}, f)
+        os.replace(tmp, marker)
+    elif theirs != mine:
+        raise ValueError(
+            f"local={local} holds a copy of {theirs}, but this stream's remote is {mine}: shards of two datasets "
+            "would share file names there; give this stream its own local folder (or delete that one)"
+        )
 
 
 class ShardCache:

@@ -69,3 +69,27 @@ def test_balanced_sampling_without_shuffle_draws_new_partial_repeats_each_epoch(
     epochs = [[int(s["id"]) for s in ds] for _ in range(2)]
     twice = [sorted(i for i, n in Counter(e).items() if n == 2) for e in epochs]
     assert len(twice[0]) == len(twice[1]) == 50 and twice[0] != twice[1]
+
+
+def test_a_local_folder_filled_from_one_remote_refuses_another(tmp_path):
+    """Issue 28 item 8: two datasets on one `local` with different remotes (upstream refuses live ones); here
+    the second would have silently read the first dataset's index and shards (same file names)."""
+    for name, start in (("a", 0), ("b", 1000)):
+        with MDSWriter(out=str(tmp_path / name), columns={"id": "int"}, size_limit=200) as w:
+            for i in range(start, start + 50):
+                w.write({"id": i})
+    local = str(tmp_path / "cache")
+    assert [int(s["id"]) for s in StreamingDataset(remote=str(tmp_path / "a"), local=local, batch_size=1)][
+        :1
+    ] == [0]
+    with pytest.raises(ValueError, match=r"holds a copy of .*/a, but this stream's remote is .*/b"):
+        StreamingDataset(remote=str(tmp_path / "b"), local=local, batch_size=1)
+    again = StreamingDataset(remote=str(tmp_path / "a") + "/", local=local, batch_size=1)  # the same remote
+    assert len(again) == 50
+
+
+def test_an_index_with_no_shards_is_refused(tmp_path):
+    with MDSWriter(out=str(tmp_path / "empty"), columns={"id": "int"}):
+        pass
+    with pytest.raises(ValueError, match="index.json lists no shards"):
+        StreamingDataset(local=str(tmp_path / "empty"), batch_size=1)
