@@ -39,6 +39,8 @@ from foundry.parallel.dist import (
     teardown,
 )
 from foundry.parallel.wrap import wrap_model
+from foundry.precision import resolve_precision
+from foundry.tasks.memory import check_memory
 from foundry.tasks.plan import RunPlan, batch_plan, plan_run, resolve_max_seq_len
 from foundry.tasks.resume_message import resume_refusal
 from foundry.tasks.run_record import RunRecord
@@ -122,6 +124,13 @@ def _pretrain(
     seed_all(cfg.seed)
     if cfg.trainer.deterministic:
         set_deterministic()
+    # a model that cannot fit is refused before the data is built or anything allocated
+    check_memory(
+        cfg,
+        device=ctx.device,
+        world=world,
+        precision=resolve_precision(cfg.trainer.precision, device=ctx.device),
+    )
     data = data_builder(cfg, world=world, is_main=ctx.is_main)
     plan = plan_run(cfg, world, batches_per_epoch=len(data.train), device=ctx.device)
     stack = build_model_stack(cfg, plan, tokenizer=data.tokenizer, ctx=ctx)

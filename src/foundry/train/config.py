@@ -63,6 +63,9 @@ class TrainerConfig:
     """`torch.use_deterministic_algorithms(True)` (+ CUBLAS workspace config); slower."""
     compile: bool = False
     """Wrap the model in `torch.compile` (first steps are slow while it compiles)."""
+    memory_check: bool = True
+    """Refuse before building anything when the estimated memory (weights, gradients, optimizer state,
+    activations) exceeds the device's free memory (`foundry.tasks.memory`); false tries anyway."""
     log_interval: int = 1
     """Log train metrics every this many optimizer steps."""
     progress_bar: bool = True
