@@ -19,16 +19,31 @@ from torch import nn
 
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, find_latest, open_checkpoint
-from foundry.checkpoint.state import COMMON_FILE, MODEL_FILE, STATE_FILE, load_full, load_sharded
+from foundry.checkpoint.state import (
+    COMMON_FILE,
+    MODEL_FILE,
+    STATE_FILE,
+    WeightMismatch,
+    load_full,
+    load_sharded,
+)
 from foundry.checkpoint.store import CheckpointStore, transfer_policy
-from foundry.errors import ResumeMismatch
+from foundry.errors import ConfigError, ResumeMismatch
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.rng import set_rng_state
 from streaming.format.hashing import hash_file
 from streaming.safepath import safe_join
 from streaming.storage import redact
 
-__all__ = ["StartPoint", "config_differences", "fetch", "load_into", "load_weights", "resolve_start"]
+__all__ = [
+    "StartPoint",
+    "config_differences",
+    "fetch",
+    "load_into",
+    "load_weights",
+    "resolve_start",
+    "weight_mismatch_error",
+]
 
 log = logging.getLogger(__name__)
 DCP_METADATA = ".metadata"
@@ -181,26 +196,30 @@ def load_into(
     directory = fetch(info, cache_root=cache_root, weights_only=start.weights_only, local_rank=local_rank)
     optimizer = None if start.weights_only else trainer.optimizer
     strict, allow_pickle, this_rank = cfg.load_strict, cfg.allow_pickle, rank()
-    if m.format == "full":
-        out = load_full(
-            directory,
-            trainer.model,
-            optimizer,
-            strict=strict,
-            allow_pickle=allow_pickle,
-            rank=this_rank,
-            adapters_only=m.adapters_only,
-        )
-    else:
-        out = load_sharded(
-            directory,
-            trainer.model,
-            optimizer,
-            saved_world=m.world_size,
-            strict=strict,
-            allow_pickle=allow_pickle,
-            rank=this_rank,
-        )
+    try:
+        if m.format == "full":
+            out = load_full(
+                directory,
+                trainer.model,
+                optimizer,
+                strict=strict,
+                allow_pickle=allow_pickle,
+                rank=this_rank,
+                adapters_only=m.adapters_only,
+            )
+        else:
+            out = load_sharded(
+                directory,
+                trainer.model,
+                optimizer,
+                saved_world=m.world_size,
+                strict=strict,
+                allow_pickle=allow_pickle,
+                rank=this_rank,
+            )
+    except WeightMismatch as err:
+        diffs = config_differences(m.model_config, model_config) if m.model_config and model_config else []
+        raise weight_mismatch_error(err, start=start, diffs=diffs, strict=strict) from err
     if out is not None:
         trainer.load_run_state(out["run"])
         if out["rng"] is not None:
@@ -218,6 +237,33 @@ def load_into(
             f"{time.perf_counter() - t0:.2f} s)",
             flush=True,
         )
+
+
+def weight_mismatch_error(
+    err: WeightMismatch, *, start: StartPoint, diffs: list[str], strict: bool
+) -> ConfigError:
+    """The user error for a checkpoint whose weights do not fit the model: the model config's differences
+    from the checkpoint's manifest first, then the tensors; `checkpoint.load_strict=false` is offered only
+    when it can help (whole tensors missing or extra, e.g. other layer counts; never another shape)."""
+    where = (
+        f"checkpoint.load_path={redact(start.info.url)}"
+        if start.source == "load_path"
+        else redact(start.info.url)
+    )
+    saved = f"was saved from another model config ({'; '.join(diffs)})" if diffs else "holds other weights"
+    restore = (
+        "set those model values to the checkpoint's" if diffs else "use the model config it was saved with"
+    )
+    if err.skippable and strict:
+        fix = (
+            f"{restore}, or pass checkpoint.load_strict=false to load the tensors both have and keep the "
+            "others as initialised"
+        )
+    elif err.skippable:
+        fix = restore
+    else:
+        fix = f"{restore} (tensors of another shape cannot load, even with checkpoint.load_strict=false)"
+    return ConfigError(f"{where} {saved}: its weights do not fit this model ({err.detail}); {fix}")
 
 
 def _load_base(

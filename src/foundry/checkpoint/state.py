@@ -34,6 +34,7 @@ __all__ = [
     "MODEL_FILE",
     "STATE_FILE",
     "COMMON_FILE",
+    "WeightMismatch",
     "collect",
     "load_file",
     "load_full",
@@ -131,23 +132,78 @@ def _short(names: list[str]) -> str:
     return f"{names[:8]}{' ...' if len(names) > 8 else ''}"
 
 
+class WeightMismatch(RuntimeError):
+    """The checkpoint's weights do not fit the model (`foundry.checkpoint.resume` names the config differences).
+
+    Args:
+        missing: Model weights the checkpoint has no tensor for.
+        unexpected: Stored tensors no model weight takes.
+        shapes: `name: checkpoint (64, 32), model (64, 64)` for tensors stored with another shape.
+    """
+
+    def __init__(self, *, missing: list[str], unexpected: list[str], shapes: list[str]) -> None:
+        self.missing, self.unexpected, self.shapes = missing, unexpected, shapes
+        super().__init__(
+            "the checkpoint's weights do not match the model: "
+            + self.detail
+            + "; check model config"
+            + (
+                ""
+                if shapes
+                else ", or load with checkpoint.load_strict=false to load the matching tensors only"
+            )
+        )
+
+    @property
+    def detail(self) -> str:
+        """What differs: missing, unexpected and reshaped tensors (the first 8 of each)."""
+        parts = [f"missing from the checkpoint: {_short(self.missing)}"] if self.missing else []
+        parts += [f"not in the model: {_short(self.unexpected)}"] if self.unexpected else []
+        if self.shapes:
+            parts.append(f"{len(self.shapes)} tensor(s) of another shape, e.g. {'; '.join(self.shapes[:2])}")
+        return "; ".join(parts)
+
+    @property
+    def skippable(self) -> bool:
+        """A non-strict load helps: only whole tensors are missing or extra, none has another shape."""
+        return not self.shapes
+
+
 def _matched(
-    model: nn.Module, stored: set[str], *, strict: bool, adapters_only: bool
+    model: nn.Module, stored: dict[str, tuple[int, ...] | None], *, strict: bool, adapters_only: bool
 ) -> tuple[dict[str, str], bool]:
     """Model weight name -> stored name (LoRA renames included, `foundry.checkpoint.adapters`).
 
-    Raises (when `strict`) if a model weight has no stored tensor that must have one, or a stored tensor fits
-    no weight, naming both sides. Returns the pairing and whether some weights stay unloaded by design.
+    Args:
+        stored: The checkpoint's tensor names and shapes (None: not known, not compared).
+
+    Raises:
+        WeightMismatch: A paired tensor has another shape (strict or not), or, when `strict`, a model weight
+            has no stored tensor that must have one or a stored tensor fits no weight.
+
+    Returns:
+        The pairing and whether some weights stay unloaded by design.
     """
-    match = match_keys(get_model_state_dict(model), stored, adapters_only=adapters_only)
-    if strict and (match.missing or match.unexpected):
-        raise RuntimeError(
-            "the checkpoint's weights do not match the model: "
-            + (f"missing from the checkpoint: {_short(match.missing)}; " if match.missing else "")
-            + (f"not in the model: {_short(match.unexpected)}; " if match.unexpected else "")
-            + "check model config, or load with checkpoint.load_strict=false to load the matching tensors only"
+    model_sd = get_model_state_dict(model)
+    match = match_keys(model_sd, stored, adapters_only=adapters_only)
+    own = {k: tuple(v.shape) for k, v in model_sd.items() if isinstance(v, torch.Tensor)}  # DTensor: global
+    shapes = [
+        f"{key}: checkpoint {saved}, model {own[key]}"
+        for key, name in match.source.items()
+        if (saved := stored[name]) is not None and key in own and tuple(saved) != own[key]
+    ]
+    if shapes or (strict and (match.missing or match.unexpected)):
+        raise WeightMismatch(
+            missing=match.missing if strict else [],
+            unexpected=match.unexpected if strict else [],
+            shapes=shapes,
         )
     return match.source, bool(match.skipped)
+
+
+def _stored_shape(meta: Any) -> tuple[int, ...] | None:  # noqa: ANN401 - a DCP storage metadata entry
+    size = getattr(meta, "size", None)
+    return tuple(size) if size is not None else None
 
 
 def _has_array_state(optim_sd: dict[str, Any]) -> bool:
@@ -201,7 +257,8 @@ def load_full(
         checkpoint was saved by fewer ranks).
     """
     weights = load_file(os.path.join(directory, MODEL_FILE), allow_pickle=allow_pickle)
-    source, partial = _matched(model, set(weights), strict=strict, adapters_only=adapters_only)
+    shapes = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in weights.items()}
+    source, partial = _matched(model, shapes, strict=strict, adapters_only=adapters_only)
     weights = {key: weights[name] for key, name in source.items()}
     options = StateDictOptions(full_state_dict=True, strict=strict and not partial)
     set_model_state_dict(model, weights, options=options)
@@ -232,7 +289,7 @@ def load_sharded(
     """
     model_sd, optim_sd = collect(model, optimizer, full=False)
     stored = storage_reader(directory, allow_pickle=allow_pickle).read_metadata().state_dict_metadata
-    names = {k[len("model.") :] for k in stored if k.startswith("model.")}
+    names = {k[len("model.") :]: _stored_shape(v) for k, v in stored.items() if k.startswith("model.")}
     source, partial = _matched(model, names, strict=strict, adapters_only=adapters_only)
     view: dict[str, Any] = {}  # stored name -> the model tensor DCP loads it into (in place)
     for key, name in source.items():
