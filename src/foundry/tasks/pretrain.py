@@ -51,7 +51,7 @@ from foundry.train.state import seed_all, set_deterministic
 from streaming.storage import redact
 from streaming.world import World
 
-__all__ = ["DataBuilder", "RunData", "build_data", "pretrain"]
+__all__ = ["DataBuilder", "RunData", "build_data", "pretrain", "trainable_summary"]
 
 
 @dataclass(frozen=True)
@@ -274,6 +274,8 @@ def build_observers(
     if not ctx.is_main:
         return []
     derived = plan.derived(n_params=sum(p.numel() for p in model.parameters()))
+    if (line := trainable_summary(model)) is not None:
+        print(f"[foundry] {line}", flush=True)
     write_run_metadata(run_dir, config=cfg, derived=derived, device=ctx.device)
     resumed = start.info.manifest if start is not None and not start.weights_only else None
     loggers = build_loggers(
@@ -288,6 +290,15 @@ def build_observers(
     for logger in loggers:
         logger.log_hyperparameters({"config": asdict(cfg), "derived": derived})
     return loggers
+
+
+def trainable_summary(model: torch.nn.Module) -> str | None:
+    """`trainable params: 1,234 of 5,678 (21.73%)` when only part of the model trains (LoRA, frozen weights)."""
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if trainable == total or total == 0:
+        return None
+    return f"trainable params: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)"
 
 
 def build_run_callbacks(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, run_dir: Path) -> list[Callback]:  # noqa: ANN401
