@@ -26,7 +26,12 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from streaming.cache import ShardCache
-from streaming.dataset_args import check_cache_limit, check_choices_and_bounds, resolve_streams
+from streaming.dataset_args import (
+    check_cache_limit,
+    check_choices_and_bounds,
+    resolve_streams,
+    warn_on_settings,
+)
 from streaming.dataset_index import load_dataset_shards
 from streaming.epoch_planner import EpochPlanner
 from streaming.format.hashing import check_validate_hash
@@ -173,6 +178,14 @@ class StreamingDataset(IterableDataset):
         self.predownload = predownload if predownload is not None else (8 * batch_size if batch_size else 64)
         self.download_concurrency = download_concurrency
         self._load_indexes()
+        warn_on_settings(
+            batch_size=batch_size,
+            predownload=predownload,
+            shuffle=shuffle,
+            shuffle_algo=shuffle_algo,
+            shuffle_block_size=shuffle_block_size,
+            largest_shard=int(self.samples_per_shard.max()),
+        )
         self.epoch_size_arg = None if epoch_size is None else parse_count(epoch_size, name="epoch_size")
         self.choose_per_stream = stream_choose(
             samples_per_stream=self.samples_per_stream.tolist(),

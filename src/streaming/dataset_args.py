@@ -6,6 +6,7 @@ constructor reads as what it stores, and every rule is stated once.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,7 +15,7 @@ from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS
 from streaming.sizes import format_bytes
 from streaming.stream import Stream
 
-__all__ = ["check_cache_limit", "check_choices_and_bounds", "resolve_streams"]
+__all__ = ["check_cache_limit", "check_choices_and_bounds", "resolve_streams", "warn_on_settings"]
 
 
 def resolve_streams(streams: Sequence[Stream] | None, remote: str | None, local: str | None) -> list[Stream]:
@@ -65,4 +66,34 @@ def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray) -> N
             f"cache_limit={format_bytes(cache_limit)} ({cache_limit} bytes) is too small for this dataset: the "
             f"minimum is 4x its largest shard, {format_bytes(4 * largest)} ({4 * largest} bytes), so that the "
             "shards being read, prefetched and prepared fit at once; raise cache_limit or write smaller shards"
+        )
+
+
+def warn_on_settings(
+    *,
+    batch_size: int | None,
+    predownload: int | None,
+    shuffle: bool,
+    shuffle_algo: str,
+    shuffle_block_size: int | None,
+    largest_shard: int,
+) -> None:
+    """The warnings upstream gives for settings that work but cost throughput or shuffle quality."""
+    if predownload is not None and batch_size and predownload < batch_size:
+        warnings.warn(
+            f"predownload={predownload} is smaller than batch_size={batch_size}: every batch waits for shards "
+            "prepared a few samples at a time; use predownload >= batch_size (default: 8 x batch_size)",
+            stacklevel=3,
+        )
+    if (
+        shuffle
+        and shuffle_algo in ("py1e", "py1br")
+        and shuffle_block_size
+        and shuffle_block_size < largest_shard
+    ):
+        warnings.warn(
+            f"shuffle_block_size={shuffle_block_size} is smaller than the largest shard ({largest_shard} samples): "
+            "samples of such a shard are not mixed with other shards'; use a block of at least 10x the samples per "
+            "shard",
+            stacklevel=3,
         )

@@ -93,3 +93,14 @@ def test_an_index_with_no_shards_is_refused(tmp_path):
         pass
     with pytest.raises(ValueError, match="index.json lists no shards"):
         StreamingDataset(local=str(tmp_path / "empty"), batch_size=1)
+
+
+def test_upstreams_warnings_for_costly_settings(tmp_path):
+    """Issue 28 item 8: predownload < batch_size, and a shuffle block smaller than a shard."""
+    with MDSWriter(out=str(tmp_path / "ds"), columns={"id": "int"}, size_limit=400) as w:
+        for i in range(100):
+            w.write({"id": i})
+    with pytest.warns(UserWarning, match="predownload=2 is smaller than batch_size=4"):
+        StreamingDataset(local=str(tmp_path / "ds"), batch_size=4, predownload=2)
+    with pytest.warns(UserWarning, match="shuffle_block_size=5 is smaller than the largest shard"):
+        StreamingDataset(local=str(tmp_path / "ds"), batch_size=4, shuffle=True, shuffle_block_size=5)

@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from streaming.plan import PlanSpec, WorkerPlan, epoch_order, epoch_units
@@ -38,7 +38,11 @@ def specs(draw, batching=None):
 def _order(spec, epoch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return epoch_order(spec, epoch)
+        try:
+            return epoch_order(spec, epoch)
+        except ValueError as err:  # stratified: a stream's share rounds to 0 (refused, as upstream)
+            assume("rounds to 0" not in str(err))
+            raise
 
 
 def _expected(order, drop, g):
