@@ -130,12 +130,18 @@ def main(argv: list[str] | None = None) -> None:
         device=args.device,
         dtype=DTYPES[args.dtype],
     )
-    for prompt, completion in zip(prompts, generate(model, tokenizer, prompts, cfg), strict=True):
+    completions = generate(model, tokenizer, prompts, cfg)
+    for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True), start=1):
         if args.json:
             print(json.dumps({"prompt": prompt, "completion": completion}), flush=True)
         else:
-            shown = prompt if isinstance(prompt, str) else json.dumps(prompt)
-            print(f"### {shown}\n{completion}\n", flush=True)
+            print(format_completion(i, len(prompts), prompt, completion), flush=True)
+
+
+def format_completion(i: int, n: int, prompt: object, completion: str) -> str:
+    """One completion for the console: a header line with the prompt quoted on one line (prompts in an
+    instruction format start with `###` themselves, so a `### <prompt>` header ran into them), then the text."""
+    return f"[prompt {i}/{n}] {json.dumps(prompt, ensure_ascii=False)}\n{completion}\n"
 
 
 if __name__ == "__main__":
