@@ -166,7 +166,7 @@ def from_upstream(obj: dict[str, Any], *, shuffle_seed: int, config: dict[str, A
         sample_in_epoch=obj["sample_in_epoch"],
         global_batch_size=None,
         num_canonical_nodes=obj["num_canonical_nodes"],
-        initial_physical_nodes=nodes,  # type: ignore[arg-type]  # None: this run's nodes, as upstream
+        initial_physical_nodes=nodes,  # None: this run's nodes, as upstream
         config=config,
     )
 

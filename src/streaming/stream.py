@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
+from typing import Any
 
 from streaming.cache import fetch_index
 from streaming.format.hashing import check_validate_hash
@@ -149,7 +150,11 @@ class Stream:
         self.proportion = proportion
         self.repeat = repeat
         self.choose = None if choose is None else int(choose)
-        self.weights_given = {"proportion": proportion, "repeat": repeat, "choose": self.choose}
+        self.weights_given: dict[str, Any] = {
+            "proportion": proportion,
+            "repeat": repeat,
+            "choose": self.choose,
+        }
         """The weights as passed: a dataset fills in ``proportion``, ``repeat`` and ``choose`` with the values it
         derives (as mosaicml-streaming does), and reads these."""
         self.download_retry = download_retry

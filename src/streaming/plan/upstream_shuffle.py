@@ -94,12 +94,12 @@ def upstream_permutation(
         )
     ends = np.cumsum(sizes)
     spans: list[tuple[int, int]] = [(int(e - s), int(e)) for s, e in zip(sizes, ends)]
-    np.random.default_rng(seed).shuffle(spans)  # type: ignore[arg-type]  # a list, shuffled in place
+    np.random.default_rng(seed).shuffle(spans)  # a list, shuffled in place
     spans, parts = _divide(spans, total, num_canonical_nodes)
     rng = np.random.default_rng(seed + epoch)
     for part in parts:
         piece = spans[part.start : part.stop]
-        rng.shuffle(piece)  # type: ignore[arg-type]
+        rng.shuffle(piece)
         spans[part.start : part.stop] = piece
     out = np.empty(total, dtype=np.int64)
     offset = 0

@@ -62,7 +62,7 @@ def check_stated_size(url: str, size: int | None, max_bytes: int | None) -> None
 def copy_bounded(src: IO[bytes], path: str, url: str, max_bytes: int | None) -> None:
     """Copy the stream ``src`` into the file ``path``, stopped past ``max_bytes``."""
     with open(path, "wb") as f:
-        shutil.copyfileobj(src, BoundedWriter(f, max_bytes, url), 1 << 20)  # type: ignore[misc]
+        shutil.copyfileobj(src, BoundedWriter(f, max_bytes, url), 1 << 20)
 
 
 class Backend(ABC):

@@ -53,7 +53,7 @@ class GCSBackend(Backend):
         def get() -> None:
             with open(path, "wb") as f:
                 out = BoundedWriter(f, max_bytes, url)
-                blob.download_to_file(out, timeout=timeout, retry=None)  # type: ignore[arg-type]
+                blob.download_to_file(out, timeout=timeout, retry=None)
 
         self._call(url, get)
 
