@@ -22,6 +22,7 @@ from foundry.runs.show import (
     default_config,
     icl_results,
     render_show,
+    run_overrides,
 )
 from foundry.runs.state import RunSummary, load_run, summarize
 from foundry.runs.store import RunRoot, resolve_run
@@ -37,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("root_arg", nargs="?", metavar="ROOT", help="overrides --root")
     show = sub.add_parser("show", help="config diff, derived values, checkpoints, metrics, evals, events")
     show.add_argument("run")
+    show.add_argument(
+        "--diff",
+        action="store_true",
+        help="the full config diff against the defaults (composes conf/: several seconds; default: the overrides)",
+    )
     logs = sub.add_parser("logs", help="the run's train.log")
     logs.add_argument("run")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing what is appended")
@@ -144,9 +150,14 @@ def run(args: argparse.Namespace) -> int:
     root, rel = resolve_run(args.run, root=args.root)
     files = load_run(root, rel)
     if args.command == "show":
-        diff = config_diff(files.run["config"], default_config()) if "config" in files.run else None
+        diff = (
+            config_diff(files.run["config"], default_config())
+            if args.diff and "config" in files.run
+            else None
+        )
         ckpts = checkpoints(*checkpoint_folder(root, rel, files.run.get("config", {})))
-        print(render_show(files, diff=diff, ckpts=ckpts, icl=icl_results(root, rel)))
+        overrides = None if args.diff else run_overrides(root, rel)
+        print(render_show(files, diff=diff, ckpts=ckpts, icl=icl_results(root, rel), overrides=overrides))
     elif args.command == "logs":
         return _logs(root, rel, follow=args.follow)
     elif args.command == "stop":

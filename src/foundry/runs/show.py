@@ -1,4 +1,9 @@
-"""`runs show RUN`: the config diff against the defaults, derived values, checkpoints, metrics, evals, events.
+"""`runs show RUN`: the overrides (or, with `--diff`, the config diff against the defaults), derived values,
+checkpoints, metrics, evals, events.
+
+`runs show` stays light (well under 2 s, no torch, no Hydra): it prints the command-line overrides the run
+recorded in `.hydra/rank0/overrides.yaml`; the full diff needs a compose of `conf/`, which imports the training
+stack, so it is asked for with `--diff`.
 
 Design note: "the defaults" are what `python train.py` composes with no overrides (the repository's
 `conf/`, turned into the typed `TrainConfig` exactly as a run does), flattened to dotted keys and compared
@@ -26,6 +31,7 @@ __all__ = [
     "flatten",
     "icl_results",
     "render_show",
+    "run_overrides",
 ]
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
@@ -54,6 +60,16 @@ def default_config(conf_dir: Path = CONF_DIR) -> dict[str, Any]:
     with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir)):
         cfg = compose(config_name="train")
     return json.loads(json.dumps(asdict(to_train_config(cfg)), default=str))
+
+
+def run_overrides(root: RunRoot, rel: str) -> list[str] | None:
+    """The overrides the run was started with (`.hydra/rank0/overrides.yaml`), or None when it has none recorded."""
+    text = root.read_text(rel, ".hydra/rank0/overrides.yaml")
+    if text is None:
+        return None
+    import yaml  # light (no torch, no Hydra)
+
+    return [str(o) for o in (yaml.safe_load(text) or [])]
 
 
 def config_diff(config: dict[str, Any], defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -148,10 +164,16 @@ def render_show(
     diff: list[tuple[str, Any, Any]] | None,
     ckpts: list[Checkpoint],
     icl: dict[str, Any] | None,
+    overrides: list[str] | None = None,
 ) -> str:
-    """The text `runs show` prints."""
+    """The text `runs show` prints (`overrides`: printed instead of the diff when there is no diff)."""
     lines = [f"run {files.name}"]
-    if diff is None:
+    if diff is None and overrides is not None:
+        lines.append(f"\noverrides ({len(overrides)}; the full config diff: runs show --diff):")
+        lines += [f"  {o}" for o in overrides]
+    elif diff is None and "config" in files.run:
+        lines.append("\nconfig: in run.json (what differs from the defaults: runs show --diff)")
+    elif diff is None:
         lines.append("\nconfig: (no run.json)")
     else:
         lines.append(f"\nconfig vs defaults ({len(diff)} differences):")

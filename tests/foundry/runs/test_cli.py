@@ -41,7 +41,7 @@ def test_list(sweep_dir: Path, capsys) -> None:
 
 
 def test_show_diff_checkpoints_evals_events(sweep_dir: Path, capsys) -> None:
-    assert main(["show", str(sweep_dir / "1_optimizer.lr=0.03")]) == 0
+    assert main(["show", "--diff", str(sweep_dir / "1_optimizer.lr=0.03")]) == 0
     out = capsys.readouterr().out
     assert "optimizer.lr: 0.0006 -> 0.03" in out  # the conf default is 6e-4
     assert "ep0-ba30  step 30  1000 B" in out
@@ -127,7 +127,7 @@ def test_runs_on_a_bucket(sweep_dir: Path, bucket: str, tmp_path: Path, capsys) 
     assert main(["list", root]) == 0
     out = capsys.readouterr().out
     assert "sweep/0_optimizer.lr=0.01" in out and "sweep/1_optimizer.lr=0.03" in out and "finished" in out
-    assert main(["--root", root, "show", "sweep/1_optimizer.lr=0.03"]) == 0
+    assert main(["--root", root, "show", "--diff", "sweep/1_optimizer.lr=0.03"]) == 0
     out = capsys.readouterr().out
     assert "ep0-ba30  step 30  1000 B" in out and "optimizer.lr: 0.0006 -> 0.03" in out
     report = tmp_path / "s3.html"
@@ -203,3 +203,25 @@ def test_stop_never_signals_a_process_the_run_did_not_record(sweep_dir: Path, ca
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_show_is_fast_and_light_without_diff(sweep_dir: Path, tmp_path: Path) -> None:
+    """Issue 26 item 13: `runs show` took ~11 s (it composed conf/, importing torch and transformers); it now
+    prints the recorded overrides and composes only with --diff."""
+    import time
+
+    run = sweep_dir / "1_optimizer.lr=0.03"
+    (run / ".hydra" / "rank0").mkdir(parents=True, exist_ok=True)
+    (run / ".hydra" / "rank0" / "overrides.yaml").write_text("- optimizer.lr=0.03\n- run_name=sweep\n")
+    code = (
+        "import sys, runpy; sys.argv = ['foundry.runs', 'show', sys.argv[1]]\n"
+        "try:\n    runpy.run_module('foundry.runs', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')"
+    )
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    assert "overrides (2; the full config diff: runs show --diff):" in proc.stdout
+    assert "  optimizer.lr=0.03" in proc.stdout and proc.stdout.strip().endswith("NO-TORCH"), proc.stdout
+    assert took < 10  # generous on a loaded CI machine; ~0.4 s here (the import of torch alone is ~2 s)
