@@ -27,6 +27,15 @@ __all__ = ["build_key", "publish_once"]
 
 log = logging.getLogger(__name__)
 
+
+def rank_zero_only(record: logging.LogRecord) -> bool:
+    """A logging filter: only global rank 0 (``$RANK``, 0 outside torchrun) says what shared builds do; every
+    rank runs them (and waits on the same lock), so the other ranks' lines were the same news N times."""
+    return os.environ.get("RANK", "0") == "0" or record.levelno >= logging.WARNING
+
+
+log.addFilter(rank_zero_only)
+
 TMP_PREFIX = ".tmp-"
 """Temporary build folders are `<root>/.tmp-<name>-<random>` (removed by the next builder of `name`)."""
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from foundry.data.build_cache import build_key, publish_once
+from foundry.data.build_cache import build_key, publish_once, rank_zero_only
 from foundry.data.text import TextDataConfig
 
 __all__ = [
@@ -45,6 +45,7 @@ DEFAULT_CORPUS_MB = 4.0
 DEFAULT_VOCAB_SIZE = 512
 
 log = logging.getLogger(__name__)
+log.addFilter(rank_zero_only)
 
 
 @dataclass(kw_only=True)

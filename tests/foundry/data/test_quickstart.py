@@ -121,3 +121,17 @@ def test_two_processes_building_one_key_at_once_share_a_single_build(tmp_path):
 def test_the_tokenizer_path_needs_a_cache_folder():
     with pytest.raises(ValueError, match="set tokenizer.name"):
         quickstart_tokenizer_path(None)
+
+
+def test_only_rank_zero_prints_the_quick_start_lines(tmp_path, monkeypatch, caplog):
+    """Issue 26 item 13: every torchrun rank printed the same quick-start lines."""
+    import logging
+
+    cfg = QuickstartDataConfig(local=str(tmp_path / "qs"), corpus_mb=0.1, vocab_size=290)
+    with caplog.at_level(logging.INFO, logger="foundry.data"):
+        monkeypatch.setenv("RANK", "1")
+        prepare_quickstart(cfg, max_seq_len=32)
+        assert not [r for r in caplog.records if "quick start" in r.getMessage()]
+        monkeypatch.setenv("RANK", "0")
+        prepare_quickstart(cfg, max_seq_len=32)
+        assert any("quick start: reusing" in r.getMessage() for r in caplog.records)
