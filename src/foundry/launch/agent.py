@@ -19,6 +19,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,8 @@ class Supervisor:
     proc: subprocess.Popen | None = None
     stop_sent_at: float | None = None
     health_defer_s: float = 0.0
+    max_restarts: int | None = None
+    """torchrun's restart limit, for the console lines (`restart 1/3`)."""
     """Under `--nnodes=MIN:MAX` a failed node-local check (devices, disk, store) is first left to the node guard
     (`foundry.launch.nodes`: the node leaves the elastic job, exit 4; the cli sets this then): the held ranks
     cannot be restarted meanwhile, and the launcher stops the group itself (`fatal`, exit 3) only if it still
@@ -244,6 +247,9 @@ class Supervisor:
         append_event(
             self.run_dir, "failure", cause=cause, rank=rank, pid=pid, step=step, attempt=attempt, **extra
         )
+        who = f"rank {rank}" if rank >= 0 else "a rank"
+        how = f" with {extra['signal']}" if extra.get("signal") else ""
+        _say(f"{who} {cause}{how} at step {step} (attempt {attempt})")
 
     def _dump_and_kill(
         self,
@@ -294,6 +300,8 @@ class Supervisor:
                 self._failure(missed, now, cause="exited", rank=-1, pid=-1, step=step, seen=missed == seen)
         for a in range(max(seen + 1, 1), attempt + 1):
             append_event(self.run_dir, "restart", attempt=a)
+            limit = f"/{self.max_restarts}" if self.max_restarts is not None else ""
+            _say(f"restart {a}{limit}: the ranks resume from the latest checkpoint")
         self.progress.new_attempt(attempt, now)
 
     def _check_resumed(self, beats: dict[int, Beat], now: float) -> None:
@@ -317,6 +325,9 @@ class Supervisor:
                 self.run_dir, "resumed", attempt=p.attempt, resumed_step=p.resumed_step, steps_lost=steps_lost,
                 restart_to_first_step_s=round(now - p.failed_at, 3), time_lost_s=round(lost, 3),
             )  # fmt: skip
+            _say(
+                f"restart {p.attempt} resumed at step {p.resumed_step}: {steps_lost} step(s) and {lost:.1f} s lost"
+            )
             self.pending = None
 
 
@@ -332,3 +343,8 @@ def _forward(proc: subprocess.Popen):  # noqa: ANN202 - a signal handler
         proc.send_signal(signum)
 
     return handler
+
+
+def _say(line: str) -> None:
+    """One console line for the user watching the launch (the event log holds the details)."""
+    print(f"[foundry.launch] {line}", file=sys.stderr, flush=True)

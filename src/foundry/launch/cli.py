@@ -123,7 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         return NODE_EXCLUDED_EXIT
     started = time.time()
     progress = Progress(k=args.hang_k, floor=args.hang_floor, startup=args.startup_timeout)
-    sup = Supervisor(run_dir, launch_id, progress, poll_s=args.poll, health_defer_s=15.0 if elastic else 0.0)
+    sup = Supervisor(
+        run_dir,
+        launch_id,
+        progress,
+        poll_s=args.poll,
+        health_defer_s=15.0 if elastic else 0.0,
+        max_restarts=args.max_restarts,
+    )
     env = {**os.environ, LAUNCH_ENV: json.dumps(asdict(settings)), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     proc = sup.start(cmd, env=env)  # a fresh store per rendezvous round: all nodes agree on its keys (health)
     guard = NodeGuard(run_dir, launch_id, proc, enabled=elastic).start()  # ...also after it has joined

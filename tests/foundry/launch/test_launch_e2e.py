@@ -121,11 +121,16 @@ def test_kill_one_rank_restarts_and_matches(tmp_path, cache, reference):
     proc = _launch(tmp_path, cache, "crash")
     run_dir = tmp_path / "outputs" / "crash"
     os.kill(_wait_for_step(run_dir, 1, 10, proc), signal.SIGKILL)
-    _finish(proc)
+    out = _finish(proc)
     events = _check_events(run_dir, "exited")
     (failure,) = [e for e in events if e["event"] == "failure"]
     assert 1 in failure["ranks"]
     _check_same_run(run_dir, reference)
+    # issue 26 item 11: one console line per failure, restart and resumption
+    said = [line for line in out.splitlines() if line.startswith("[foundry.launch] ")]
+    assert any(" exited" in line and "at step" in line for line in said), said
+    assert any(line.startswith("[foundry.launch] restart 1/") for line in said), said
+    assert any("resumed at step" in line and "lost" in line for line in said), said
 
 
 def test_stopped_rank_dumps_stacks_restarts_and_matches(tmp_path, cache, reference):
