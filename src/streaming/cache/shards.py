@@ -166,23 +166,30 @@ def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -
         ValueError: ``local`` holds a copy of another remote.
     """
     path = os.path.join(local, INDEX_FILENAME)
+    marker = os.path.join(local, LOCK_DIR, SOURCE_FILE)
+    mine = redact(remote.rstrip("/"))
+    if os.path.exists(path) and _recorded_source(marker) == mine:
+        return path  # every rank and worker after the first: no lock (the marker is written by rename)
     os.makedirs(local, exist_ok=True)
     with file_lock(local, INDEX_FILENAME):
-        _check_source(local, remote)
+        _check_source(local, marker, mine)
         if not os.path.exists(path):
             download_file(join_url(remote, INDEX_FILENAME), path, policy=policy)
     return path
 
 
-def _check_source(local: str, remote: str) -> None:
-    """Record ``remote`` as ``local``'s source, or refuse a different one (holding the index lock)."""
-    marker = os.path.join(local, LOCK_DIR, SOURCE_FILE)
-    mine = redact(remote.rstrip("/"))
+def _recorded_source(marker: str) -> str | None:
     try:
         with open(marker) as f:
-            theirs = json.load(f).get("remote")
+            return json.load(f).get("remote")
     except (OSError, ValueError, AttributeError):
-        theirs = None
+        return None
+
+
+def _check_source(local: str, marker: str, mine: str) -> None:
+    """Record ``mine`` (a redacted remote) as ``local``'s source, or refuse a different one (holding the index
+    lock)."""
+    theirs = _recorded_source(marker)
     if theirs is None:
         tmp = f"{marker}.tmp-{os.getpid()}"
         with open(tmp, "w") as f:

@@ -108,6 +108,10 @@ class Compression:
             SizeLimitExceeded: The output would pass ``max_bytes`` (None: unbounded); decoding stops there, so
                 memory never holds more than about ``max_bytes`` of output.
         """
+        if max_bytes is not None and self.family == "zstd":
+            whole = _zstd_one_frame(data, max_bytes)  # the common case, in one call: no chunked copies
+            if whole is not None:
+                return whole
         if max_bytes is not None and self.family in ("zstd", "gz", "bz2", "br"):
             out = io.BytesIO()
             self.decompress_file(io.BytesIO(data), out, max_bytes=max_bytes)
@@ -217,15 +221,32 @@ def _check_snappy_length(data: bytes | memoryview, max_bytes: int) -> None:
         raise SizeLimitExceeded(f"snappy data declaring {length} bytes", max_bytes)
 
 
+def _zstd_one_frame(data: bytes | memoryview, max_bytes: int | None) -> bytes | None:
+    """``data`` decoded in one call when it is a single frame whose header states its size (at most
+    ``max_bytes``: the output buffer is allocated at that size); None otherwise (decode it as a stream)."""
+    import zstandard
+
+    if max_bytes is not None:
+        try:
+            size = zstandard.frame_content_size(data)
+        except zstandard.ZstdError:
+            return None
+        if size < 0 or size > max_bytes:  # -1: not stated
+            return None
+    try:
+        return zstandard.ZstdDecompressor().decompress(data, allow_extra_data=False)
+    except zstandard.ZstdError:
+        return None  # no content size in the header, or several frames
+
+
 def _zstd_decompress(data: bytes | memoryview) -> bytes:
     """One frame with a content size (fast path); otherwise stream across all frames (e.g. CLI output)."""
     import zstandard
 
+    whole = _zstd_one_frame(data, None)
+    if whole is not None:
+        return whole
     dctx = zstandard.ZstdDecompressor()
-    try:
-        return dctx.decompress(data, allow_extra_data=False)
-    except zstandard.ZstdError:
-        pass  # no content size in the header, or several frames: decode as a stream
     out = io.BytesIO()
     rest = bytes(data)
     while rest:
