@@ -82,8 +82,13 @@ LLM_FOUNDRY_KEYS = {
     "console_log_interval": "trainer.log_interval",
     "progress_bar": "trainer.progress_bar",
     "log_to_console": "logger=console",
+    "eval_gauntlet": "eval.gauntlet",
+    "icl_seq_len": "eval.max_seq_len",
+    "accumulate_train_batch_on_tokens": "trainer.accumulate_train_batch_on_tokens",
+    "train_subset_num_batches": "trainer.train_subset_num_batches",
 }
-"""Top-level keys of llm-foundry YAMLs and where they live here."""
+"""Top-level keys of llm-foundry YAMLs and where they live here (`python -m foundry.compat.llmfoundry` translates
+a whole YAML; its table, `foundry.compat.llmfoundry.keys.TOP`, starts from these)."""
 LLM_FOUNDRY_FINETUNE_KEYS = {
     "name": "data=finetune/<name> picks finetuning data (llm-foundry's `name: finetuning`)",
     "dataset": "the data.* keys are llm-foundry's train_loader.dataset keys, flattened (data.hf_name=...)",

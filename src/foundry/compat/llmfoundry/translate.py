@@ -1,0 +1,350 @@
+"""An llm-foundry training config (a resolved mapping) -> `train.py` group choices and key values, plus notes.
+
+Design note: one pure function, `translate`, walks every top-level key of the resolved YAML and hands it to
+its section (`sections.py` for model, tokenizer, loaders and callbacks; the rest here). Each key ends in
+exactly one place: a value in `Translation.values`, a group choice, or a `Note` (ignored or refused, with the
+reason from `keys.py`); a key no table knows is refused by name, and a value the run cannot do without
+raises `ConfigError` naming the key and the fix. Group choices pick the bare schema nodes (`model=_mpt`,
+`trainer=_trainer`, ...) so every value the YAML leaves out is the schema default, and where our default
+differs from llm-foundry's (attention `flash`, no clipping, autoresume off, text data unshuffled) the
+llm-foundry default is written out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from foundry.compat.llmfoundry import keys
+from foundry.compat.llmfoundry.keys import IGNORED, REFUSED, TRANSLATED, Rule
+from foundry.errors import ConfigError
+from foundry.optim import OPTIMIZER_SCHEMAS, SCHEDULER_SCHEMAS
+from foundry.time import TimeUnit, parse_duration
+
+__all__ = ["Note", "Out", "Translation", "duration", "translate"]
+
+
+@dataclass(frozen=True)
+class Note:
+    """A key that is not carried over: `ignored` (no effect here) or `refused` (the run goes on without it)."""
+
+    key: str
+    status: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.status}: {self.key}: {self.reason}"
+
+
+@dataclass
+class Translation:
+    """What an llm-foundry YAML becomes: Hydra group choices, then dotted key values, then the user's own."""
+
+    choices: dict[str, Any] = field(default_factory=dict)
+    """Group -> option (`model` -> `_mpt`; a list for several loggers); keys starting `+` add a group."""
+    values: dict[str, Any] = field(default_factory=dict)
+    """Dotted key -> plain value, in the order the YAML gave them."""
+    notes: list[Note] = field(default_factory=list)
+    passthrough: list[str] = field(default_factory=list)
+    """`train.py` overrides given by the user after the YAML (applied last, so they win)."""
+
+
+class Out:
+    """The translation being built: the sections write into it."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.tr = Translation()
+
+    def choose(self, group: str, option: Any) -> None:  # noqa: ANN401 - an option name or a list of them
+        self.tr.choices[group] = option
+
+    def set(self, key: str, value: Any) -> None:  # noqa: ANN401 - any plain YAML value
+        self.tr.values[key] = value
+
+    def note(self, key: str, rule: Rule) -> None:
+        """Records an ignored or refused key with the table's reason (a translated rule is a caller's bug)."""
+        if rule.status == TRANSLATED:
+            raise AssertionError(f"{key} is translated ({rule.here}), not a note")
+        self.tr.notes.append(Note(key, rule.status, rule.note))
+
+    def refuse(self, key: str, reason: str) -> None:
+        self.tr.notes.append(Note(key, REFUSED, reason))
+
+    def ignore(self, key: str, reason: str) -> None:
+        self.tr.notes.append(Note(key, IGNORED, reason))
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {key}: {message}")
+
+
+def duration(out: Out, key: str, value: Any) -> str:  # noqa: ANN401 - str or int from YAML
+    """A Composer time (`4800ba`, `1ep`, or a bare int meaning epochs) as our duration string."""
+    try:
+        d = parse_duration(value, default_unit=TimeUnit.EPOCH)
+    except ValueError as err:
+        raise out.fail(key, f"{err} (units here: ba, ep, sp, tok, dur)") from None
+    number = int(d.value) if float(d.value).is_integer() else d.value
+    return f"{number}{d.unit.value}"
+
+
+def _schema_fields(schema: type) -> set[str]:
+    return {f.name for f in fields(schema)} - {"name"}
+
+
+def _named(out: Out, key: str, body: Any, table: dict[str, str], schemas: Mapping[str, type]) -> None:  # noqa: ANN401
+    """`optimizer:` or `scheduler:`: the name picks our group option, every other key copies by name."""
+    if not isinstance(body, Mapping) or body.get("name") not in table:
+        name = body.get("name") if isinstance(body, Mapping) else body
+        raise out.fail(f"{key}.name", f"{name!r} is not supported here; use one of {sorted(table)}")
+    option = table[body["name"]]
+    out.choose(key, option)
+    allowed = _schema_fields(schemas[option])
+    for k, v in body.items():
+        if k == "name":
+            continue
+        if k not in allowed:
+            raise out.fail(f"{key}.{k}", f"{body['name']} here has no {k!r}; its keys: {sorted(allowed)}")
+        out.set(f"{key}.{k}", v)
+
+
+def _algorithms(out: Out, body: Any) -> None:  # noqa: ANN401
+    out.set("trainer.grad_clip_norm", None)  # llm-foundry clips only with the gradient_clipping algorithm
+    for name, kwargs in (body or {}).items():
+        if name != "gradient_clipping":
+            out.refuse(
+                f"algorithms.{name}", "Composer algorithm not implemented here; the run goes on without it"
+            )
+            continue
+        kind = (kwargs or {}).get("clipping_type", "norm")
+        if kind != "norm":
+            out.refuse(
+                "algorithms.gradient_clipping.clipping_type",
+                f"{kind!r}: only norm clipping here (none applied)",
+            )
+            continue
+        out.set("trainer.grad_clip_norm", (kwargs or {}).get("clipping_threshold"))
+
+
+def _fsdp(out: Out, body: Any) -> None:  # noqa: ANN401
+    if body is None:
+        out.choose("parallelism", "ddp")  # Composer wraps in DDP when several ranks run without fsdp_config
+        return
+    out.choose("parallelism", "fsdp")
+    for k, v in body.items():
+        rule = keys.FSDP.get(k)
+        where = f"fsdp_config.{k}"
+        if rule is None:
+            out.refuse(where, "not supported by FSDP2 here; the run goes on without it")
+        elif k == "sharding_strategy" and v == "NO_SHARD":
+            out.choose("parallelism", "ddp")
+        elif k == "state_dict_type":
+            out.set("checkpoint.save_format", "full" if v == "full" else "sharded")
+        elif k == "activation_cpu_offload" and not v:
+            continue
+        elif k == "activation_checkpointing_reentrant" and v:
+            out.ignore(where, "true: checkpointing here is non-reentrant (same values, less memory)")
+        elif rule.status == TRANSLATED:
+            if isinstance(v, Mapping):
+                raise out.fail(where, "a mapping is not supported; use FULL, DEFAULT or PURE")
+            out.set(rule.here, v)
+        else:
+            out.note(where, rule)
+
+
+def _interval_steps(out: Out, key: str, value: Any) -> int | None:  # noqa: ANN401
+    text = duration(out, key, value)
+    if not text.endswith("ba"):
+        out.refuse(key, f"{value!r}: here this counts optimizer steps (`Nba`); 1 kept")
+        return None
+    return int(text[:-2])
+
+
+def _trainer_defaults(out: Out) -> None:
+    """llm-foundry's defaults for trainer keys the YAML leaves out (set before the YAML's own values)."""
+    out.choose("trainer", "_trainer")
+    for key, value in (
+        ("eval_interval", "1ep"),
+        ("eval_first", False),
+        ("eval_subset_num_batches", -1),
+        ("precision", "amp_bf16"),
+        ("device_train_microbatch_size", "auto"),
+        ("grad_clip_norm", None),
+        ("log_interval", 1),
+        ("progress_bar", False),
+    ):
+        out.set(f"trainer.{key}", value)
+    out.choose("checkpoint", "_checkpoint")
+    out.set("checkpoint.autoresume", False)
+
+
+_TRAINER = (
+    "eval_first",
+    "eval_subset_num_batches",
+    "global_train_batch_size",
+    "device_eval_batch_size",
+    "progress_bar",
+    "accumulate_train_batch_on_tokens",
+    "train_subset_num_batches",
+)
+_CHECKPOINT = (
+    "save_folder",
+    "save_num_checkpoints_to_keep",
+    "save_weights_only",
+    "load_path",
+    "load_weights_only",
+    "autoresume",
+)
+
+
+def _scalar(out: Out, key: str, value: Any, cfg: Mapping[str, Any]) -> bool:  # noqa: ANN401
+    """Top-level keys that map to one value; False when `key` is not one of them."""
+    if key in _TRAINER:
+        out.set(f"trainer.{key}", value)
+    elif key in _CHECKPOINT:
+        out.set(f"checkpoint.{key}", value)
+    elif key in ("max_duration", "eval_interval"):
+        out.set(f"trainer.{key}", duration(out, key, value))
+    elif key == "save_interval":
+        out.set("checkpoint.save_interval", duration(out, key, value))
+    elif key == "load_strict_model_weights":
+        out.set("checkpoint.load_strict", value)
+    elif key == "device_train_microbatch_size":
+        if value != "auto" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise out.fail(
+                key, f"{value!r}: use a positive int or auto (fractional microbatches are not supported)"
+            )
+        out.set("trainer.device_train_microbatch_size", value)
+    elif key == "precision":
+        if value not in keys.PRECISIONS:
+            raise out.fail(key, f"{value!r} is not supported here; use one of {list(keys.PRECISIONS)}")
+        out.set("trainer.precision", value)
+    elif key == "console_log_interval":
+        steps = _interval_steps(out, key, value)
+        if steps is not None:
+            out.set("trainer.log_interval", steps)
+    elif key == "seed":
+        out.set("seed", value)
+    elif key == "run_name":
+        if value is not None:
+            out.set("run_name", value)
+    elif key == "compile_config":
+        out.set("trainer.compile", value is not None)
+    elif key == "max_seq_len":
+        if cfg.get("icl_tasks") is not None and cfg.get("icl_seq_len") is None:
+            out.set("eval.max_seq_len", value)
+    elif key == "icl_seq_len":
+        out.set("eval.max_seq_len", value)
+    else:
+        return False
+    return True
+
+
+def _eval(out: Out, cfg: Mapping[str, Any]) -> None:
+    tasks = cfg.get("icl_tasks")
+    if tasks is None:
+        return
+    out.choose("eval", "_eval")
+    out.set("eval.icl_tasks_file" if isinstance(tasks, str) else "eval.icl_tasks", tasks)
+    if cfg.get("eval_gauntlet") is not None:
+        out.set("eval.gauntlet", cfg["eval_gauntlet"])
+    if cfg.get("device_eval_batch_size") is not None:
+        out.set("eval.batch_size", cfg["device_eval_batch_size"])
+
+
+def _loggers(out: Out, body: Any) -> None:  # noqa: ANN401
+    chosen = ["console"]
+    renames = {"experiment_name": "experiment"}
+    allowed = {
+        "wandb": ("project", "entity", "group", "tags"),
+        "mlflow": ("tracking_uri", "experiment_name", "tags"),
+        "tensorboard": ("log_dir",),
+    }
+    for name, kwargs in (body or {}).items():
+        if name not in keys.LOGGERS:
+            out.refuse(
+                f"loggers.{name}", f"no {name} logger here (console, jsonl, wandb, mlflow, tensorboard)"
+            )
+            continue
+        chosen.append(name)
+        for k, v in (kwargs or {}).items():
+            if k not in allowed[name]:
+                out.refuse(f"loggers.{name}.{k}", f"not supported by logger.{name} here")
+            else:
+                out.set(f"logger.{name}.{renames.get(k, k)}", v)
+    out.choose("logger", chosen if len(chosen) > 1 else "console")
+
+
+def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
+    """Translates a resolved llm-foundry training config.
+
+    Args:
+        cfg: The YAML as plain data, its `${variables.x}` interpolations resolved (`load.load_yaml`).
+        source: How errors name the file.
+
+    Returns:
+        The group choices, values and notes (every key of `cfg` is in exactly one of them).
+
+    Raises:
+        ConfigError: A key or value the run cannot do without (an unknown model option, an optimizer or
+            scheduler we lack, a missing mandatory key), naming it and the fix.
+    """
+    from foundry.compat.llmfoundry import sections
+
+    out = Out(source)
+    for required in (
+        "model",
+        "train_loader",
+        "max_duration",
+        "global_train_batch_size",
+        "optimizer",
+        "scheduler",
+    ):
+        if cfg.get(required) is None:
+            raise out.fail(required, "missing: llm-foundry requires it (and so does the translation)")
+    _trainer_defaults(out)
+    out.set("task", "finetune" if cfg["train_loader"].get("name") == "finetuning" else "pretrain")
+    if "fsdp_config" not in cfg:
+        _fsdp(out, None)
+    if "algorithms" not in cfg:
+        _algorithms(out, None)
+    if "callbacks" not in cfg:
+        sections.callbacks(out, None)
+    if "loggers" not in cfg:
+        _loggers(out, None)
+    for key, value in cfg.items():
+        rule = keys.TOP.get(key)
+        if key == "model":
+            sections.model(out, value)
+        elif key == "tokenizer":
+            sections.tokenizer(out, value)
+        elif key == "train_loader":
+            sections.loaders(out, value, cfg.get("eval_loader"))
+        elif key in ("eval_loader", "variables", "icl_tasks", "eval_gauntlet"):
+            continue  # with train_loader; resolved; in _eval
+        elif key in ("optimizer", "scheduler"):
+            table, schemas = (
+                (keys.OPTIMIZERS, OPTIMIZER_SCHEMAS)
+                if key == "optimizer"
+                else (keys.SCHEDULERS, SCHEDULER_SCHEMAS)
+            )
+            _named(out, key, value, table, schemas)
+        elif key == "algorithms":
+            _algorithms(out, value)
+        elif key == "fsdp_config":
+            _fsdp(out, value)
+        elif key == "loggers":
+            _loggers(out, value)
+        elif key == "callbacks":
+            sections.callbacks(out, value)
+        elif _scalar(out, key, value, cfg):
+            continue
+        elif rule is not None:
+            out.note(key, rule)
+        else:
+            out.refuse(
+                key, "not an llm-foundry 0.22 training key (llm-foundry refuses it as an unused parameter)"
+            )
+    _eval(out, cfg)
+    return out.tr
