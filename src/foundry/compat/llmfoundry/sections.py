@@ -15,7 +15,7 @@ from typing import Any
 
 from foundry.compat.llmfoundry import keys
 from foundry.compat.llmfoundry.keys import TRANSLATED
-from foundry.compat.llmfoundry.translate import Out
+from foundry.compat.llmfoundry.result import Out, duration
 from foundry.config import LLM_FOUNDRY_FINETUNE_KEYS
 from foundry.models.mpt.schema import AttnConfig, FFNConfig, InitConfig
 from foundry.models.registry import model_schema_from_dict
@@ -278,8 +278,6 @@ def callbacks(out: Out, body: Mapping[str, Any] | None) -> None:
 
 
 def _hf_checkpointer(out: Out, kwargs: Mapping[str, Any]) -> None:
-    from foundry.compat.llmfoundry.translate import duration
-
     out.choose("+hf_export", "default")
     for k, v in kwargs.items():
         where = f"callbacks.hf_checkpointer.{k}"

@@ -13,80 +13,15 @@ llm-foundry default is written out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Any
 
-from foundry.compat.llmfoundry import keys
-from foundry.compat.llmfoundry.keys import IGNORED, REFUSED, TRANSLATED, Rule
-from foundry.errors import ConfigError
+from foundry.compat.llmfoundry import keys, sections
+from foundry.compat.llmfoundry.keys import TRANSLATED
+from foundry.compat.llmfoundry.result import Note, Out, Translation, duration
 from foundry.optim import OPTIMIZER_SCHEMAS, SCHEDULER_SCHEMAS
-from foundry.time import TimeUnit, parse_duration
 
 __all__ = ["Note", "Out", "Translation", "duration", "translate"]
-
-
-@dataclass(frozen=True)
-class Note:
-    """A key that is not carried over: `ignored` (no effect here) or `refused` (the run goes on without it)."""
-
-    key: str
-    status: str
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.status}: {self.key}: {self.reason}"
-
-
-@dataclass
-class Translation:
-    """What an llm-foundry YAML becomes: Hydra group choices, then dotted key values, then the user's own."""
-
-    choices: dict[str, Any] = field(default_factory=dict)
-    """Group -> option (`model` -> `_mpt`; a list for several loggers); keys starting `+` add a group."""
-    values: dict[str, Any] = field(default_factory=dict)
-    """Dotted key -> plain value, in the order the YAML gave them."""
-    notes: list[Note] = field(default_factory=list)
-    passthrough: list[str] = field(default_factory=list)
-    """`train.py` overrides given by the user after the YAML (applied last, so they win)."""
-
-
-class Out:
-    """The translation being built: the sections write into it."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.tr = Translation()
-
-    def choose(self, group: str, option: Any) -> None:  # noqa: ANN401 - an option name or a list of them
-        self.tr.choices[group] = option
-
-    def set(self, key: str, value: Any) -> None:  # noqa: ANN401 - any plain YAML value
-        self.tr.values[key] = value
-
-    def note(self, key: str, rule: Rule) -> None:
-        """Records an ignored or refused key with the table's reason (a translated rule is a caller's bug)."""
-        if rule.status == TRANSLATED:
-            raise AssertionError(f"{key} is translated ({rule.here}), not a note")
-        self.tr.notes.append(Note(key, rule.status, rule.note))
-
-    def refuse(self, key: str, reason: str) -> None:
-        self.tr.notes.append(Note(key, REFUSED, reason))
-
-    def ignore(self, key: str, reason: str) -> None:
-        self.tr.notes.append(Note(key, IGNORED, reason))
-
-    def fail(self, key: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {key}: {message}")
-
-
-def duration(out: Out, key: str, value: Any) -> str:  # noqa: ANN401 - str or int from YAML
-    """A Composer time (`4800ba`, `1ep`, or a bare int meaning epochs) as our duration string."""
-    try:
-        d = parse_duration(value, default_unit=TimeUnit.EPOCH)
-    except ValueError as err:
-        raise out.fail(key, f"{err} (units here: ba, ep, sp, tok, dur)") from None
-    number = int(d.value) if float(d.value).is_integer() else d.value
-    return f"{number}{d.unit.value}"
 
 
 def _schema_fields(schema: type) -> set[str]:
@@ -290,8 +225,6 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
         ConfigError: A key or value the run cannot do without (an unknown model option, an optimizer or
             scheduler we lack, a missing mandatory key), naming it and the fix.
     """
-    from foundry.compat.llmfoundry import sections
-
     out = Out(source)
     for required in (
         "model",
