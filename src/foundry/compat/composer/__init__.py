@@ -1,0 +1,23 @@
+"""Composer (llm-foundry) checkpoints read here, safely: a `.pt` file or a sharded folder becomes one of our
+checkpoints (`to_foundry`), or a run's start point (`checkpoint.load_path=<composer checkpoint>`), without
+running code from the file (`unpickle`). How each piece maps: `mapping.MAPPING`."""
+
+from foundry.compat.composer.checkpoint import (
+    ComposerCheckpoint,
+    is_composer_checkpoint,
+    read_composer_checkpoint,
+)
+from foundry.compat.composer.convert import composer_start, to_foundry
+from foundry.compat.composer.mapping import MAPPING
+from foundry.compat.composer.unpickle import UnsafeCheckpointError, load_pt
+
+__all__ = [
+    "MAPPING",
+    "ComposerCheckpoint",
+    "UnsafeCheckpointError",
+    "composer_start",
+    "is_composer_checkpoint",
+    "load_pt",
+    "read_composer_checkpoint",
+    "to_foundry",
+]

@@ -1,0 +1,175 @@
+"""Writes real Composer checkpoints of a tiny llm-foundry MPT, for `test_composer_*.py` (llm-foundry's venv).
+
+    /tmp/ref/venv-llmfoundry/bin/python composer_reference.py OUT_DIR [--sharded]
+
+Trains a tiny `ComposerMPTCausalLM` (CPU, fp32, torch attention) with Composer's `DecoupledAdamW`, the
+cosine-with-warmup schedule and gradient clipping on a small local MDS set of pre-tokenised rows (shuffled,
+so the dataset state is non-trivial) for 6 batches, saving `ep0-ba3-rank0.pt` and `ep0-ba6-rank0.pt`
+(with `--sharded`: torch.distributed.checkpoint folders `ep0-ba3/`, under FSDP on one gloo process). Writes
+`OUT_DIR/reference.pt` (plain tensors and numbers; readable with `torch.load(weights_only=True)`):
+
+- `input_ids` (1, S) and `logits_ba3`/`logits_ba6` (1, S, V): the model's logits at each checkpoint;
+- `loss` (6,), `lr` (6,): the loss and learning rate of each step; `batches` (6, B, S): the input ids;
+- `config`: the model and run settings used (so the tests build the same model here).
+"""
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+OUT = Path(sys.argv[1]).resolve()
+SHARDED = "--sharded" in sys.argv
+if SHARDED:
+    os.environ["FSDP_VERSION"] = (
+        "2"  # Composer's FSDP1 path needs CUDA; FSDP2 (fully_shard) runs on CPU + gloo
+    )
+OUT.mkdir(parents=True, exist_ok=True)
+TMP = Path(tempfile.mkdtemp(prefix="composer-ref-", dir=OUT))
+os.environ.update(
+    {
+        "HF_HOME": str(TMP / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TMPDIR": str(TMP),
+    }
+)
+tempfile.tempdir = str(TMP)
+os.chdir(TMP)  # Composer writes signal files into the cwd
+
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from composer import Trainer  # noqa: E402
+from composer.algorithms import GradientClipping  # noqa: E402
+from composer.core import Callback  # noqa: E402
+from composer.optim import CosineAnnealingWithWarmupScheduler, DecoupledAdamW  # noqa: E402
+from llmfoundry.data.text_data import build_text_dataloader  # noqa: E402
+from llmfoundry.models.mpt import ComposerMPTCausalLM  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+
+from streaming import MDSWriter  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[4] / "shared"
+TOKENIZER = Path(
+    os.environ.get("COMPOSER_REF_TOKENIZER", SHARED / "data/tokenizers/gpt-neox-20b/tokenizer.json")
+)
+SEQ, VOCAB, ROWS, BATCH, STEPS, SEED = 32, 50368, 96, 4, 6, 17  # vocab >= len(tokenizer)
+MODEL = {
+    "d_model": 32,
+    "n_heads": 4,
+    "n_layers": 2,
+    "expansion_ratio": 4,
+    "max_seq_len": SEQ,
+    "vocab_size": VOCAB,
+}
+OPTIM = {"lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 1e-4}
+SCHED = {"t_warmup": "2ba", "alpha_f": 0.1}
+
+data = OUT / "mds"
+if not (data / "train" / "index.json").exists():
+    rng = np.random.default_rng(0)
+    with MDSWriter(out=str(data / "train"), columns={"tokens": "bytes"}, size_limit=1 << 12) as w:
+        for _ in range(ROWS):
+            w.write({"tokens": rng.integers(1, VOCAB, SEQ, dtype=np.int64).tobytes()})
+
+tok = PreTrainedTokenizerFast(
+    tokenizer_file=str(TOKENIZER),
+    bos_token="<|endoftext|>",
+    eos_token="<|endoftext|>",
+    unk_token="<|endoftext|>",
+)
+torch.manual_seed(SEED)
+model = ComposerMPTCausalLM(
+    tokenizer=tok,
+    loss_fn="torch_crossentropy",
+    attn_config={"attn_impl": "torch"},
+    init_device="cpu",
+    **MODEL,
+)
+loader = build_text_dataloader(
+    tokenizer=tok,
+    device_batch_size=BATCH,
+    dataset={
+        "local": str(data),
+        "split": "train",
+        "shuffle": True,
+        "shuffle_seed": SEED,
+        "max_seq_len": SEQ,
+        "num_canonical_nodes": 1,
+    },
+    drop_last=True,
+    num_workers=0,
+    persistent_workers=False,
+    prefetch_factor=None,
+)
+input_ids = torch.randint(1, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(1))
+record: dict[str, list] = {"loss": [], "lr": [], "batches": []}
+logits: dict[str, torch.Tensor] = {}
+
+
+class Record(Callback):
+    def after_forward(self, state, logger):  # noqa: ANN001, ANN201
+        record["batches"].append(state.batch["input_ids"].clone())
+        record["lr"].append(state.optimizers[0].param_groups[0]["lr"])
+
+    def batch_end(self, state, logger):  # noqa: ANN001, ANN201
+        record["loss"].append(float(state.loss))
+        step = int(state.timestamp.batch)
+        if step in (3, 6):
+            inner = state.model.module if hasattr(state.model, "module") else state.model
+            was = inner.training
+            inner.eval()
+            with torch.no_grad():
+                logits[f"logits_ba{step}"] = inner.model(input_ids=input_ids).logits.detach().clone()
+            inner.train(was)
+
+
+opt = DecoupledAdamW(model.parameters(), **OPTIM)
+kwargs = {}
+if SHARDED:
+    kwargs["parallelism_config"] = {"fsdp": {"state_dict_type": "sharded", "sharding_strategy": "FULL_SHARD"}}
+trainer = Trainer(
+    model=model,
+    train_dataloader=loader,
+    optimizers=opt,
+    schedulers=CosineAnnealingWithWarmupScheduler(**SCHED),
+    algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=1.0)],
+    max_duration=f"{STEPS}ba",
+    device="cpu",
+    precision="fp32",
+    seed=SEED,
+    callbacks=[Record()],
+    save_folder=str(OUT / ("sharded" if SHARDED else "ckpt")),
+    save_interval="3ba",
+    save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
+    save_overwrite=True,
+    progress_bar=False,
+    log_to_console=False,
+    **kwargs,
+)
+trainer.fit()
+trainer.close()
+ref = {
+    "input_ids": input_ids,
+    **logits,
+    "loss": torch.tensor(record["loss"], dtype=torch.float64),
+    "lr": torch.tensor(record["lr"], dtype=torch.float64),
+    "batches": torch.stack(record["batches"]),
+    "config": {
+        "model": MODEL,
+        "optim": {**OPTIM, "betas": list(OPTIM["betas"])},
+        "sched": SCHED,
+        "seq": SEQ,
+        "batch": BATCH,
+        "steps": STEPS,
+        "seed": SEED,
+        "rows": ROWS,
+    },
+}
+torch.save(ref, OUT / ("reference-sharded.pt" if SHARDED else "reference.pt"))
+print("wrote", sorted(p.name for p in OUT.rglob("*") if p.suffix in (".pt", ".distcp", ".metadata")))
