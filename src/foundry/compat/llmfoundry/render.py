@@ -122,7 +122,12 @@ def overrides(tr: Translation) -> list[str]:
     out = []
     for group, option in tr.choices.items():
         out.append(f"{group}={format_value(option) if isinstance(option, list) else option}")
-    out += [f"{key}={format_value(value)}" for key, value in tr.values.items()]
+    for key, value in tr.values.items():
+        nested = isinstance(value, dict) or (
+            isinstance(value, list) and any(isinstance(v, dict) for v in value)
+        )
+        # Hydra cannot replace a mapping field from the command line; `++` (add or override) can
+        out.append(f"{'++' if nested else ''}{key}={format_value(value)}")
     return out + list(tr.passthrough)
 
 
