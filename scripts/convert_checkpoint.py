@@ -4,6 +4,12 @@ Examples:
     python scripts/convert_checkpoint.py --src outputs/run/checkpoints/ep0-ba200 --to full --dst /tmp/ckpt-full/ep0-ba200
     python scripts/convert_checkpoint.py --src s3://bucket/ckpts/run --to sharded --dst s3://bucket/ckpts-sharded/ep0-ba200
     python scripts/convert_checkpoint.py --src outputs/run/checkpoints --to hf --dst exported/ --tokenizer tok.json
+    python scripts/convert_checkpoint.py --from composer ckpts/ep0-ba10-rank0.pt /tmp/ours/ep0-ba10
+    python scripts/convert_checkpoint.py --from composer ckpts/ep0-ba10/ --to hf exported/   # sharded Composer
+
+`--from composer` reads a Composer/llm-foundry checkpoint (a `.pt` file, a `.tar`, or a sharded
+torch.distributed.checkpoint folder) without running code from it and writes one of our full checkpoints
+(weights, DecoupledAdamW state, schedule position, counters, RNG, data position), or with `--to hf` an HF folder.
 
 `--src` is a checkpoint directory or a save folder (its newest complete checkpoint), local or any object-store
 URL. Tensors are streamed through memory-mapped buffers: memory stays bounded by the largest tensor, not the
@@ -29,9 +35,16 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--src", required=True, help="checkpoint directory or save folder (local or URL)")
-    p.add_argument("--dst", required=True, help="output checkpoint directory (local or URL) or HF folder")
-    p.add_argument("--to", required=True, choices=["full", "sharded", "hf"])
+    p.add_argument(
+        "--src", help="checkpoint directory or save folder (local or URL); or the first positional"
+    )
+    p.add_argument(
+        "--dst", help="output checkpoint directory (local or URL) or HF folder; or the second positional"
+    )
+    p.add_argument("paths", nargs="*", metavar="SRC DST", help="--src and --dst given by position")
+    p.add_argument("--from", dest="source", default="foundry", choices=["foundry", "composer"])
+    p.add_argument("--to", choices=["full", "sharded", "hf"], help="output format (--from composer: full)")
+    p.add_argument("--weights-only", action="store_true", help="--from composer: convert only the weights")
     p.add_argument(
         "--work-dir", help="scratch for downloads and memory-mapped buffers (default: system temp)"
     )
@@ -46,6 +59,11 @@ def main(argv: list[str] | None = None) -> None:
         help="read pickled objects in the source without the safe loader (arbitrary code: trusted files only)",
     )
     args = p.parse_args(argv)
+    args.src, args.dst = _src_dst(p, args)
+    if args.source == "composer":
+        return _from_composer(args)
+    if args.to is None:
+        p.error("--to is required (full, sharded or hf)")
     require_path("--src", args.src, fix="pass a checkpoint folder (with manifest.json) or its save folder")
     if args.to == "hf":
         tok = build_tokenizer(TokenizerConfig(name=args.tokenizer)) if args.tokenizer else None
@@ -63,6 +81,42 @@ def main(argv: list[str] | None = None) -> None:
         args.src, args.dst, to=args.to, work_dir=args.work_dir, allow_pickle=args.allow_pickle
     )
     print(f"wrote a {args.to} checkpoint to {where}")
+
+
+def _src_dst(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str]:
+    given = [args.src, args.dst]
+    positional = list(args.paths)
+    if len(positional) > sum(v is None for v in given):
+        p.error(f"too many paths: {positional}")
+    src = args.src or (positional.pop(0) if positional else None)
+    dst = args.dst or (positional.pop(0) if positional else None)
+    if src is None or dst is None:
+        p.error("pass the source and the destination (--src/--dst or SRC DST)")
+    return src, dst
+
+
+def _from_composer(args: argparse.Namespace) -> None:
+    """A Composer checkpoint -> our full checkpoint (`--to full`, default) or an HF folder (`--to hf`)."""
+    import tempfile
+
+    from foundry.compat.composer import to_foundry
+
+    if args.to == "sharded":
+        raise ValueError("--from composer writes --to full (convert that to sharded afterwards) or --to hf")
+    require_path("--src", args.src, fix="pass a Composer checkpoint file (.pt) or its sharded folder")
+    if args.allow_pickle:
+        raise ValueError(
+            "--allow-pickle does not apply to --from composer (it is always read without pickle)"
+        )
+    if args.to != "hf":
+        where, what = to_foundry(args.src, args.dst, weights_only=args.weights_only, work_dir=args.work_dir)
+        print(f"wrote a full checkpoint to {where} from the Composer checkpoint {args.src} ({what})")
+        return
+    with tempfile.TemporaryDirectory(dir=args.work_dir, prefix="composer-hf-") as tmp:
+        where, _ = to_foundry(args.src, f"{tmp}/ckpt", weights_only=True, work_dir=tmp)
+        tok = build_tokenizer(TokenizerConfig(name=args.tokenizer)) if args.tokenizer else None
+        fmt = to_hf(where, args.dst, tokenizer=tok, fmt=args.hf_format, dtype=DTYPES[args.dtype])
+    print(f"wrote a {fmt} Hugging Face folder to {args.dst} from the Composer checkpoint {args.src}")
 
 
 if __name__ == "__main__":

@@ -138,12 +138,13 @@ def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpo
     out = ComposerCheckpoint(
         source=source, model=model, model_config=model_config, weights_only=True, metadata=dict(metadata)
     )
-    if weights_only or "optimizers" not in state:
-        return out
     try:
+        if state.get("timestamp") is not None:  # (a weights-only Composer file has none)
+            out.counters = map_timestamp(state["timestamp"])
+        if weights_only or "optimizers" not in state:
+            return out
         out.optimizer_name, out.optimizer = map_optimizer(state["optimizers"], param_names=list(model))
         out.scheduler = map_scheduler(state.get("schedulers"))
-        out.counters = map_timestamp(state.get("timestamp"))
         rng = obj.get("rng")
         out.rng = [map_rng(r) for r in rng] if isinstance(rng, list) and rng else None
     except (KeyError, TypeError, ValueError) as err:

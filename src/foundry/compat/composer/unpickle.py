@@ -24,6 +24,7 @@ Memory: storages are read into RAM (as `torch.load` without `mmap` does).
 
 from __future__ import annotations
 
+import _compat_pickle
 import io
 import pickle
 import tarfile
@@ -235,6 +236,9 @@ class _Unpickler(pickle.Unpickler):
         self.cache: dict[str, torch.UntypedStorage] = {}
 
     def find_class(self, module: str, name: str) -> Any:  # noqa: ANN401
+        # protocol 2 (torch's default) writes Python 2 names (`__builtin__`): read them as Python 3 spells them
+        module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         found = ALLOWED.get((module, name))
         if found is not None:
             return found
