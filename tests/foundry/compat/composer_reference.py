@@ -11,6 +11,8 @@ so the dataset state is non-trivial) for 6 batches, saving `ep0-ba3-rank0.pt` an
 - `input_ids` (1, S) and `logits_ba3`/`logits_ba6` (1, S, V): the model's logits at each checkpoint;
 - `loss` (6,), `lr` (6,): the loss and learning rate of each step; `batches` (6, B, S): the input ids;
 - `config`: the model and run settings used (so the tests build the same model here).
+
+and `OUT_DIR/objects.pt`: Composer's `Timestamp`, `Time`, `TimeUnit` and `Precision` objects pickled as such.
 """
 
 import os
@@ -172,4 +174,9 @@ ref = {
     },
 }
 torch.save(ref, OUT / ("reference-sharded.pt" if SHARDED else "reference.pt"))
+if not SHARDED:  # Composer's own objects as pickle writes them (older checkpoints and callbacks hold them)
+    from composer.core.time import Time, TimeUnit
+
+    objects = {"timestamp": trainer.state.timestamp, "time": Time(3, TimeUnit.BATCH), "unit": TimeUnit.EPOCH}
+    torch.save({**objects, "precision": trainer.state.precision}, OUT / "objects.pt")
 print("wrote", sorted(p.name for p in OUT.rglob("*") if p.suffix in (".pt", ".distcp", ".metadata")))
