@@ -8,6 +8,15 @@ Ranks never talk to each other from the background thread: each rank uploads its
 `.done-rank{r}.json` marker listing them with sizes and digests; rank 0 waits for every marker, merges them
 into `manifest.json`, publishes it last, then updates `latest` and applies retention. A crash anywhere before
 the manifest leaves a torn directory that discovery skips and the next retention pass removes.
+
+Saves go through an `UploadQueue` (see its note): to an object store `save` never waits for an earlier upload
+(to a local folder it does, so every checkpoint is kept: a disk has no outages), so training goes on
+through a store outage; while one checkpoint is in flight only the newest later one waits, and an older waiting
+one is dropped. Ranks drop independently (each has its own queue), so a rank that drops a multi-rank sharded
+checkpoint uploads a `.dropped-rank{r}.json` marker instead of its files, and rank 0, waiting for markers,
+abandons that checkpoint (it stays torn and is removed by retention once a newer one is published) rather than
+waiting for files that will never come. Nothing published is deleted except by retention, which keeps the
+newest `save_num_checkpoints_to_keep` published ones.
 """
 
 from __future__ import annotations
@@ -18,7 +27,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -34,6 +42,7 @@ from foundry.checkpoint.layout import (
     checkpoint_name,
     find_checkpoints,
 )
+from foundry.checkpoint.queue import UploadQueue
 from foundry.checkpoint.state import collect, save_full, save_sharded, snapshot
 from foundry.checkpoint.store import CheckpointStore, transfer_policy
 from foundry.parallel.dist import barrier, rank, world_size
@@ -45,6 +54,7 @@ __all__ = ["Checkpointer", "SaveJob", "resolve_format"]
 
 log = logging.getLogger(__name__)
 _MARKER = ".done-rank{rank}.json"
+_DROPPED = ".dropped-rank{rank}.json"
 
 
 def resolve_format(fmt: str, model: Any) -> str:  # noqa: ANN401 - an nn.Module, maybe wrapped
@@ -107,8 +117,8 @@ class Checkpointer:
         self.rank, self.world = rank(), world_size()
         self.last_saved_step = -1
         self.last_blocked = 0.0
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-        self._pending: Future[None] | None = None
+        self._queue: UploadQueue[SaveJob] = UploadQueue(self._finish, self._drop)
+        self._present: set[str] | None = None  # top-level names in the store before the first save (rank 0)
 
     # ----------------------------------------------------------------- when
     def should_save(self, step: int, *, final: bool) -> bool:
@@ -119,8 +129,17 @@ class Checkpointer:
 
     # ----------------------------------------------------------------- save
     def save(self, trainer: Any, *, fmt: str) -> None:  # noqa: ANN401 - foundry.train.loop.Trainer
-        """Saves the trainer's state now (every rank calls it); returns once training may continue."""
-        self.wait()
+        """Saves the trainer's state now (every rank calls it); returns once training may continue.
+
+        To an object store it does not wait for an earlier checkpoint's upload: this one queues behind it
+        (replacing any older one still waiting), so a slow or unreachable store never stops training. A local
+        save folder cannot have an outage, so there every checkpoint is kept: the save waits for the previous
+        one's write to finish.
+        """
+        if self.store.remote:
+            self.poll()
+        else:
+            self.wait()
         start = time.perf_counter()
         s = trainer.state
         name = checkpoint_name(epoch=s.epoch, step=s.step)
@@ -176,7 +195,13 @@ class Checkpointer:
         self.last_saved_step = s.step
         if self.cfg.async_upload:
             job.blocked = time.perf_counter() - start
-            self._pending = self._pool.submit(self._finish, job)
+            replaced = self._queue.submit(job)
+            if replaced is not None and self.rank == 0:
+                print(
+                    f"[foundry] checkpoint {replaced.name} dropped before upload: {job.name} replaces it while "
+                    "an earlier upload waits on the store (training goes on)",
+                    flush=True,
+                )
         else:
             self._finish(job)
             job.blocked = time.perf_counter() - start
@@ -191,11 +216,19 @@ class Checkpointer:
         return out
 
     def _clear(self, name: str, staging: str) -> None:
-        """Removes leftovers of an earlier attempt at the same checkpoint (before any rank writes)."""
+        """Removes leftovers of an earlier attempt at the same checkpoint (before any rank writes).
+
+        Only names that were in the store before this process's first save can have leftovers (later ones are
+        this process's own, and steps only grow), so the store is listed once, not at every save: a save does
+        not touch the store on the training thread after the first.
+        """
         if self.rank == 0:
-            leftovers = self.store.list(name)
-            if leftovers:
-                self.store.delete_dir(name, [f[len(name) + 1 :] for f in leftovers])
+            if self._present is None:
+                self._present = {f.split("/", 1)[0] for f in self.store.list() if "/" in f}
+            if name in self._present:
+                leftovers = self.store.list(name)
+                if leftovers:
+                    self.store.delete_dir(name, [f[len(name) + 1 :] for f in leftovers])
         if os.path.isdir(staging) and self.store.remote:
             shutil.rmtree(staging, ignore_errors=True)
         barrier()
@@ -217,7 +250,10 @@ class Checkpointer:
             )
             if self.rank != 0:
                 return
-            metas = self._await_markers(job.name)
+            merged = self._await_markers(job.name)
+            if merged is None:
+                return
+            metas = merged
         if self.rank != 0:
             return
         job.manifest.files = metas
@@ -232,11 +268,30 @@ class Checkpointer:
         )
         self._retain(job.manifest.step)
 
-    def _await_markers(self, name: str, timeout: float = 3600.0) -> dict[str, Any]:
+    def _drop(self, job: SaveJob) -> None:
+        """A waiting job replaced by a newer one: remove what this rank staged; tell rank 0 (multi-rank sharded)."""
+        for f in job.files:
+            path = os.path.join(job.staging, f)
+            if os.path.exists(path):
+                os.remove(path)
+        if self.store.remote or not job.files:
+            try:
+                os.rmdir(job.staging)  # only when empty: other ranks may share the folder
+            except OSError:
+                pass
+        if job.manifest.format == "sharded" and self.world > 1 and self.rank != 0:
+            self.store.put_text("{}", f"{job.name}/{_DROPPED.format(rank=self.rank)}", scratch=self.scratch)
+
+    def _await_markers(self, name: str, timeout: float = 3600.0) -> dict[str, Any] | None:
+        """Every rank's file list, once each has uploaded its marker; None when a rank dropped this checkpoint."""
         want = {_MARKER.format(rank=r) for r in range(self.world)}
+        dropped = {_DROPPED.format(rank=r) for r in range(self.world)}
         deadline = time.monotonic() + timeout
         while True:
             present = {f[len(name) + 1 :] for f in self.store.list(name)}
+            if present & dropped:
+                log.info("checkpoint %s abandoned: a rank had a newer checkpoint to upload", name)
+                return None
             if want <= present:
                 break
             if time.monotonic() > deadline:
@@ -268,19 +323,17 @@ class Checkpointer:
     # ----------------------------------------------------------------- lifecycle
     def poll(self) -> None:
         """Re-raises a background failure (call once a step; cheap)."""
-        if self._pending is not None and self._pending.done():
-            pending, self._pending = self._pending, None
-            pending.result()
+        self._queue.poll()
 
     def wait(self) -> None:
-        """Blocks until the checkpoint in flight (if any) is complete; re-raises its failure."""
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            pending.result()
+        """Blocks until every queued checkpoint is published (or dropped); re-raises a failure."""
+        self._queue.wait()
+
+    @property
+    def dropped(self) -> int:
+        """How many checkpoints were dropped before upload because a newer one replaced them."""
+        return self._queue.dropped_count
 
     def close(self) -> None:
         """Waits for the last checkpoint and stops the background thread."""
-        try:
-            self.wait()
-        finally:
-            self._pool.shutdown(wait=True)
+        self._queue.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -135,10 +136,12 @@ def test_save_to_s3_delete_local_run_dir_autoresume_from_bucket(
 
 
 def test_kill_during_upload_leaves_no_checkpoint_autoresume_would_pick(tmp_path, cache, s3_bucket, s3_env):
-    stalled = "/ckpts/ep0-ba6/state.pt"  # model.pt is up, state.pt hangs: a torn checkpoint
+    # model.pt is up, state.pt hangs: a torn checkpoint. Which checkpoint uploads second depends on timing
+    # (saves queue behind a slow upload and only the newest waits), so every one after ep0-ba3 stalls.
+    torn = re.compile(r"/ckpts/(ep0-ba(?!3/)\d+)/state\.pt")
 
     def stall(n, method, path):  # the second checkpoint's uploads hang until the process is killed
-        return 120.0 if method == "PUT" and stalled in path else None
+        return 120.0 if method == "PUT" and torn.search(path) else None
 
     with FaultProxy(s3_env, stall) as proxy:
         env = env_for(cache, S3_ENDPOINT_URL=proxy.url)
@@ -148,7 +151,7 @@ def test_kill_during_upload_leaves_no_checkpoint_autoresume_would_pick(tmp_path,
         )
         try:
             deadline = time.monotonic() + 300
-            while not any(stalled in p for _, _, p, _ in proxy.injected) and time.monotonic() < deadline:
+            while not any(torn.search(p) for _, _, p, _ in proxy.injected) and time.monotonic() < deadline:
                 assert proc.poll() is None, "training ended before its upload stalled"
                 time.sleep(0.01)
             proc.send_signal(signal.SIGKILL)
@@ -158,6 +161,7 @@ def test_kill_during_upload_leaves_no_checkpoint_autoresume_would_pick(tmp_path,
                 proc.kill()
     store = CheckpointStore(f"{s3_bucket}/ckpts")
     names = {rel.split("/")[0] for rel in store.list()}
-    assert "ep0-ba6" in names, "the torn checkpoint's first files did reach the bucket"
+    stalled = next(m.group(1) for _, _, p, _ in proxy.injected if (m := torn.search(p)))
+    assert stalled in names, "the torn checkpoint's first files did reach the bucket"
     latest = find_latest(store, scratch=str(tmp_path / "scratch"))
     assert latest is not None and latest.name == "ep0-ba3"

@@ -256,11 +256,13 @@ def test_remote_save_retention_and_resume_through_s3(tmp_path, s3_bucket, refere
     ckpt = Checkpointer(
         cfg, run_name="t", run_dir=str(tmp_path / "run"), every_steps=1, model_config=asdict(MODEL)
     )
-    for _ in range(2):
+    for _ in range(2):  # each upload finishes before the next save (else only the newest waiting one is kept)
         tr.train_step(tr._next_batch())
         ckpt.save(tr, fmt="full")
+        ckpt.wait()
         tr.train_step(tr._next_batch())
         ckpt.save(tr, fmt="sharded")
+        ckpt.wait()
     ckpt.close()
     store = CheckpointStore(f"{s3_bucket}/run")
     assert sorted({rel.split("/")[0] for rel in store.list()}) == ["ep0-ba3", "ep0-ba4", "latest"]
@@ -326,3 +328,62 @@ def test_a_store_outage_during_a_save_is_waited_out_within_the_budget(
         with pytest.raises(OSError, match=r"checkpoint.transfer_budget=1 s spent"):
             ckpt.save(tr, fmt="full")
         ckpt.close()
+
+
+def test_training_goes_on_while_an_upload_waits_out_an_outage(
+    tmp_path, s3_bucket, s3_env, monkeypatch, reference
+):
+    """Issue 27: `save` waited for the previous upload, so a store outage stopped training. Now saves queue:
+    one upload in flight, only the newest waits (older waiting ones are dropped), and after the outage the
+    newest state is published and resumes bitwise."""
+    import time
+
+    from tests.streaming.storage.fault_proxy import FaultProxy
+
+    batches = _batches(4)
+    tr = _trainer(4, loader=batches)
+    outage = {"until": 0.0}
+    with FaultProxy(s3_env, lambda n, m, p: 503 if time.monotonic() < outage["until"] else None) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        cfg = CheckpointConfig(save_folder=f"{s3_bucket}/run", transfer_budget=120)
+        ckpt = Checkpointer(
+            cfg, run_name="t", run_dir=str(tmp_path / "run"), every_steps=1, model_config=asdict(MODEL)
+        )
+        blocked = []
+        for step in range(4):
+            tr.train_step(tr._next_batch())
+            if step == 0:
+                ckpt._clear("warm-up", "")  # the first save lists the store once; do it before the outage
+                outage["until"] = time.monotonic() + 6.0
+            t0 = time.monotonic()
+            ckpt.save(tr, fmt="full")
+            blocked.append(time.monotonic() - t0)
+        assert time.monotonic() < outage["until"], "the four saves returned during the outage"
+        ckpt.close()
+        assert proxy.injected, "the uploads met the outage"
+    assert max(blocked) < 3.0, blocked
+    assert ckpt.dropped == 2  # ba2 and ba3 waited behind ba1 and were replaced
+    store = CheckpointStore(f"{s3_bucket}/run")
+    published = sorted({rel.split("/")[0] for rel in store.list() if rel.endswith("/manifest.json")})
+    assert published == ["ep0-ba1", "ep0-ba4"]
+    assert store.read_text("latest", scratch=str(tmp_path / "s")).strip() == "ep0-ba4"
+    resumed = _trainer(4, seed=5, loader=batches)
+    start = resolve_start(
+        CheckpointConfig(save_folder=f"{s3_bucket}/run"), run_name="t", scratch=str(tmp_path / "s")
+    )
+    assert start is not None and start.info.name == "ep0-ba4"
+    load_into(resumed, start, cfg=cfg, cache_root=str(tmp_path / "c"), model_config=asdict(MODEL))
+    assert_bitwise_equal(resumed.model.state_dict(), reference.model.state_dict())
+
+
+def test_rank_zero_abandons_a_sharded_checkpoint_another_rank_dropped(tmp_path):
+    """A rank that drops a waiting multi-rank sharded checkpoint says so with a marker; rank 0 then stops
+    waiting for its files (it would otherwise wait an hour) and leaves the torn folder to retention."""
+    ckpt = _save(tmp_path, _trainer(1))
+    ckpt.world = 2
+    folder = tmp_path / "ckpts" / "ep0-ba2"
+    folder.mkdir(parents=True)
+    (folder / ".done-rank0.json").write_text("{}")
+    (folder / ".dropped-rank1.json").write_text("{}")
+    assert ckpt._await_markers("ep0-ba2", timeout=5) is None
+    ckpt.close()
