@@ -78,8 +78,9 @@ def resolve_start(cfg: CheckpointConfig, *, run_name: str, scratch: str) -> Star
         path = cfg.load_path
         from foundry.compat.composer import composer_start, is_composer_checkpoint  # local: optional path
 
-        if is_composer_checkpoint(path):  # by content: a torch file or a DCP folder without our manifest
-            path = composer_start(path, scratch=scratch, weights_only=cfg.load_weights_only, rank=rank())
+        composer = path.replace("{rank}", "0")  # llm-foundry's `latest-rank{rank}.pt`: rank 0 holds it all
+        if is_composer_checkpoint(composer):  # by content: a torch file or a DCP folder without our manifest
+            path = composer_start(composer, scratch=scratch, weights_only=cfg.load_weights_only, rank=rank())
         info = open_checkpoint(path, scratch=scratch)
         weights_only = cfg.load_weights_only or info.manifest.weights_only
         return StartPoint(info, "load_path", weights_only=weights_only)

@@ -246,3 +246,11 @@ def test_convert_script_refuses_a_hostile_file_in_one_line(tmp_path: Path, capsy
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert err.startswith("error: ") and "refused to unpickle the global posix.system" in err
     assert not marker.exists() and not (tmp_path / "o").exists()
+
+
+def test_readme_mapping_table_is_the_codes() -> None:
+    from foundry.compat.composer.mapping import mapping_table
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### Composer checkpoints") :]
+    assert mapping_table() in section[: section.index("\n## ")]

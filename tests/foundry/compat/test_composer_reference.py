@@ -162,3 +162,34 @@ def test_our_hf_export_loads_in_llmfoundrys_transformers(ref_dir: Path, tmp_path
         capture_output=True, text=True, timeout=600, env=env, check=True,
     )  # fmt: skip
     assert float(proc.stdout.strip().splitlines()[-1]) < FP32
+
+
+def test_train_py_continues_a_composer_run(ref_dir: Path, tmp_path: Path) -> None:
+    """`train.py checkpoint.load_path=<Composer .pt>` with the run's settings: steps 4-6 log llm-foundry's losses."""
+    import json
+    import sys
+
+    ref = _reference(ref_dir)
+    repo = Path(__file__).resolve().parents[3]
+    out = tmp_path / "run"
+    args = [
+        "data=local-mds", f"data.local={ref_dir / 'mds'}", "data.eval_split=null", "data.shuffle_seed=17",
+        "data.num_canonical_nodes=1", "model=mpt-tiny", "model.d_model=32", "model.max_seq_len=32",
+        "model.vocab_size=50368", "trainer=cpu", "trainer.max_duration=6ba", "trainer.global_train_batch_size=4",
+        "trainer.device_train_microbatch_size=4", "trainer.grad_clip_norm=1.0", "optimizer=decoupled-adamw",
+        "optimizer.lr=1e-3", "optimizer.weight_decay=1e-4", "scheduler=cosine-warmup", "scheduler.t_warmup=2ba",
+        "scheduler.alpha_f=0.1", f"checkpoint.load_path={ref_dir / 'ckpt' / 'ep0-ba3-rank0.pt'}", "run_name=e2e",
+        f"hydra.run.dir={out}",
+    ]  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(repo / "train.py"), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "read the Composer checkpoint" in proc.stdout and "step 3, epoch 0" in proc.stdout
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    assert losses == pytest.approx(ref["loss"][3:].tolist(), abs=FP32)

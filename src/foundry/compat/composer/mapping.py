@@ -24,6 +24,7 @@ __all__ = [
     "map_rng",
     "map_scheduler",
     "map_timestamp",
+    "mapping_table",
     "mpt_model_config",
 ]
 
@@ -57,6 +58,13 @@ MAPPING: list[tuple[str, str]] = [
     ),
 ]
 """`(Composer checkpoint, here)` rows."""
+
+
+def mapping_table() -> str:
+    """`MAPPING` as the README's markdown table."""
+    rows = ["| Composer checkpoint | Here |", "|---|---|"]
+    return "\n".join(rows + [f"| {a} | {b} |" for a, b in MAPPING])
+
 
 _PREFIX = "model."
 _GROUP_KEYS = ("lr", "initial_lr", "betas", "eps", "weight_decay", "amsgrad", "foreach", "name")
