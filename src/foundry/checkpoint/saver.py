@@ -78,6 +78,8 @@ class SaveJob:
     blocked: float
     write: Callable[[], list[str]] | None = None
     """Writes the files in the background (returns their names); None when they are already written."""
+    clear: bool = False
+    """Rank 0 removes the store's leftovers of an earlier attempt at this name first (see `_clear`)."""
 
 
 class Checkpointer:
@@ -144,7 +146,8 @@ class Checkpointer:
         s = trainer.state
         name = checkpoint_name(epoch=s.epoch, step=s.step)
         staging = self.store.local_path(name) or os.path.join(self.staging_root, name)
-        self._clear(name, staging)
+        clear_later = self.store.remote and self.cfg.async_upload and (fmt != "sharded" or self.world == 1)
+        self._clear(name, staging, later=clear_later)
         weights_only, adapters_only = self.cfg.save_weights_only, self.cfg.save_adapters_only
         fmt = "full" if adapters_only else fmt  # a few small tensors: one file
         optimizer = None if weights_only else trainer.optimizer
@@ -191,7 +194,7 @@ class Checkpointer:
             extra=self.extra,
             adapters_only=adapters_only,
         )
-        job = SaveJob(name, staging, files, manifest, start, 0.0, write)
+        job = SaveJob(name, staging, files, manifest, start, 0.0, write, clear=clear_later)
         self.last_saved_step = s.step
         if self.cfg.async_upload:
             job.blocked = time.perf_counter() - start
@@ -215,26 +218,36 @@ class Checkpointer:
         dist.all_gather_object(out, mine)
         return out
 
-    def _clear(self, name: str, staging: str) -> None:
+    def _clear(self, name: str, staging: str, *, later: bool) -> None:
         """Removes leftovers of an earlier attempt at the same checkpoint (before any rank writes).
 
-        Only names that were in the store before this process's first save can have leftovers (later ones are
-        this process's own, and steps only grow), so the store is listed once, not at every save: a save does
-        not touch the store on the training thread after the first.
+        `later`: rank 0 is the only rank that uploads this checkpoint, to an object store, so it removes the
+        store's leftovers on the background thread just before its upload (`_clear_store`) and a store outage
+        never holds up training here.
         """
-        if self.rank == 0:
-            if self._present is None:
-                self._present = {f.split("/", 1)[0] for f in self.store.list() if "/" in f}
-            if name in self._present:
-                leftovers = self.store.list(name)
-                if leftovers:
-                    self.store.delete_dir(name, [f[len(name) + 1 :] for f in leftovers])
+        if self.rank == 0 and not later:
+            self._clear_store(name)
         if os.path.isdir(staging) and self.store.remote:
             shutil.rmtree(staging, ignore_errors=True)
         barrier()
 
+    def _clear_store(self, name: str) -> None:
+        """Deletes `name/*` from the store if it was there before this process's first save.
+
+        Only such names can have leftovers (later ones are this process's own, and steps only grow), so the
+        store is listed once, not at every save.
+        """
+        if self._present is None:
+            self._present = {f.split("/", 1)[0] for f in self.store.list() if "/" in f}
+        if name in self._present:
+            leftovers = self.store.list(name)
+            if leftovers:
+                self.store.delete_dir(name, [f[len(name) + 1 :] for f in leftovers])
+
     # ----------------------------------------------------------------- background
     def _finish(self, job: SaveJob) -> None:
+        if job.clear and self.rank == 0:
+            self._clear_store(job.name)
         if job.write is not None:
             job.files = job.write()
         metas: dict[str, dict[str, Any]] = {}

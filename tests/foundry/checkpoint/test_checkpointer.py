@@ -352,8 +352,9 @@ def test_training_goes_on_while_an_upload_waits_out_an_outage(
         blocked = []
         for step in range(4):
             tr.train_step(tr._next_batch())
-            if step == 0:
-                ckpt._clear("warm-up", "")  # the first save lists the store once; do it before the outage
+            if (
+                step == 0
+            ):  # the outage starts before the first save (which lists the store, in the background)
                 outage["until"] = time.monotonic() + 6.0
             t0 = time.monotonic()
             ckpt.save(tr, fmt="full")
