@@ -10,6 +10,7 @@ so the dataset state is non-trivial) for 6 batches, saving `ep0-ba3-rank0.pt` an
 
 - `input_ids` (1, S) and `logits_ba3`/`logits_ba6` (1, S, V): the model's logits at each checkpoint;
 - `loss` (6,), `lr` (6,): the loss and learning rate of each step; `batches` (6, B, S): the input ids;
+- `loss_resumed` (3,): steps 4-6 of llm-foundry resuming from `ep0-ba3-rank0.pt` itself (not with --sharded);
 - `config`: the model and run settings used (so the tests build the same model here).
 
 and `OUT_DIR/objects.pt`: Composer's `Timestamp`, `Time`, `TimeUnit` and `Precision` objects pickled as such.
@@ -85,44 +86,24 @@ tok = PreTrainedTokenizerFast(
     eos_token="<|endoftext|>",
     unk_token="<|endoftext|>",
 )
-torch.manual_seed(SEED)
-model = ComposerMPTCausalLM(
-    tokenizer=tok,
-    loss_fn="torch_crossentropy",
-    attn_config={"attn_impl": "torch"},
-    init_device="cpu",
-    **MODEL,
-)
-loader = build_text_dataloader(
-    tokenizer=tok,
-    device_batch_size=BATCH,
-    dataset={
-        "local": str(data),
-        "split": "train",
-        "shuffle": True,
-        "shuffle_seed": SEED,
-        "max_seq_len": SEQ,
-        "num_canonical_nodes": 1,
-    },
-    drop_last=True,
-    num_workers=0,
-    persistent_workers=False,
-    prefetch_factor=None,
-)
 input_ids = torch.randint(1, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(1))
-record: dict[str, list] = {"loss": [], "lr": [], "batches": []}
 logits: dict[str, torch.Tensor] = {}
 
 
 class Record(Callback):
+    def __init__(self) -> None:
+        self.loss: list[float] = []
+        self.lr: list[float] = []
+        self.batches: list[torch.Tensor] = []
+
     def after_forward(self, state, logger):  # noqa: ANN001, ANN201
-        record["batches"].append(state.batch["input_ids"].clone())
-        record["lr"].append(state.optimizers[0].param_groups[0]["lr"])
+        self.batches.append(state.batch["input_ids"].clone())
+        self.lr.append(state.optimizers[0].param_groups[0]["lr"])
 
     def batch_end(self, state, logger):  # noqa: ANN001, ANN201
-        record["loss"].append(float(state.loss))
+        self.loss.append(float(state.loss))
         step = int(state.timestamp.batch)
-        if step in (3, 6):
+        if step in (3, 6) and f"logits_ba{step}" not in logits:
             inner = state.model.module if hasattr(state.model, "module") else state.model
             was = inner.training
             inner.eval()
@@ -131,37 +112,78 @@ class Record(Callback):
             inner.train(was)
 
 
-opt = DecoupledAdamW(model.parameters(), **OPTIM)
-kwargs = {}
-if SHARDED:
-    kwargs["parallelism_config"] = {"fsdp": {"state_dict_type": "sharded", "sharding_strategy": "FULL_SHARD"}}
-trainer = Trainer(
-    model=model,
-    train_dataloader=loader,
-    optimizers=opt,
-    schedulers=CosineAnnealingWithWarmupScheduler(**SCHED),
-    algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=1.0)],
-    max_duration=f"{STEPS}ba",
-    device="cpu",
-    precision="fp32",
-    seed=SEED,
-    callbacks=[Record()],
-    save_folder=str(OUT / ("sharded" if SHARDED else "ckpt")),
-    save_interval="3ba",
-    save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
-    save_overwrite=True,
-    progress_bar=False,
-    log_to_console=False,
-    **kwargs,
-)
-trainer.fit()
+def run(record: Record, *, load_path: str | None = None) -> Trainer:
+    """Trains (or, from `load_path`, resumes) the tiny MPT to STEPS batches, saving every 3 unless resuming."""
+    torch.manual_seed(SEED)
+    model = ComposerMPTCausalLM(
+        tokenizer=tok,
+        loss_fn="torch_crossentropy",
+        attn_config={"attn_impl": "torch"},
+        init_device="cpu",
+        **MODEL,
+    )
+    loader = build_text_dataloader(
+        tokenizer=tok,
+        device_batch_size=BATCH,
+        dataset={
+            "local": str(data),
+            "split": "train",
+            "shuffle": True,
+            "shuffle_seed": SEED,
+            "max_seq_len": SEQ,
+            "num_canonical_nodes": 1,
+        },
+        drop_last=True,
+        num_workers=0,
+        persistent_workers=False,
+        prefetch_factor=None,
+    )
+    kwargs: dict = {}
+    if SHARDED:
+        kwargs["parallelism_config"] = {
+            "fsdp": {"state_dict_type": "sharded", "sharding_strategy": "FULL_SHARD"}
+        }
+    if load_path is None:
+        kwargs.update(
+            save_folder=str(OUT / ("sharded" if SHARDED else "ckpt")),
+            save_interval="3ba",
+            save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
+            save_overwrite=True,
+        )
+    else:
+        kwargs["load_path"] = load_path
+    trainer = Trainer(
+        model=model,
+        train_dataloader=loader,
+        optimizers=DecoupledAdamW(model.parameters(), **OPTIM),
+        schedulers=CosineAnnealingWithWarmupScheduler(**SCHED),
+        algorithms=[GradientClipping(clipping_type="norm", clipping_threshold=1.0)],
+        max_duration=f"{STEPS}ba",
+        device="cpu",
+        precision="fp32",
+        seed=SEED,
+        callbacks=[record],
+        progress_bar=False,
+        log_to_console=False,
+        **kwargs,
+    )
+    trainer.fit()
+    return trainer
+
+
+record = Record()
+trainer = run(record)
 trainer.close()
+resumed = Record()  # llm-foundry continuing from ep0-ba3 itself (Composer's own resume)
+if not SHARDED:
+    run(resumed, load_path=str(OUT / "ckpt" / "ep0-ba3-rank0.pt")).close()
 ref = {
     "input_ids": input_ids,
     **logits,
-    "loss": torch.tensor(record["loss"], dtype=torch.float64),
-    "lr": torch.tensor(record["lr"], dtype=torch.float64),
-    "batches": torch.stack(record["batches"]),
+    "loss": torch.tensor(record.loss, dtype=torch.float64),
+    "lr": torch.tensor(record.lr, dtype=torch.float64),
+    "batches": torch.stack(record.batches),
+    "loss_resumed": torch.tensor(resumed.loss, dtype=torch.float64),
     "config": {
         "model": MODEL,
         "optim": {**OPTIM, "betas": list(OPTIM["betas"])},
