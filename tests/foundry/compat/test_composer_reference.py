@@ -89,6 +89,12 @@ def test_training_state_comes_across(ref_dir: Path, sharded_dir: Path) -> None:
         }  # fmt: skip
         assert ckpt.scheduler is not None and ckpt.scheduler["last_epoch"] == 2 and ckpt.optimizer is not None
         assert ckpt.global_batch_size == 4 and ckpt.rng is not None and ckpt.model_config["d_model"] == 32
+        weights = read_composer_checkpoint(str(source), weights_only=True)
+        assert (
+            weights.counters["step"] == 3
+            and weights.optimizer is None
+            and weights.model.keys() == ckpt.model.keys()
+        )
         if source == path:  # the sharded run is another (FSDP2) run: same layout, other numbers
             for name, st in composer_opt["state"].items():
                 ours = ckpt.optimizer["state"][name.removeprefix("model.")]

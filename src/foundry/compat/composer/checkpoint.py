@@ -156,14 +156,13 @@ def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpo
 
 
 # ------------------------------------------------------------------------------------------- sharded (DCP)
-_WEIGHTS = ("state.model.", "state.integrations.huggingface.model.config.", "state.metadata.")
-_TRAINING = (
-    "state.optimizers.",
-    "state.schedulers.",
+_WEIGHTS = (
+    "state.model.",
+    "state.integrations.huggingface.model.config.",
+    "state.metadata.",
     "state.timestamp.",
-    "state.dataset_state.train.",
-    "rng.",
 )
+_TRAINING = ("state.optimizers.", "state.schedulers.", "state.dataset_state.train.", "rng.")
 
 
 class _ComposerPlanner(DefaultLoadPlanner):
