@@ -256,7 +256,7 @@ class Checkpointer:
             metas[f] = {"bytes": os.path.getsize(path), HASH: hash_file(HASH, path)}
             self.store.put(path, f"{job.name}/{f}")
         if self.store.remote:
-            shutil.rmtree(job.staging, ignore_errors=True)
+            self._unstage(job)
         if job.manifest.format == "sharded" and self.world > 1:
             self.store.put_text(
                 json.dumps(metas), f"{job.name}/{_MARKER.format(rank=self.rank)}", scratch=self.scratch
@@ -281,17 +281,23 @@ class Checkpointer:
         )
         self._retain(job.manifest.step)
 
-    def _drop(self, job: SaveJob) -> None:
-        """A waiting job replaced by a newer one: remove what this rank staged; tell rank 0 (multi-rank sharded)."""
+    def _unstage(self, job: SaveJob) -> None:
+        """Removes this rank's staged files of `job`, and the folder once empty: the ranks on one machine share
+        it, and a rank with nothing to write (full format, rank > 0) must not remove what rank 0 is writing."""
+        if not job.files:
+            return
         for f in job.files:
             path = os.path.join(job.staging, f)
             if os.path.exists(path):
                 os.remove(path)
-        if self.store.remote or not job.files:
-            try:
-                os.rmdir(job.staging)  # only when empty: other ranks may share the folder
-            except OSError:
-                pass
+        try:
+            os.rmdir(job.staging)
+        except OSError:
+            pass
+
+    def _drop(self, job: SaveJob) -> None:
+        """A waiting job replaced by a newer one: remove what this rank staged; tell rank 0 (multi-rank sharded)."""
+        self._unstage(job)
         if job.manifest.format == "sharded" and self.world > 1 and self.rank != 0:
             self.store.put_text("{}", f"{job.name}/{_DROPPED.format(rank=self.rank)}", scratch=self.scratch)
 
