@@ -150,14 +150,15 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         **kwargs: Passed to `DefaultLoadPlanner`.
     """
 
-    def __init__(self, *, source: str, **kwargs: Any) -> None:  # noqa: ANN401
+    def __init__(self, *, source: str, weights_only: bool = True, **kwargs: Any) -> None:  # noqa: ANN401
         super().__init__(**kwargs)
         self.source = source
+        self.weights_only = weights_only
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         fqn = read_item.dest_index.fqn
         try:
-            obj = torch.load(value, map_location="cpu", weights_only=True)
+            obj = torch.load(value, map_location="cpu", weights_only=self.weights_only)
         except pickle.UnpicklingError as e:
             found = re.search(r"GLOBAL (\S+)", str(e))
             what = f"the global {found.group(1)}" if found else "a Python object"
@@ -167,8 +168,9 @@ class SafeLoadPlanner(DefaultLoadPlanner):
             ) from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], obj)
-        else:
+        else:  # the planner's `state_dict` may be a copy of the caller's dict: set both
             self.state_dict[fqn] = obj
+            self.original_state_dict[fqn] = obj
 
 
 def storage_reader(directory: str, *, allow_pickle: bool) -> FileSystemReader:
@@ -178,9 +180,7 @@ def storage_reader(directory: str, *, allow_pickle: bool) -> FileSystemReader:
 
 def load_planner(directory: str, *, allow_pickle: bool, **kwargs: Any) -> DefaultLoadPlanner:  # noqa: ANN401
     """The load planner for a sharded checkpoint: weights-only `BYTE_IO` values unless `allow_pickle`."""
-    if allow_pickle:
-        return DefaultLoadPlanner(**kwargs)
-    return SafeLoadPlanner(source=directory, **kwargs)
+    return SafeLoadPlanner(source=directory, weights_only=not allow_pickle, **kwargs)
 
 
 def load(state: dict[str, Any], directory: str, *, allow_pickle: bool, **planner_kwargs: Any) -> None:  # noqa: ANN401

@@ -65,3 +65,23 @@ def test_script_help_and_run(tmp_path):
     proc = subprocess.run([*cmd, "--dst", str(tmp_path / "o" / "ep0-ba1")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "wrote a full checkpoint" in proc.stdout
+
+
+@pytest.mark.parametrize("allow_pickle", [False, True])
+def test_read_sharded_keeps_non_tensor_values(tmp_path, allow_pickle):
+    """The planner wrote non-tensor values into its own copy of the state dict, so converting a sharded
+    checkpoint to full lost the optimizer's hyperparameters (every one came back None)."""
+    import torch.distributed.checkpoint as dcp
+
+    from foundry.checkpoint.convert import read_sharded
+
+    state = {
+        "model": {"w": torch.arange(4.0)},
+        "optim": {"param_groups": [{"lr": 0.5, "betas": (0.9, 0.95)}]},
+    }
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(tmp_path / "ckpt")))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = read_sharded(str(tmp_path / "ckpt"), scratch=str(scratch), allow_pickle=allow_pickle)
+    assert out["optim"]["param_groups"] == [{"lr": 0.5, "betas": (0.9, 0.95)}]
+    assert torch.equal(out["model"]["w"], torch.arange(4.0))
