@@ -13,7 +13,7 @@ from typing import Any
 
 from foundry.callbacks.base import Callback
 from foundry.checkpoint.config import CheckpointConfig
-from foundry.checkpoint.resume import StartPoint, load_into, resolve_start
+from foundry.checkpoint.resume import LoadPathAdapter, StartPoint, load_into, resolve_start
 from foundry.checkpoint.saver import Checkpointer, resolve_format
 
 __all__ = ["CheckpointCallback", "attach_checkpointing", "find_start"]
@@ -90,8 +90,15 @@ def attach_checkpointing(
     )
 
 
-def find_start(cfg: CheckpointConfig, *, run_name: str, run_dir: str | os.PathLike[str]) -> StartPoint | None:
+def find_start(
+    cfg: CheckpointConfig,
+    *,
+    run_name: str,
+    run_dir: str | os.PathLike[str],
+    adapt_load_path: LoadPathAdapter | None = None,
+) -> StartPoint | None:
     """The checkpoint this run starts from (autoresume first, then `load_path`), or None."""
     if not (cfg.save_folder or cfg.load_path):
         return None
-    return resolve_start(cfg, run_name=run_name, scratch=os.path.join(run_dir, ".checkpoint-scratch"))
+    scratch = os.path.join(run_dir, ".checkpoint-scratch")
+    return resolve_start(cfg, run_name=run_name, scratch=scratch, adapt_load_path=adapt_load_path)

@@ -30,7 +30,7 @@ from streaming.format.hashing import hash_file
 if TYPE_CHECKING:
     from foundry.models.mpt import MPTForCausalLM
 
-__all__ = ["convert_checkpoint", "load_model", "read_sharded", "to_hf"]
+__all__ = ["convert_checkpoint", "load_model", "publish_checkpoint", "read_sharded", "to_hf"]
 
 
 def _mmap_tensor(directory: str, index: int, meta: TensorStorageMetadata) -> torch.Tensor:
@@ -66,7 +66,7 @@ def read_sharded(
     return unflatten_state_dict(flat, mapping)
 
 
-def _publish(staging: str, dst: str, manifest: Manifest) -> str:
+def publish_checkpoint(staging: str, dst: str, manifest: Manifest) -> str:
     """Hashes the staged files, publishes them and then the manifest to `dst` (local dir or URL)."""
     files = {}
     for name in sorted(os.listdir(staging)):
@@ -143,7 +143,7 @@ def convert_checkpoint(
             manifest = _sharded_to_full(local, staging, info, scratch, allow_pickle=allow_pickle)
         else:
             manifest = _full_to_sharded(local, staging, info)
-        return _publish(staging, dst, manifest)
+        return publish_checkpoint(staging, dst, manifest)
 
 
 def load_model(

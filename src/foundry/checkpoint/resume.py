@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from torch import nn
 
@@ -41,6 +41,7 @@ __all__ = [
     "fetch",
     "load_into",
     "load_weights",
+    "LoadPathAdapter",
     "resolve_start",
     "weight_mismatch_error",
 ]
@@ -60,8 +61,20 @@ class StartPoint:
     weights_only: bool
 
 
-def resolve_start(cfg: CheckpointConfig, *, run_name: str, scratch: str) -> StartPoint | None:
-    """The newest complete checkpoint in `save_folder` (autoresume), else `load_path`, else None."""
+class LoadPathAdapter(Protocol):
+    """Turns a `checkpoint.load_path` in a foreign format into a checkpoint of ours (else returns it as is)."""
+
+    def __call__(self, path: str, *, scratch: str, weights_only: bool, rank: int) -> str: ...
+
+
+def resolve_start(
+    cfg: CheckpointConfig, *, run_name: str, scratch: str, adapt_load_path: LoadPathAdapter | None = None
+) -> StartPoint | None:
+    """The newest complete checkpoint in `save_folder` (autoresume), else `load_path`, else None.
+
+    `adapt_load_path(path, scratch=, weights_only=, rank=)` may turn a `load_path` in another format into
+    one of ours (the task passes `foundry.compat.composer.as_foundry_start`; this package knows no other
+    formats, so it never imports `foundry.compat`)."""
     if cfg.resume_enabled:
         folder = cfg.save_folder.replace("{run_name}", run_name)  # type: ignore[union-attr]
         latest = find_latest(
@@ -76,11 +89,8 @@ def resolve_start(cfg: CheckpointConfig, *, run_name: str, scratch: str) -> Star
             )
     if cfg.load_path:
         path = cfg.load_path
-        from foundry.compat.composer import composer_start, is_composer_checkpoint  # local: optional path
-
-        composer = path.replace("{rank}", "0")  # llm-foundry's `latest-rank{rank}.pt`: rank 0 holds it all
-        if is_composer_checkpoint(composer):  # by content: a torch file or a DCP folder without our manifest
-            path = composer_start(composer, scratch=scratch, weights_only=cfg.load_weights_only, rank=rank())
+        if adapt_load_path is not None:
+            path = adapt_load_path(path, scratch=scratch, weights_only=cfg.load_weights_only, rank=rank())
         info = open_checkpoint(path, scratch=scratch)
         weights_only = cfg.load_weights_only or info.manifest.weights_only
         return StartPoint(info, "load_path", weights_only=weights_only)

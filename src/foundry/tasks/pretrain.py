@@ -19,6 +19,7 @@ import torch
 from foundry.callbacks import Callback, build_callbacks
 from foundry.checkpoint.callback import attach_checkpointing, find_start
 from foundry.checkpoint.resume import StartPoint, load_into
+from foundry.compat.composer import as_foundry_start
 from foundry.config import TrainConfig
 from foundry.data.documents import DocumentRule
 from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
@@ -134,7 +135,9 @@ def _pretrain(
     data = data_builder(cfg, world=world, is_main=ctx.is_main)
     plan = plan_run(cfg, world, batches_per_epoch=len(data.train), device=ctx.device)
     stack = build_model_stack(cfg, plan, tokenizer=data.tokenizer, ctx=ctx)
-    start = find_start(cfg.checkpoint, run_name=cfg.run_name, run_dir=run_dir)
+    start = find_start(
+        cfg.checkpoint, run_name=cfg.run_name, run_dir=run_dir, adapt_load_path=as_foundry_start
+    )
     trainer = Trainer(
         model=stack.model,
         optimizer=stack.optimizer,

@@ -23,7 +23,12 @@ import torch
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.checkpoint.resume import resolve_start
 from foundry.checkpoint.state import load_full
-from foundry.compat.composer import is_composer_checkpoint, read_composer_checkpoint, to_foundry
+from foundry.compat.composer import (
+    as_foundry_start,
+    is_composer_checkpoint,
+    read_composer_checkpoint,
+    to_foundry,
+)
 from foundry.errors import run_tool
 from foundry.models import build_model_on
 from foundry.models.registry import model_schema_from_dict
@@ -203,7 +208,12 @@ def test_load_path_takes_a_composer_file(composer_file, tmp_path: Path) -> None:
     path, _, _ = composer_file
     for weights_only in (False, True):
         cfg = CheckpointConfig(load_path=str(path), load_weights_only=weights_only)
-        start = resolve_start(cfg, run_name="r", scratch=str(tmp_path / f"scratch{weights_only}"))
+        start = resolve_start(
+            cfg,
+            run_name="r",
+            scratch=str(tmp_path / f"scratch{weights_only}"),
+            adapt_load_path=as_foundry_start,
+        )
         assert start is not None and start.source == "load_path" and start.weights_only == weights_only
         assert start.info.manifest.step == 5 and start.info.manifest.weights_only == weights_only
 

@@ -7,7 +7,7 @@ from foundry.compat.composer.checkpoint import (
     is_composer_checkpoint,
     read_composer_checkpoint,
 )
-from foundry.compat.composer.convert import composer_start, to_foundry
+from foundry.compat.composer.convert import as_foundry_start, composer_start, to_foundry
 from foundry.compat.composer.mapping import MAPPING
 from foundry.compat.composer.unpickle import UnsafeCheckpointError, load_pt
 
@@ -15,6 +15,7 @@ __all__ = [
     "MAPPING",
     "ComposerCheckpoint",
     "UnsafeCheckpointError",
+    "as_foundry_start",
     "composer_start",
     "is_composer_checkpoint",
     "load_pt",

@@ -18,8 +18,13 @@ from typing import Any
 
 import torch
 
+from foundry.checkpoint.convert import publish_checkpoint
 from foundry.checkpoint.layout import Manifest
-from foundry.compat.composer.checkpoint import ComposerCheckpoint, read_composer_checkpoint
+from foundry.compat.composer.checkpoint import (
+    ComposerCheckpoint,
+    is_composer_checkpoint,
+    read_composer_checkpoint,
+)
 
 __all__ = ["composer_start", "describe", "to_foundry"]
 
@@ -91,8 +96,6 @@ def to_foundry(
     Returns:
         `(where, what)`: the written checkpoint and a `describe` line.
     """
-    from foundry.checkpoint.convert import _publish  # local: foundry.checkpoint.convert imports this package
-
     ckpt = read_composer_checkpoint(src, weights_only=weights_only)
     manifest = _manifest(ckpt)
     with tempfile.TemporaryDirectory(dir=work_dir, prefix="composer-") as tmp:
@@ -102,7 +105,7 @@ def to_foundry(
         if not ckpt.weights_only:
             state = {"optimizer": ckpt.optimizer, "run": ckpt.run_state(), "rng": ckpt.rng}
             torch.save(state, os.path.join(staging, STATE_FILE))
-        return _publish(staging, dst, manifest), describe(ckpt)
+        return publish_checkpoint(staging, dst, manifest), describe(ckpt)
 
 
 def composer_start(path: str, *, scratch: str, weights_only: bool, rank: int = 0) -> str:
@@ -120,3 +123,13 @@ def composer_start(path: str, *, scratch: str, weights_only: bool, rank: int = 0
             flush=True,
         )
     return where
+
+
+def as_foundry_start(path: str, *, scratch: str, weights_only: bool, rank: int) -> str:
+    """`checkpoint.load_path` adapter (`foundry.checkpoint.LoadPathAdapter`): a Composer checkpoint (found by
+    content: a torch file, or a DCP folder without our manifest) becomes one of ours in `scratch`; any other
+    path comes back unchanged."""
+    composer = path.replace("{rank}", "0")  # llm-foundry's `latest-rank{rank}.pt`: rank 0 holds it all
+    if not is_composer_checkpoint(composer):
+        return path
+    return composer_start(composer, scratch=scratch, weights_only=weights_only, rank=rank)
