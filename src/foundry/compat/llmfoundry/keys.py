@@ -104,7 +104,9 @@ TOP: dict[str, Rule] = {
     ),
     "save_filename": Rule("", "checkpoint names are fixed here (step folders with a manifest)", IGNORED),
     "save_latest_filename": Rule("", "the newest complete checkpoint is found from the manifests", IGNORED),
-    "load_path": _top("load_path", "a Composer `.pt`, `.tar` or sharded folder is read by `foundry.compat.composer`"),
+    "load_path": _top(
+        "load_path", "a Composer `.pt`, `.tar` or sharded folder is read by `foundry.compat.composer`"
+    ),
     "load_weights_only": _top("load_weights_only"),
     "load_strict_model_weights": _top("load_strict_model_weights"),
     "load_ignore_keys": Rule(
