@@ -221,7 +221,8 @@ def chaos(run: Run, plan: list[Fault], faults: StoreFaults, args: argparse.Names
             break
         step = run.step()
         for f in plan:
-            if f.injected and f.recovered is None and step > f.step_then:
+            # a rank may finish the step it was in when the fault came: recovered means two steps past it
+            if f.injected and f.recovered is None and step > f.step_then + 1:
                 f.recovered = time.time()
                 f.lost_s = round(max(f.recovered - f.injected - (step - f.step_then) * step_s, 0.0), 3)
         ready = (
