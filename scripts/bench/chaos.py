@@ -7,7 +7,8 @@ loopback S3 server (moto) through a fault proxy. At seeded random steps the benc
 - `kill`: `kill -9` of a random rank (the launcher restarts the group, which resumes from the last checkpoint);
 - `hang`: `SIGSTOP` of a random rank (the launcher's hang watchdog, `--hang-floor`, kills and restarts);
 - `preempt`: SIGTERM to the launcher (it saves, waits for the upload and exits 75), then the same command again;
-- `outage`: every store request answers 503 for a random 5-120 s (`--outage`); training goes on meanwhile;
+- `outage`: every store request answers 503 for a random 5-120 s (`--outage`); training goes on meanwhile,
+  and later faults may come during it (a restart then waits for the store within its budget);
 - `reset_up` / `reset_down`: the next 1-4 uploads (PUT/POST) or reads (GET) have their connection reset.
 
 First an uninterrupted run of the same command (no faults) gives the reference final checkpoint and the step
@@ -202,7 +203,7 @@ def inject(
         run.rerun()
     elif f.kind == "outage":
         seconds = rng.uniform(*args.outage)
-        faults.outage_until = time.monotonic() + seconds
+        faults.outage_until = max(faults.outage_until, time.monotonic() + seconds)
         f.detail = {"seconds": round(seconds, 1)}
     else:
         n = rng.randint(1, 4)
@@ -225,10 +226,8 @@ def chaos(run: Run, plan: list[Fault], faults: StoreFaults, args: argparse.Names
             if f.injected and f.recovered is None and step > f.step_then + 1:
                 f.recovered = time.time()
                 f.lost_s = round(max(f.recovered - f.injected - (step - f.step_then) * step_s, 0.0), 3)
-        ready = (
-            all(f.recovered is not None for f in plan if f.injected)
-            and time.monotonic() > faults.outage_until
-        )
+        # the next fault waits for the run to recover from the last one; an outage overlaps what follows
+        ready = all(f.recovered is not None for f in plan if f.injected)
         if pending and ready and step >= pending[0].at_step:
             inject(pending.pop(0), step, run, faults, rng, args)
         time.sleep(0.02)
@@ -298,6 +297,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         plan = schedule(args.faults, args.steps, args.seed)
         faults = StoreFaults()
         with FaultProxy(endpoint, faults, max_requests=10**9) as proxy:
+            proxy._server.handle_error = lambda *a: None  # type: ignore[method-assign]  # resets are expected
             run = Run(work, "chaos", args, proxy.url)
             chaos(run, plan, faults, args, step_s)
             wall = time.time() - run.started

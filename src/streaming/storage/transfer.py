@@ -60,7 +60,8 @@ class RetryPolicy:
             0: try once).
         timeout: Seconds allowed for one attempt's connect/read (per backend call).
         initial_backoff: Sleep before the first retry; doubles each retry.
-        max_backoff: Cap on one sleep.
+        max_backoff: Cap on one sleep (10 s: a transfer resumes within ~10 s of the end of an outage, which
+            matters more than the few extra requests it costs during one).
         budget: Seconds from the first attempt after which no retry starts (the last sleep is cut to fit).
         setting: The config field that sets the budget, named when it is spent (e.g. ``data.download_budget``).
     """
@@ -68,7 +69,7 @@ class RetryPolicy:
     retries: int | None = None
     timeout: float = 60.0
     initial_backoff: float = 0.5
-    max_backoff: float = 30.0
+    max_backoff: float = 10.0
     budget: float = DEFAULT_BUDGET
     setting: str = "budget"
 
