@@ -13,7 +13,9 @@ from typing import Any
 
 from foundry.callbacks.base import Callback
 from foundry.eval.config import EvalConfig, load_task_configs
+from foundry.eval.progress import print_line
 from foundry.eval.runner import run_icl_eval
+from foundry.parallel.dist import rank
 
 __all__ = ["ICLEvalCallback", "icl_callbacks"]
 
@@ -37,8 +39,9 @@ class ICLEvalCallback(Callback):
         model = getattr(trainer.model, "module", trainer.model)
         out = None if self.output_dir is None else self.output_dir / f"step_{trainer.state.step}"
         results = run_icl_eval(
-            self.cfg, model=model, tokenizer=self.tokenizer, device=trainer.device, output_dir=out
-        )
+            self.cfg, model=model, tokenizer=self.tokenizer, device=trainer.device, output_dir=out,
+            emit=print_line if rank() == 0 else None,
+        )  # fmt: skip
         metrics = {k: float(v) for k, v in results.items() if isinstance(v, int | float)}
         metrics["icl/seconds"] = time.perf_counter() - start
         return metrics

@@ -135,6 +135,8 @@ class EvalConfig:
     """Score llm-foundry's slow way (every row padded to max_seq_len, no KV reuse); results are identical."""
     cache_context: bool = True
     """Multiple choice / schema: run the shared prefix of the choices once and reuse its KV cache."""
+    progress_interval: float = 5.0
+    """Seconds between progress lines per task (examples done, examples/s, time left); 0: only a line per task."""
     precision: str = "fp32"
     """fp32 | amp_bf16 | amp_fp16 (autocast on CUDA)."""
     skip_missing: bool = True

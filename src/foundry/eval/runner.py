@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from foundry.eval.metrics import (
     mc_confidence,
     mc_predictions,
 )
+from foundry.eval.progress import TaskProgress
 from foundry.eval.prompts import Example, build_prompts
 from foundry.eval.report import write_report
 from foundry.eval.scorer import generate_greedy, score_requests
@@ -187,6 +190,7 @@ def evaluate_task(
     pad_to_max_seq_len: bool = False,
     cache_context: bool = True,
     precision: str = "fp32",
+    progress: Callable[[int, int], Callable[[int], None]] | None = None,
 ) -> TaskResult:
     """Evaluates one task on `model`.
 
@@ -196,6 +200,7 @@ def evaluate_task(
         pad_to_max_seq_len: llm-foundry's reference scoring (every row padded to max_seq_len).
         cache_context: reuse the KV cache of the shared prefix of multiple choice / schema rows.
         precision: fp32, amp_bf16 or amp_fp16.
+        progress: `progress(examples, requests)` gives the callback the scorer reports batches to.
 
     Returns:
         A `TaskResult`; multiple-choice records carry `choice_logprobs` (summed per choice).
@@ -217,6 +222,10 @@ def evaluate_task(
             task.label,
         )  # fmt: skip
     pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+    n_requests = (
+        len(examples) if kind == "generation_task_with_answers" else sum(len(e.requests) for e in examples)
+    )
+    report = progress(len(examples), n_requests) if progress is not None else None
     scores: list[Any] = []
     outputs: list[str] = []
     if kind == "generation_task_with_answers":
@@ -229,7 +238,7 @@ def evaluate_task(
             texts = generate_greedy(
                 model, [examples[i].requests[0].context for i in idxs], tokenizer=tokenizer, device=device,
                 batch_size=bs, max_new_tokens=max_new, stop=stop, precision=precision,
-                pad_to=max_len - max_new if pad_to_max_seq_len else None,
+                pad_to=max_len - max_new if pad_to_max_seq_len else None, progress=report,
             )  # fmt: skip
             for i, text in zip(idxs, texts):
                 outputs[i] = text
@@ -243,7 +252,7 @@ def evaluate_task(
             model, requests, device=device, batch_size=bs, pad_id=pad,
             groups=groups if cache_context and kind != "language_modeling" else None,
             pad_to_max_seq_len=max_len if pad_to_max_seq_len else None, precision=precision,
-            max_seq_len=max_len,
+            max_seq_len=max_len, progress=report,
         )  # fmt: skip
     records = _outcomes(task, examples, scores, outputs)
     categories: dict[str, dict[str, float]] = {}
@@ -290,6 +299,25 @@ def _gauntlet(cfg: EvalConfig, results: list[TaskResult]) -> dict[str, Any] | No
     return compute_gauntlet(entries, gcfg)
 
 
+def _task_progress(
+    lines: list[TaskProgress],
+    label: str,
+    index: int,
+    count: int,
+    every_s: float,
+    emit: Callable[[str], None] | None,
+    examples: int,
+    requests: int,
+) -> TaskProgress:
+    """A task's `TaskProgress`, kept in `lines` so its closing line can follow the result."""
+    lines.append(
+        TaskProgress(
+            label, index=index, count=count, examples=examples, requests=requests, every_s=every_s, emit=emit
+        )
+    )
+    return lines[-1]
+
+
 def run_icl_eval(
     cfg: EvalConfig,
     *,
@@ -297,8 +325,12 @@ def run_icl_eval(
     tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
     device: torch.device | str,
     output_dir: str | Path | None = None,
+    emit: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Runs every task of `cfg` (and the gauntlet when configured).
+
+    `emit` receives the progress lines (`foundry.eval.progress`: one every `cfg.progress_interval` seconds
+    per task and one when it ends); None prints nothing (ranks other than 0).
 
     Returns:
         Flat metrics: `icl/<label>/<k>-shot/<metric>` (+ per category) and gauntlet entries
@@ -308,11 +340,17 @@ def run_icl_eval(
     skipped: list[str] = []
     tasks = load_tasks(cfg, skipped=skipped)
     results = []
-    for task in tasks:
+    for n, task in enumerate(tasks, 1):
+        lines: list[TaskProgress] = []
+
+        progress = partial(_task_progress, lines, task.label, n, len(tasks), cfg.progress_interval, emit)
         res = evaluate_task(
             model, tokenizer, task, device=device, batch_size=cfg.batch_size,
             pad_to_max_seq_len=cfg.pad_to_max_seq_len, cache_context=cfg.cache_context, precision=cfg.precision,
+            progress=progress if emit is not None else None,
         )  # fmt: skip
+        for line in lines:
+            line.finish(res.metrics)
         log.info("%s: %s (%.1fs)", res.label, res.metrics, res.seconds)
         results.append(res)
     flat: dict[str, Any] = {}

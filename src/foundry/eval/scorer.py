@@ -144,6 +144,7 @@ def _score_full(
     pad_to: int | None,
     precision: str,
     head: Callable[[torch.Tensor], torch.Tensor] | None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[int, RowScore]:
     """Full forwards over context+continuation rows (dynamic padding, or padded to `pad_to` with a mask)."""
     if pad_to is None:
@@ -163,6 +164,8 @@ def _score_full(
                 model, head, ids, [requests[i].continuation for i in batch], starts, **kwargs
             )
         out.update(zip(batch, scores))
+        if progress is not None:
+            progress(len(batch))
     return out
 
 
@@ -219,6 +222,7 @@ def _score_cached(
     precision: str,
     head: Callable[[torch.Tensor], torch.Tensor] | None,
     max_seq_len: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[int, RowScore]:
     """Per group: the shared prefix once (left-padded, masked), then every row's suffix over its KV cache.
     Batches (`_cached_batches`) never pad beyond `max_seq_len`: one group alone always fits, as its rows do.
@@ -265,6 +269,8 @@ def _score_cached(
                 **cache_field(cache),
             )
         out.update(zip(flat, scores))
+        if progress is not None:
+            progress(len(flat))
     return out
 
 
@@ -279,6 +285,7 @@ def score_requests(
     pad_to_max_seq_len: int | None = None,
     precision: str = "fp32",
     max_seq_len: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> list[RowScore]:
     """Log-likelihood of each request's continuation given its context.
 
@@ -293,6 +300,7 @@ def score_requests(
         precision: fp32, amp_bf16 or amp_fp16 (autocast).
         max_seq_len: the model's sequence limit: batches of cached groups never pad beyond it (every
             request must fit it on its own); None for no limit.
+        progress: called with the number of requests each batch scored (`foundry.eval.progress`).
 
     Returns:
         One `RowScore` per request, in order.
@@ -304,6 +312,7 @@ def score_requests(
         "batch_size": batch_size,
         "pad_id": pad_id,
         "precision": precision,
+        "progress": progress,
     }
     try:
         if pad_to_max_seq_len is not None:  # the reference: full logits over every padded position
@@ -336,6 +345,7 @@ def generate_greedy(
     stop: Sequence[str] = (),
     pad_to: int | None = None,
     precision: str = "fp32",
+    progress: Callable[[int], None] | None = None,
 ) -> list[str]:
     """Greedy continuations of each context (left-padded batches over a KV cache), decoded to text.
 
@@ -397,6 +407,8 @@ def generate_greedy(
                 mask = torch.cat([mask, torch.ones(len(batch), 1, dtype=mask.dtype, device=device)], 1)
             for r, i in enumerate(batch):
                 texts[i] = tokenizer.decode(new[r], skip_special_tokens=True)
+            if progress is not None:
+                progress(len(batch))
     finally:
         model.train(was_training)
     return [texts[i] for i in range(len(contexts))]

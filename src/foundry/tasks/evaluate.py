@@ -18,6 +18,7 @@ from foundry.data.quickstart import (
 from foundry.errors import ConfigError
 from foundry.eval import load_task_configs, run_icl_eval
 from foundry.eval.data import check_task_data
+from foundry.eval.progress import print_line
 from foundry.models.build import build_model_on
 from foundry.parallel.dist import resolve_device
 from foundry.tasks.run_files import write_text_atomic
@@ -69,7 +70,9 @@ def eval_task(cfg: TrainConfig, run_dir: Path, *, record: RunRecord | None = Non
     else:
         print("[foundry] evaluating a randomly initialised model (no checkpoint.load_path)", flush=True)
     (record or RunRecord(run_dir)).open()
-    results = run_icl_eval(cfg.eval, model=model, tokenizer=tokenizer, device=device, output_dir=run_dir)
+    results = run_icl_eval(
+        cfg.eval, model=model, tokenizer=tokenizer, device=device, output_dir=run_dir, emit=print_line
+    )
     write_text_atomic(run_dir / "eval_results.json", json.dumps(results, indent=2, default=str))
     print(
         (run_dir / "icl_results.md").read_text() + f"\n[foundry] ICL results in {run_dir.resolve()}",
