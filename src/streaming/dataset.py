@@ -92,7 +92,7 @@ class StreamingDataset(IterableDataset):
         shuffle_algo: ``naive``, ``py1s``, ``py2s``, ``py1br`` or ``py1e``.
         shuffle_seed: Seed (>= 0).
         shuffle_block_size: Block size of ``py1br``/``py1e`` (default ``max(4_000_000 // C, 262144)``).
-        batching_method: ``random``, ``stratified`` or ``per_stream``.
+        batching_method: ``random``, ``stratified``, ``per_stream`` or ``device_per_stream``.
         allow_unsafe_types: Allow ``pkl`` columns.
         replication: Consecutive ranks that get identical samples.
         stream_tag: When set, every sample dict (iteration and random access) also holds
@@ -442,13 +442,18 @@ class StreamingDataset(IterableDataset):
         if not self.shuffle:
             return  # unshuffled orders are the same
         whole = bool(np.array_equal(self.choose_per_stream, self.samples_per_stream))
-        if self.shuffle_algo in UPSTREAM_ALGOS and self.batching_method == "random" and whole:
+        if (
+            self.shuffle_algo in UPSTREAM_ALGOS
+            and self.batching_method in ("random", "device_per_stream")
+            and whole
+        ):
             self._plan.spec_args["upstream_order"] = True
             self._plan.orders.clear()
         elif obj.get("sample_in_epoch"):
             raise ValueError(
                 "this mosaicml-streaming state was saved mid-epoch, and its order can be continued here only for "
-                f"shuffle_algo in {', '.join(UPSTREAM_ALGOS)} with batching_method='random' and every stream "
+                f"shuffle_algo in {', '.join(UPSTREAM_ALGOS)} with batching_method 'random' or 'device_per_stream' "
+                "and every stream "
                 f"read whole (no proportion/repeat/choose); this dataset has shuffle_algo={self.shuffle_algo!r}, "
                 f"batching_method={self.batching_method!r}. Resume from the epoch's end, or keep those settings"
             )

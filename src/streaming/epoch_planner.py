@@ -85,7 +85,20 @@ class EpochPlanner:
     def spec(self, num_canonical_nodes: int | None = None) -> PlanSpec:
         """The plan of this world, with ``num_canonical_nodes`` (default: ``self.num_canonical_nodes``)."""
         ncn = self.num_canonical_nodes if num_canonical_nodes is None else num_canonical_nodes
-        return PlanSpec(**self.spec_args, num_canonical_nodes=ncn, global_batch_size=self.global_batch_size())
+        shape = None
+        if self.spec_args.get("batching_method") == "device_per_stream":  # the one world-dependent order
+            world = self.rank_world()
+            if world.ranks_per_node % world.replication:
+                raise ValueError(
+                    "batching_method='device_per_stream' needs replication to divide ranks per node"
+                )
+            shape = (world.num_nodes, world.ranks_per_node // world.replication)
+        return PlanSpec(
+            **self.spec_args,
+            num_canonical_nodes=ncn,
+            global_batch_size=self.global_batch_size(),
+            world_shape=shape,
+        )
 
     def order(self, epoch: int) -> GlobalOrder:
         """The global order of ``epoch`` (the last one computed is cached)."""
@@ -101,7 +114,7 @@ class EpochPlanner:
         epoch, drop = self.epoch, self.drop
         if drop and drop >= len(self.order(epoch)):
             epoch, drop = epoch + 1, 0
-        return epoch, drop
+        return epoch, self.order(epoch).start(drop) if drop else drop
 
     def begin_epoch(self) -> tuple[int, int]:
         """Starts the next iteration: returns its (epoch, offset); the one after runs the following epoch."""

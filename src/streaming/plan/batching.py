@@ -10,6 +10,8 @@ per_stream) hold for every method, and nothing bigger than O(shards + global bat
   (incomplete ones dropped) and the batch -> stream sequence is a seeded shuffle of stream labels.
 - ``stratified``: every global batch holds ``floor(p_s G)`` samples of stream s (leftover slots to the largest
   fractional parts); the epoch ends when the first stream runs out (the rest is dropped, with a warning).
+- ``device_per_stream``: every device batch holds one stream's samples; world-dependent, as upstream's
+  (``streaming.plan.device_per_stream``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from streaming.plan.spans import span_rng
 
 __all__ = ["BATCHING_METHODS", "GlobalOrder", "PerStreamOrder", "RandomOrder", "StratifiedOrder"]
 
-BATCHING_METHODS = ("random", "stratified", "per_stream")
+BATCHING_METHODS = ("random", "stratified", "per_stream", "device_per_stream")
 TAG_LABELS = 51
 
 
@@ -37,6 +39,10 @@ class GlobalOrder:
 
     def sample_ids(self, g: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def start(self, drop: int) -> int:
+        """Where an epoch resumed after ``drop`` consumed samples restarts (exactly there, for most orders)."""
+        return drop
 
 
 class RandomOrder(GlobalOrder):

@@ -21,6 +21,7 @@ from streaming.plan.batching import (
     RandomOrder,
     StratifiedOrder,
 )
+from streaming.plan.device_per_stream import DevicePerStreamOrder
 from streaming.plan.partition import DeviceSlice, worker_batches
 from streaming.plan.sampling import Units, allocate_shards, build_units, epoch_sampling_seed
 
@@ -48,7 +49,8 @@ class PlanSpec:
         shuffle_block_size: Block size (``None``: ``default_block_size(C)``).
         sampling_method: ``balanced`` or ``fixed``.
         sampling_granularity: Pick size of the per-shard remainder.
-        batching_method: ``random``, ``stratified`` or ``per_stream``.
+        batching_method: ``random``, ``stratified``, ``per_stream`` or ``device_per_stream``.
+        world_shape: (physical nodes, devices per node); ``device_per_stream`` only, whose order depends on it.
         py1e_window: ``py1e`` window override (tests).
         upstream_order: Shuffle in mosaicml-streaming's own order (``streaming.plan.upstream_shuffle``): a run
             that started on that library continues in it.
@@ -66,6 +68,7 @@ class PlanSpec:
     sampling_method: str = "balanced"
     sampling_granularity: int = 1
     batching_method: str = "random"
+    world_shape: tuple[int, int] | None = None
     py1e_window: int | None = None
     upstream_order: bool = False
 
@@ -82,6 +85,13 @@ class PlanSpec:
             raise ValueError(f"shuffle_seed must be >= 0, got {self.shuffle_seed}")
         if self.batching_method != "random" and not self.global_batch_size:
             raise ValueError(f"batching_method={self.batching_method!r} needs the global batch size")
+        if self.batching_method == "device_per_stream":
+            if self.world_shape is None:
+                raise ValueError(
+                    "batching_method='device_per_stream' needs the world shape (nodes, devices per node)"
+                )
+            if (self.global_batch_size or 0) % (self.world_shape[0] * self.world_shape[1]):
+                raise ValueError("the global batch size must be a multiple of the number of devices")
 
     @property
     def block_size(self) -> int:
@@ -140,7 +150,8 @@ def epoch_order(spec: PlanSpec, epoch: int) -> GlobalOrder:
     for s in range(len(spec.shards_per_stream)):
         if choose[s] == 0:
             continue
-        frac = choose[s] / total if spec.batching_method == "stratified" else 1.0
+        # upstream's block share: stratified / device_per_stream int(bs * proportion), per_stream (ours) bs
+        frac = choose[s] / total if spec.batching_method in ("stratified", "device_per_stream") else 1.0
         bs = max(1, int(spec.block_size * frac))
         try:
             orders.append(random_order(units.select(int(bounds[s]), int(bounds[s + 1])), bs))
@@ -148,13 +159,28 @@ def epoch_order(spec: PlanSpec, epoch: int) -> GlobalOrder:
             raise ValueError(f"stream {s}: {err}") from None
         kept.append(s)
     g = int(spec.global_batch_size or 0)
+    label_seed = (
+        spec.shuffle_seed + epoch
+        if (spec.shuffle and spec.sampling_method == "balanced")
+        else spec.shuffle_seed
+    )
     if spec.batching_method == "per_stream":
-        label_seed = (
-            spec.shuffle_seed + epoch
-            if (spec.shuffle and spec.sampling_method == "balanced")
-            else spec.shuffle_seed
-        )
         return PerStreamOrder(orders=orders, global_batch_size=g, label_seed=label_seed)
+    if spec.batching_method == "device_per_stream":
+        if len(kept) < len(choose):
+            raise ValueError(
+                f"batching_method='device_per_stream': stream {int(np.flatnonzero(choose == 0)[0])} has no samples "
+                "this epoch (upstream errors too)"
+            )
+        nodes, ranks = spec.world_shape or (1, 1)
+        return DevicePerStreamOrder(
+            orders=orders,
+            num_canonical_nodes=spec.num_canonical_nodes,
+            num_nodes=nodes,
+            ranks_per_node=ranks,
+            batch_size=g // (nodes * ranks),
+            label_seed=label_seed,
+        )
     return StratifiedOrder(orders=orders, sizes=choose[kept], global_batch_size=g)
 
 
