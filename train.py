@@ -5,12 +5,17 @@ translation (`foundry.compat.llmfoundry`; ignored and refused keys are listed on
 apply after it.
 
 A mistake in the command line or the config (unknown key, bad value, missing data or tokenizer) prints
-`error: <message>` and exits 2; `HYDRA_FULL_ERROR=1` adds the traceback (see `foundry.cli`).
+`error: <message>` and exits 2; `HYDRA_FULL_ERROR=1` adds the traceback (see `foundry.cli`). A single run's
+failure is raised after Hydra returns, so Hydra's "Error executing job with overrides" line (which repeats the
+whole command) does not precede every refusal, nor the error of a rank stopped by its peer's failure; in a
+sweep (`-m`) that line stays: it names the job that failed.
 """
 
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from foundry.cli import run_cli
@@ -21,14 +26,24 @@ from foundry.tasks import run_task
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    return run_task(cfg)
-
-
 def cli() -> float | None:
     sys.argv[1:] = expand_train_args(sys.argv[1:])  # `llmfoundry=PATH` -> that YAML's translated overrides
-    return main()
+    failed: list[Exception] = []
+
+    @hydra.main(version_base="1.3", config_path="conf", config_name="train")
+    def main(cfg: DictConfig) -> float | None:
+        try:
+            return run_task(cfg)
+        except Exception as e:
+            if HydraConfig.get().mode == RunMode.MULTIRUN:
+                raise
+            failed.append(e)
+            return None
+
+    result = main()
+    if failed:
+        raise failed[0]
+    return result
 
 
 if __name__ == "__main__":
