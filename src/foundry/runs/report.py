@@ -6,20 +6,21 @@ Hydra multirun dir): their curves are overlaid and the config keys whose values 
 the parameter table. The plotted data are embedded twice for checking: in the SVG attributes and in a JSON
 blob (`<script type="application/json" id="foundry-report-data">`); the inline script writes, after the
 browser parsed the SVG, how many points each polyline has (`<pre id="render-check">`), so a headless
-browser's `--dump-dom` shows what was actually rendered.
+browser's `--dump-dom` shows what was actually rendered (hidden on the page: it is for tests, not readers).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from foundry.runs.plots import PALETTE, Chart, Point, line_chart, timeline
-from foundry.runs.show import flatten, icl_results
+from foundry.runs.show import flatten, icl_results, run_overrides
 from foundry.runs.state import RunFiles, load_run, summarize
 from foundry.runs.store import RunRoot
 
@@ -60,30 +61,43 @@ def metric_points(metrics: list[dict[str, Any]], key: str) -> list[Point]:
     ]
 
 
-def sweep_params(runs: list[RunFiles]) -> list[str]:
-    """Config keys whose values differ between the runs (run_name and paths derived from it left out)."""
+def sweep_params(runs: list[RunFiles], overridden: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Config keys whose values differ between the runs (run_name and paths derived from it left out): the keys
+    in `overridden` (what the sweep set on the command line) first, then those that followed from them."""
     flat = [flatten(r.run.get("config", {})) for r in runs]
     keys = sorted(set().union(*flat)) if flat else []
     skip = ("run_name", "checkpoint.save_folder", "logger.wandb.name")
-    return [
+    differ = [
         k for k in keys if k not in skip and len({json.dumps(f.get(k), sort_keys=True) for f in flat}) > 1
     ]
+    return [k for k in differ if k in overridden] + [k for k in differ if k not in overridden]
+
+
+def _tokens(short: str) -> tuple[list[str], str]:
+    """A run name's parts and their separator: a Hydra job folder `N_<a=1,b=2>` -> its overrides, else the
+    `-`/`_`-separated words of the name."""
+    head, _, rest = short.partition("_")
+    if head.isdigit() and rest:
+        return rest.split(","), ","
+    return re.split(r"[-_]", short), "-"
 
 
 def labels(names: list[str]) -> dict[str, str]:
-    """Short display names: the part after the runs' common folder; a Hydra job folder `N_<overrides>` -> `job N`."""
+    """Short display names: the part after the runs' common folder and, for several runs, only the parts of
+    their names that differ (a Hydra job folder `N_<overrides>` -> the overrides that differ)."""
     parts = [n.split("/") for n in names]
     common = 0
     while len(names) > 1 and all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
         common += 1
-    out = {}
-    for name, p in zip(names, parts, strict=True):
-        short = "/".join(p[common:]) or name
-        head, _, rest = short.partition("_")
-        out[name] = (
-            f"job {head}" if head.isdigit() and rest else (short if len(short) <= 48 else short[:45] + "...")
-        )
-    return out
+    shorts = {name: "/".join(p[common:]) or name for name, p in zip(names, parts, strict=True)}
+    out = dict(shorts)
+    if len(names) > 1:
+        split = {name: _tokens(short) for name, short in shorts.items()}
+        shared = set.intersection(*(set(tokens) for tokens, _ in split.values()))
+        diff = {name: sep.join(t for t in tokens if t not in shared) for name, (tokens, sep) in split.items()}
+        if all(diff.values()) and len(set(diff.values())) == len(diff):
+            out = diff
+    return {name: short if len(short) <= 48 else short[:45] + "..." for name, short in out.items()}
 
 
 def _legend(names: list[str], short: dict[str, str]) -> str:
@@ -162,8 +176,12 @@ def build_report(root: RunRoot, names: list[str], *, title: str) -> str:
             if pts:
                 chart.series[r.name] = pts
                 data[r.name][pattern] = [(s, v) for s, v in pts if math.isfinite(v)]
-        charts.append(line_chart(chart))
-    params = sweep_params(runs) if len(runs) > 1 else []
+        if chart.series:  # no run logged it (e.g. MFU on a CPU): no empty plot
+            charts.append(line_chart(chart))
+    overridden = {
+        o.split("=", 1)[0].lstrip("+~") for n in names for o in (run_overrides(root, n) or []) if "=" in o
+    }
+    params = sweep_params(runs, overridden) if len(runs) > 1 else []
     short = labels(names)
     prow = [[short[r.name], *(_num(flatten(r.run.get("config", {})).get(k)) for k in params)] for r in runs]
     blob = json.dumps({"runs": data, "params": params}).replace("</", "<\\/")
@@ -175,7 +193,7 @@ def build_report(root: RunRoot, names: list[str], *, title: str) -> str:
         f'<div class="charts">{"".join(charts)}</div>',
         "<h2>ICL results</h2>", _evals(root, runs, short),
         "<h2>Event timeline</h2>", _events(runs, short),
-        '<h2>Render check</h2><pre id="render-check">(script did not run)</pre>',
+        '<pre id="render-check" hidden>(script did not run)</pre>',  # read by tests from the rendered DOM
         f'<script type="application/json" id="foundry-report-data">{blob}</script>',
         f"<script>{_SCRIPT}</script>",
     ]  # fmt: skip

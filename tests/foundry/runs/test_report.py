@@ -31,7 +31,12 @@ def test_report_of_a_sweep_is_self_contained_and_matches_metrics(
     assert n == 2 * (30 + 3 + 30 + 30 + 30) - 1  # loss (one NaN left out), eval loss, lr, tokens/s, MFU
     blob = json.loads(parse(html).texts["foundry-report-data"])
     assert blob["params"] == ["optimizer.lr"]
-    assert "job 0" in html and "job 1" in html and "core_average" in html and "icl/piqa/acc" in html
+    assert (
+        "optimizer.lr=0.01" in html
+        and "optimizer.lr=0.03" in html
+        and "core_average" in html
+        and "icl/piqa/acc" in html
+    )
     assert html.count('class="event"') == 5  # job 1's timeline: start, failure, restart, resumed, summary
     assert html.count('class="downtime"') == 1 and "time lost 9.5 s" in html  # failure -> resumed
 
@@ -56,5 +61,42 @@ def test_sweep_params_and_labels(sweep_dir: Path) -> None:
     root = RunRoot(str(sweep_dir))
     runs = [load_run(root, r) for r in root.runs()]
     assert sweep_params(runs) == ["optimizer.lr"]
-    assert labels(["a/b/0_x=1", "a/b/1_x=2"]) == {"a/b/0_x=1": "job 0", "a/b/1_x=2": "job 1"}
+    assert labels(["a/b/0_x=1", "a/b/1_x=2"]) == {"a/b/0_x=1": "x=1", "a/b/1_x=2": "x=2"}
     assert labels(["quickstart"]) == {"quickstart": "quickstart"}
+
+
+def test_report_names_runs_by_what_differs_lists_swept_keys_first_and_hides_test_blobs(
+    tmp_path: Path,
+) -> None:
+    """Issue 26 item 13: sweep names cut to the part that differs, the swept parameters before derived ones,
+    no empty plot (MFU on a CPU run), no "render check" blob on the page."""
+    from tests.foundry.runs.conftest import write_run
+
+    base = tmp_path / "outputs" / "multirun" / "grid"
+    for i, (lr, wd) in enumerate([(0.01, 0.1), (0.03, 0.1)]):
+        run = base / f"{i}_optimizer.lr={lr},optimizer.weight_decay={wd}"
+        write_run(run, lr=lr)
+        (run / ".hydra" / "rank0").mkdir(parents=True)
+        (run / ".hydra" / "rank0" / "overrides.yaml").write_text(
+            f"- optimizer.lr={lr}\n- optimizer.weight_decay={wd}\n"
+        )
+        record = json.loads((run / "run.json").read_text())
+        record["config"]["data"] = {"derived": lr / 10}  # follows from the swept lr (sorts before it)
+        (run / "run.json").write_text(json.dumps(record))
+        for f in (run / "metrics.jsonl",):
+            rows = [json.loads(x) for x in f.read_text().splitlines()]
+            f.write_text(
+                "".join(json.dumps({k: v for k, v in r.items() if "mfu" not in k}) + "\n" for r in rows)
+            )
+    names = [f"multirun/grid/{p.name}" for p in sorted(base.iterdir())]
+    assert labels(names) == {names[0]: "optimizer.lr=0.01", names[1]: "optimizer.lr=0.03"}
+    root = RunRoot(str(tmp_path / "outputs"))
+    runs = [load_run(root, n) for n in names]
+    assert sweep_params(runs, {"optimizer.lr", "optimizer.weight_decay"}) == ["optimizer.lr", "data.derived"]
+    assert sweep_params(runs) == ["data.derived", "optimizer.lr"]
+    out = tmp_path / "grid.html"
+    assert main(["--root", str(tmp_path / "outputs"), "report", "multirun/grid", "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "Render check" not in html and 'id="render-check" hidden' in html
+    assert "MFU" not in html and "Training loss" in html
+    assert json.loads(parse(html).texts["foundry-report-data"])["params"] == ["optimizer.lr", "data.derived"]
