@@ -100,7 +100,7 @@ format: $(ENV_READY) ## apply ruff fixes and formatting
 	$(PY) -m ruff check --fix src tests scripts
 	$(PY) -m ruff format src tests scripts
 
-BENCHES ?= streaming_read epoch_plan streaming_remote model_step trainer_overhead icl_eval mixture_train finetune_throughput failure_recovery
+BENCHES ?= streaming_read epoch_plan streaming_remote model_step trainer_overhead icl_eval mixture_train finetune_throughput failure_recovery chaos
 
 bench: $(ENV_READY) ## run every benchmark (BENCHES="..." to pick); each prints JSON lines with the machine
 	@for b in $(BENCHES); do \
