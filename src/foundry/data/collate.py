@@ -220,10 +220,12 @@ class TextCollator(SplitCollator):
         return ids if shape[0] <= self.max_seq_len else np.ascontiguousarray(ids[:, : self.max_seq_len])
 
     def _pad_rows(self, samples: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Any rows: (B, S) ids right-padded to the longest row, (B,) lengths, (B,) which rows are `tokens`."""
+        """Any rows: (B, S) ids right-padded to the longest row (to `max_seq_len` when a row is `text`, as
+        llm-foundry's text dataset tokenizes with `padding='max_length'`), (B,) lengths, (B,) which rows are
+        `tokens`."""
         rows, checked = zip(*(self._row(s) for s in samples), strict=True)
         lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-        seq = int(lengths.max())
+        seq = int(lengths.max()) if all(checked) else self.max_seq_len
         if not (lengths != seq).any():
             return np.stack(rows), lengths, np.asarray(checked)  # (B, S) in the rows' common dtype
         dtype = np.promote_types(
