@@ -26,6 +26,7 @@ MODULES = {
     "foundry.models.mpt.blocks": "foundry_mpt_blocks",
     "foundry.models.mpt.init": "foundry_mpt_init",
     "foundry.models.mpt.layers": "foundry_mpt_layers",
+    "foundry.models.mpt.loss": "foundry_mpt_loss",
     "foundry.models.mpt.schema": "foundry_mpt_schema",
     "foundry.models.schema": "foundry_model_schema",
     "foundry.models.peft.schema": "foundry_peft_schema",

@@ -57,6 +57,7 @@ class MPTConfig(PretrainedConfig):
         max_seq_len: longest sequence (position tables are sized to it).
         vocab_size: embedding rows.
         attn_config / ffn_config / init_config: dicts (or the schema dataclasses) merged over defaults.
+        loss_fn: the training loss (`torch_crossentropy`, `chunked_crossentropy`, `liger_crossentropy`).
         tie_word_embeddings: unembed with the input embedding (no separate lm_head).
         **kwargs: passed to `PretrainedConfig` (e.g. `pad_token_id`, `eos_token_id`).
     """
@@ -86,6 +87,7 @@ class MPTConfig(PretrainedConfig):
         embedding_fraction: float = 1.0,
         logit_scale: float | str | None = None,
         final_logit_softcapping: float | None = None,
+        loss_fn: str = "torch_crossentropy",
         tie_word_embeddings: bool = True,
         init_device: str = "cpu",
         use_cache: bool = False,
@@ -116,6 +118,7 @@ class MPTConfig(PretrainedConfig):
         self.embedding_fraction = embedding_fraction
         self.logit_scale = logit_scale
         self.final_logit_softcapping = final_logit_softcapping
+        self.loss_fn = loss_fn
         self.init_device = init_device
         self.use_cache = use_cache
         # v5: PretrainedConfig has no tie_word_embeddings default; set it explicitly or weights untie on reload.

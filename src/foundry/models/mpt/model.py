@@ -9,6 +9,8 @@ HF-native `mpt` format is a rename-free copy. Tied embeddings have no `lm_head` 
 
 Loss: like HF, labels are shifted inside the model (`labels = input_ids` is fine): position t predicts
 label t+1, the last position has no target, and -100 is ignored; the mean is over counted targets.
+With `loss_fn` chunked or liger, a training forward (gradients on, labels given) computes the loss from the
+hidden states without the (B, S, V) logits and returns `logits=None` (`foundry.models.mpt.loss`).
 """
 
 from __future__ import annotations
@@ -29,23 +31,13 @@ from foundry.models.mpt.blocks import MPTBlock
 from foundry.models.mpt.hf_config import MPTConfig
 from foundry.models.mpt.init import init_module_
 from foundry.models.mpt.layers import build_norm
+from foundry.models.mpt.loss import (
+    chunked_linear_cross_entropy,
+    liger_linear_cross_entropy,
+    shifted_cross_entropy,
+)
 
-__all__ = ["MPTPreTrainedModel", "MPTModel", "MPTForCausalLM", "shifted_cross_entropy"]
-
-IGNORE_INDEX = -100
-
-
-def shifted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token CE: logits (B, S, V) at t against labels (B, S) at t+1; -100 ignored (0 if none count)."""
-    targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
-    losses = F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(),
-        targets.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction="sum",
-    )
-    return losses / (targets != IGNORE_INDEX).sum().clamp(min=1)
-
+__all__ = ["MPTPreTrainedModel", "MPTModel", "MPTForCausalLM", "shifted_cross_entropy"]  # loss re-exported
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     device_type = x.device.type
@@ -258,9 +250,25 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
         hidden = out.last_hidden_state
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
+        fused = self.config.loss_fn != "torch_crossentropy"
+        if labels is not None and fused and not logits_to_keep and torch.is_grad_enabled():
+            loss = self._fused_loss(hidden, labels)
+            return CausalLMOutputWithPast(loss=loss, logits=None, **cache_field(output_cache(out)))
         logits = self.logits(hidden)
         loss = None if labels is None else shifted_cross_entropy(logits, labels)
         return CausalLMOutputWithPast(loss=loss, logits=logits, **cache_field(output_cache(out)))
+
+    def _fused_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss of `self.logits(hidden)` against `labels` without the logits (`config.loss_fn`)."""
+        weight = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
+        loss = liger_linear_cross_entropy if self.config.loss_fn == "liger_crossentropy" else chunked_linear_cross_entropy
+        return loss(
+            hidden,
+            weight,
+            labels,
+            logit_scale=self.config.logit_scale_value,
+            softcap=self.config.final_logit_softcapping,
+        )
 
     def num_params(self, *, exclude_embeddings: bool = False) -> int:
         """Parameter count (tied weights once); `exclude_embeddings` drops wte and wpe."""

@@ -20,6 +20,7 @@ from foundry.models.schema import ModelConfig
 
 __all__ = ["AttnConfig", "FFNConfig", "InitConfig", "MPTModelConfig"]
 
+LOSS_FNS = ("torch_crossentropy", "chunked_crossentropy", "liger_crossentropy")
 ATTN_IMPLS = ("torch", "flash")
 ATTN_TYPES = ("multihead_attention", "multiquery_attention", "grouped_query_attention")
 ROPE_IMPLS = ("dail", "hf")
@@ -184,6 +185,10 @@ class MPTModelConfig(ModelConfig):
     logit_scale: Any = None
     """A float, or `inv_sqrt_d_model` (-> 1/sqrt(d_model))."""
     final_logit_softcapping: float | None = None
+    loss_fn: str = "torch_crossentropy"
+    """The training loss: `torch_crossentropy` (full logits, then cross-entropy), `chunked_crossentropy` (the
+    same loss fused with the unembedding over chunks of rows: no (tokens x vocab) logits in training; any
+    device) or `liger_crossentropy` (liger-kernel's fused kernel; CUDA). Eval and generation return logits."""
     tie_word_embeddings: bool = True
     init_device: str = "cpu"
     """`cpu`, `cuda` or `meta` (`build_model_on` materialises on the run's device; FSDP after sharding)."""
@@ -218,6 +223,7 @@ def validate_mpt_fields(cfg: Any) -> None:  # noqa: ANN401 - MPTModelConfig or M
         raise ValueError(f"embedding_fraction={cfg.embedding_fraction} must be in (0, 1]")
     _check_choice(cfg.norm_type, NORM_TYPES, name="norm_type")
     _check_choice(cfg.init_device, INIT_DEVICES, name="init_device")
+    _check_choice(cfg.loss_fn, LOSS_FNS, name="loss_fn")
     ls = cfg.logit_scale
     if ls is not None and ls != "inv_sqrt_d_model" and not isinstance(ls, int | float):
         raise ValueError(f"logit_scale={ls!r}: use null, a number or 'inv_sqrt_d_model'")
