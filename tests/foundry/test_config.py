@@ -86,7 +86,7 @@ def test_bad_keys_and_types_fail_at_compose_naming_the_key(conf, override, needl
 @pytest.mark.parametrize(
     ("override", "needle"),
     [
-        ("trainer.precision=fp8", "trainer.precision"),
+        ("trainer.precision=fp4", "trainer.precision"),
         ("trainer.device_train_microbatch_size=0", "device_train_microbatch_size"),
         ("trainer.max_duration=12parsecs", "trainer.max_duration"),
         ("task=finetune", "task"),
@@ -140,7 +140,7 @@ def test_a_rejected_config_writes_nothing_to_the_run_dir(conf, tmp_path, monkeyp
     run_dir = tmp_path / "outputs" / "dev"
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text("running: job\n")
-    for bad in (["task=finetune"], ["+modle=mpt-125m"], ["trainer.precision=fp8"]):
+    for bad in (["task=finetune"], ["+modle=mpt-125m"], ["trainer.precision=fp4"]):
         with pytest.raises(ConfigError):
             run_task(_compose(bad))
         assert (run_dir / "config.yaml").read_text() == "running: job\n", bad

@@ -3,6 +3,8 @@
 Design note: MFU follows llm-foundry's convention (`flops_per_token` of the model: 6N plus the S x S
 attention term, no causal halving) divided by the device's dense peak for the run's precision, looked up
 by GPU name as Composer does; on CPU or an unknown GPU no MFU is reported rather than a made-up one.
+`amp_fp8` runs are measured against the FP8 dense peak (twice bf16 on Hopper, as Composer's table): their MFU
+is not comparable with a bf16 run's; compare tokens/s.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ __all__ = ["SpeedMonitor", "peak_flops"]
 
 # Dense peak FLOP/s per device: (name substrings, {precision: flops}); first match wins (order matters).
 _PEAKS: list[tuple[tuple[str, ...], dict[str, float]]] = [
-    (("h200",), {"amp_bf16": 989.5e12, "amp_fp16": 989.5e12, "fp32": 494.5e12}),
-    (("h100", "pcie"), {"amp_bf16": 756.5e12, "amp_fp16": 756.5e12, "fp32": 378e12}),
-    (("h100", "hbm2e"), {"amp_bf16": 756.5e12, "amp_fp16": 756.5e12, "fp32": 378e12}),
-    (("h100",), {"amp_bf16": 989.5e12, "amp_fp16": 989.5e12, "fp32": 494.5e12}),
+    (("h200",), {"amp_fp8": 1979e12, "amp_bf16": 989.5e12, "amp_fp16": 989.5e12, "fp32": 494.5e12}),
+    (("h100", "pcie"), {"amp_fp8": 1513e12, "amp_bf16": 756.5e12, "amp_fp16": 756.5e12, "fp32": 378e12}),
+    (("h100", "hbm2e"), {"amp_fp8": 1513e12, "amp_bf16": 756.5e12, "amp_fp16": 756.5e12, "fp32": 378e12}),
+    (("h100",), {"amp_fp8": 1979e12, "amp_bf16": 989.5e12, "amp_fp16": 989.5e12, "fp32": 494.5e12}),
     (("a100",), {"amp_bf16": 312e12, "amp_fp16": 312e12, "fp32": 156e12}),
     (("a10",), {"amp_bf16": 125e12, "amp_fp16": 125e12, "fp32": 31.2e12}),
     (("v100",), {"amp_fp16": 125e12, "fp32": 15.7e12}),

@@ -20,7 +20,7 @@ from foundry.parallel.dist import DistContext
 
 __all__ = ["apply_activation_checkpointing", "build_mesh", "mp_policy", "transformer_blocks", "wrap_model"]
 
-_PRECISION_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
+_PRECISION_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16, "amp_fp8": torch.bfloat16}
 
 
 def transformer_blocks(model: nn.Module) -> list[nn.Module]:
@@ -103,7 +103,8 @@ def wrap_model(model: nn.Module, *, cfg: ParallelismConfig, ctx: DistContext, pr
             runs the model's own per-module init, giving the same weights as an unsharded meta init).
         cfg: The parallelism config.
         ctx: The process group context (its device).
-        precision: The trainer precision (`fp32`, `amp_bf16`, `amp_fp16`): FSDP's low-precision dtype.
+        precision: The trainer precision (`fp32`, `amp_bf16`, `amp_fp16`, `amp_fp8`): FSDP's low-precision
+            dtype (bf16 for amp_fp8: torchao's Float8Linear casts to FP8 inside its matmuls).
 
     Returns:
         The model to train: `DistributedDataParallel`, the same module made an `FSDPModule`, or `model`.

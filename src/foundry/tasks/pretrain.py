@@ -41,6 +41,7 @@ from foundry.parallel.dist import (
 )
 from foundry.parallel.wrap import wrap_model
 from foundry.precision import resolve_precision
+from foundry.train.float8 import check_float8_device, convert_to_float8
 from foundry.tasks.memory import check_memory
 from foundry.tasks.plan import RunPlan, batch_plan, plan_run, resolve_max_seq_len
 from foundry.tasks.resume_message import resume_refusal
@@ -125,13 +126,11 @@ def _pretrain(
     seed_all(cfg.seed)
     if cfg.trainer.deterministic:
         set_deterministic()
+    precision = resolve_precision(cfg.trainer.precision, device=ctx.device)
+    if precision == "amp_fp8":  # no FP8 hardware or no torchao: refused before anything is built
+        check_float8_device(ctx.device)
     # a model that cannot fit is refused before the data is built or anything allocated
-    check_memory(
-        cfg,
-        device=ctx.device,
-        world=world,
-        precision=resolve_precision(cfg.trainer.precision, device=ctx.device),
-    )
+    check_memory(cfg, device=ctx.device, world=world, precision=precision)
     data = data_builder(cfg, world=world, is_main=ctx.is_main)
     plan = plan_run(cfg, world, batches_per_epoch=len(data.train), device=ctx.device)
     stack = build_model_stack(cfg, plan, tokenizer=data.tokenizer, ctx=ctx)
@@ -257,6 +256,8 @@ def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: D
     model = build_model_on(
         cfg.model, device=ctx.device, tokenizer=tokenizer, defer_init=pc.strategy == "fsdp"
     )
+    if plan.precision == "amp_fp8":
+        convert_to_float8(model)
     if pc.distributed or pc.activation_checkpointing:
         model = wrap_model(model, cfg=pc, ctx=ctx, precision=plan.precision)
     optimizer = build_optimizer(cfg.optimizer, model=model)

@@ -17,11 +17,12 @@ from typing import Any
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.parallel.config import ParallelismConfig
 from foundry.time import parse_duration
+from foundry.train.compile import normalize_compile
 from foundry.train.spike_guard import SpikeGuardConfig
 
 __all__ = ["CheckpointConfig", "ParallelismConfig", "SpikeGuardConfig", "TrainerConfig", "PRECISIONS"]
 
-PRECISIONS = ("auto", "fp32", "amp_bf16", "amp_fp16")
+PRECISIONS = ("auto", "fp32", "amp_bf16", "amp_fp16", "amp_fp8")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
@@ -51,8 +52,9 @@ class TrainerConfig:
     eval_subset_num_batches: int = -1
     """Cap on eval batches per evaluation (-1 = the whole eval split)."""
     precision: str = "auto"
-    """`fp32`, `amp_bf16` (autocast bf16, no scaler), `amp_fp16` (autocast fp16 + GradScaler, CUDA only), or
-    `auto` (amp_bf16 on CUDA, fp32 elsewhere)."""
+    """`fp32`, `amp_bf16` (autocast bf16, no scaler), `amp_fp16` (autocast fp16 + GradScaler, CUDA only),
+    `amp_fp8` (amp_bf16 + FP8 matmuls in the blocks' linear layers through torchao; GPUs with FP8 tensor
+    cores, e.g. H100), or `auto` (amp_bf16 on CUDA, fp32 elsewhere). `fp8` is read as `amp_fp8`."""
     grad_clip_norm: float | None = 1.0
     """Clip the global gradient norm to this before each optimizer step (null disables)."""
     accumulate_train_batch_on_tokens: bool = True
@@ -61,8 +63,13 @@ class TrainerConfig:
     """`auto` (cuda when available, else cpu), `cpu`, `cuda`, `mps`."""
     deterministic: bool = False
     """`torch.use_deterministic_algorithms(True)` (+ CUBLAS workspace config); slower."""
-    compile: bool = False
-    """Wrap the model in `torch.compile` (first steps are slow while it compiles)."""
+    compile: Any = False
+    """`false`; `true` (= `model`: `torch.compile` of the whole model); or `blocks`: each transformer block
+    compiled, one graph reused by every layer (`foundry.train.compile`). The first steps are slow while it
+    compiles."""
+    compile_dynamic: bool | None = False
+    """`false`: graphs specialised on the batch shape (fixed-length rows; auto micro-batching adds one per
+    size); `null`: PyTorch marks a dimension dynamic once it changes (batches padded to their longest row)."""
     memory_check: bool = True
     """Refuse before building anything when the estimated memory (weights, gradients, optimizer state,
     activations) exceeds the device's free memory (`foundry.tasks.memory`); false tries anyway."""
@@ -82,6 +89,7 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         _check_duration("max_duration", self.max_duration)
         _check_duration("eval_interval", self.eval_interval)
+        self.compile = normalize_compile(self.compile)
         if self.global_train_batch_size < 1:
             raise ValueError(f"trainer.global_train_batch_size={self.global_train_batch_size} must be >= 1")
         mb = self.device_train_microbatch_size
@@ -89,6 +97,8 @@ class TrainerConfig:
             mb = self.device_train_microbatch_size = int(mb)
         if mb != "auto" and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 1):
             raise ValueError(f"trainer.device_train_microbatch_size={mb!r}: use a positive int or 'auto'")
+        if self.precision == "fp8":
+            self.precision = "amp_fp8"
         if self.precision not in PRECISIONS:
             raise ValueError(f"trainer.precision={self.precision!r}: choose one of {list(PRECISIONS)}")
         if self.device not in DEVICES:

@@ -31,6 +31,7 @@ from foundry.precision import autocast, build_grad_scaler, check_precision
 from foundry.rng import rng_state, set_rng_state
 from foundry.train.auto_microbatch import is_oom, next_microbatch_size
 from foundry.train.batching import BatchPlan, loss_tokens, split_batch
+from foundry.train.compile import compile_model
 from foundry.train.config import TrainerConfig
 from foundry.train.evaluation import eval_pass
 from foundry.train.preemption import PreemptionWatch, shield_workers
@@ -96,7 +97,7 @@ class Trainer:
     ) -> None:
         check_precision(cfg.precision, device=device)
         self.model = model
-        self.forward_model = torch.compile(model) if cfg.compile else model
+        self.forward_model = compile_model(model, cfg.compile, dynamic=cfg.compile_dynamic)
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.train_loader = train_loader

@@ -80,7 +80,7 @@ TOP: dict[str, Rule] = {
     "fsdp_config": _top(
         "fsdp_config", "see the fsdp_config rows; absent: parallelism=ddp (Composer's default)"
     ),
-    "precision": _top("precision", "fp32, amp_bf16, amp_fp16 (llm-foundry's default amp_bf16 when absent)"),
+    "precision": _top("precision", "fp32, amp_bf16, amp_fp16, amp_fp8 (llm-foundry's default amp_bf16 when absent)"),
     "max_duration": _top("max_duration", "a bare integer means epochs (Composer): 2 -> 2ep"),
     "eval_interval": _top("eval_interval", "a bare integer means epochs (Composer's default 1 -> 1ep)"),
     "eval_first": _top("eval_first"),
@@ -153,12 +153,15 @@ TOP: dict[str, Rule] = {
 }
 """Top-level keys of an llm-foundry training YAML."""
 
-_MPT_FIELDS = {f.name for f in fields(MPTModelConfig)} - {"peft_config"}
+_MPT_FIELDS = {f.name for f in fields(MPTModelConfig)} - {"peft_config", "loss_fn"}  # loss_fn: values differ
 MPT_MODEL: dict[str, Rule] = {
     **{k: Rule(f"model.{k}") for k in sorted(_MPT_FIELDS)},
     "name": Rule("model=_mpt", "mpt_causal_lm"),
     "loss_fn": Rule(
-        "", "cross-entropy here is torch's, the same value as torch_ and fused_crossentropy", IGNORED
+        "",
+        "the same value as torch_ and fused_crossentropy; `model.loss_fn=chunked_crossentropy` here also "
+        "skips the logits' memory",
+        IGNORED,
     ),
     "fc_type": Rule("", "`torch` only (the default); `te` is an error", IGNORED),
     "use_pad_tok_in_ffn": Rule("", "true only (the default); false is an error", IGNORED),
@@ -274,7 +277,7 @@ SCHEDULERS: dict[str, str] = {
 }
 """llm-foundry scheduler name -> our `scheduler` group option (its fields copy by name)."""
 
-PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
+PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "amp_fp8")  # amp_fp8: torchao here, TransformerEngine there
 
 FSDP: dict[str, Rule] = {
     "sharding_strategy": Rule("parallelism.sharding_strategy", "NO_SHARD -> parallelism=ddp"),

@@ -1,0 +1,78 @@
+"""`trainer.compile`: no compile, the whole model (`torch.compile(model)`), or each transformer block.
+
+Design note: `blocks` compiles the *forward method* of every transformer block (found as FSDP and activation
+checkpointing find them, `foundry.parallel.wrap.transformer_blocks`), torchtitan-style: the blocks share
+one code object, and with dynamo's inlining of built-in `nn.Module`s (on by default) their parameters are
+graph inputs, so the first block's graph serves every layer (a test counts the graphs). Compiling the
+forward, not the module, keeps every hook outside the graph: FSDP2's all-gather/reshard and the composable
+activation checkpoint run eagerly around each compiled block, and parameter names (so checkpoints) do not
+change. It may run before or after `wrap_model`.
+
+Shapes: `dynamic=False` (the default) specialises on the batch and row length, the fastest code for the
+fixed-length rows of pretraining; `auto` micro-batching halves the microbatch after an OOM, which adds one
+graph per size (at most log2 of the device batch, under dynamo's recompile limit of 8). `dynamic=None` lets
+PyTorch mark a dimension dynamic once it changes (finetuning batches padded to their longest row).
+Calls without gradients (eval, ICL scoring) and with a KV cache (generation) run the block eagerly: their
+shapes vary batch to batch, and they are a small share of a training run's time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["COMPILE_MODES", "compile_blocks", "compile_model", "normalize_compile"]
+
+COMPILE_MODES = ("none", "model", "blocks")
+_CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
+
+
+def normalize_compile(value: Any) -> str:  # noqa: ANN401 - bool or str from YAML
+    """`trainer.compile` as one of `COMPILE_MODES`: false/None -> none, true -> model (as before)."""
+    if value is None or value is False:
+        return "none"
+    if value is True:
+        return "model"
+    if isinstance(value, str) and value.lower() in COMPILE_MODES + ("false", "true"):
+        return {"false": "none", "true": "model"}.get(value.lower(), value.lower())
+    raise ValueError(
+        f"trainer.compile={value!r}: use false, true (the whole model) or blocks (each transformer block)"
+    )
+
+
+def _block_forward(eager: Callable[..., Any], compiled: Callable[..., Any]) -> Callable[..., Any]:
+    def forward(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        if not torch.is_grad_enabled() or any(kwargs.get(k) is not None for k in _CACHE_KWARGS):
+            return eager(*args, **kwargs)
+        return compiled(*args, **kwargs)
+
+    forward.__wrapped__ = eager  # type: ignore[attr-defined]
+    return forward
+
+
+def compile_blocks(model: nn.Module, *, dynamic: bool | None = False, backend: Any = "inductor") -> int:  # noqa: ANN401
+    """Compiles each transformer block's forward in place (training calls); returns the number of blocks.
+    `backend`: torch.compile's (tests count graphs with a counting backend)."""
+    from foundry.parallel.wrap import transformer_blocks
+
+    blocks = transformer_blocks(model)
+    for block in blocks:
+        if hasattr(block.forward, "__wrapped__"):
+            continue  # already compiled
+        eager = block.forward
+        block.forward = _block_forward(eager, torch.compile(eager, dynamic=dynamic, backend=backend))  # type: ignore[method-assign]
+    return len(blocks)
+
+
+def compile_model(model: nn.Module, mode: str, *, dynamic: bool | None = False) -> nn.Module:
+    """The module to call for forward passes: `model` itself (`none`, `blocks`: compiled in place) or
+    `torch.compile(model)` (`model`)."""
+    mode = normalize_compile(mode)
+    if mode == "model":
+        return torch.compile(model, dynamic=dynamic)  # type: ignore[return-value]
+    if mode == "blocks":
+        compile_blocks(model, dynamic=dynamic)
+    return model
