@@ -107,3 +107,15 @@ def test_bf16_mixed_precision_with_activation_checkpointing_is_close(workdir, re
     losses = _train(workdir / "cache", workdir, args, nproc=2)
     assert losses != pytest.approx(reference, abs=1e-5, rel=0)  # bf16 arithmetic really ran
     assert losses == pytest.approx(reference, abs=0.05, rel=0)
+
+
+def test_fsdp_with_compiled_blocks_checkpointing_and_the_chunked_loss_matches_one_process(workdir, reference):
+    """Issue 30: FSDP2's hooks and activation checkpointing stay eager around each compiled block (inductor)."""
+    args = [
+        "parallelism=fsdp",
+        "parallelism.activation_checkpointing=true",
+        "trainer.compile=blocks",
+        "model.loss_fn=chunked_crossentropy",
+    ]
+    losses = _train(workdir / "cache", workdir, args, nproc=2)
+    assert losses == pytest.approx(reference, abs=1e-4, rel=0)
