@@ -41,12 +41,12 @@ from foundry.parallel.dist import (
 )
 from foundry.parallel.wrap import wrap_model
 from foundry.precision import resolve_precision
-from foundry.train.float8 import check_float8_device, convert_to_float8
 from foundry.tasks.memory import check_memory
 from foundry.tasks.plan import RunPlan, batch_plan, plan_run, resolve_max_seq_len
 from foundry.tasks.resume_message import resume_refusal
 from foundry.tasks.run_record import RunRecord
 from foundry.tokenizers import build_tokenizer
+from foundry.train.float8 import check_float8_device, convert_to_float8
 from foundry.train.loop import Trainer
 from foundry.train.metadata import write_run_metadata
 from foundry.train.state import seed_all, set_deterministic

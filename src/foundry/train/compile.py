@@ -63,7 +63,7 @@ def compile_blocks(model: nn.Module, *, dynamic: bool | None = False, backend: A
         if hasattr(block.forward, "__wrapped__"):
             continue  # already compiled
         eager = block.forward
-        block.forward = _block_forward(eager, torch.compile(eager, dynamic=dynamic, backend=backend))  # type: ignore[method-assign]
+        block.forward = _block_forward(eager, torch.compile(eager, dynamic=dynamic, backend=backend))
     return len(blocks)
 
 

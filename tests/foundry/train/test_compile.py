@@ -31,8 +31,16 @@ def _ids(bs: int = 4, seq: int = 16, seed: int = 1) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     ("value", "mode"),
-    [(False, "none"), (None, "none"), ("false", "none"), (True, "model"), ("true", "model"), ("blocks", "blocks"),
-     ("Blocks", "blocks"), ("model", "model")],
+    [
+        (False, "none"),
+        (None, "none"),
+        ("false", "none"),
+        (True, "model"),
+        ("true", "model"),
+        ("blocks", "blocks"),
+        ("Blocks", "blocks"),
+        ("model", "model"),
+    ],
 )
 def test_trainer_compile_values(value, mode):
     assert normalize_compile(value) == mode
@@ -127,14 +135,25 @@ def test_inductor_trainer_steps_equal_eager(precision):
         torch._dynamo.reset()
         model = _model(loss_fn="chunked_crossentropy")
         cfg = TrainerConfig(
-            global_train_batch_size=8, device_train_microbatch_size=4, device="cpu", progress_bar=False,
-            precision=precision, compile=mode,
+            global_train_batch_size=8,
+            device_train_microbatch_size=4,
+            device="cpu",
+            progress_bar=False,
+            precision=precision,
+            compile=mode,
         )
         trainer = Trainer(
-            model=model, optimizer=build_optimizer(AdamWConfig(lr=1e-3), model=model), scheduler=None,
-            train_loader=batches, eval_loader=batches[:1], cfg=cfg,
-            plan=plan_batches(global_batch_size=8, world_size=1, microbatch=4), max_steps=3,
-            eval_interval_steps=0, max_seq_len=16, device=torch.device("cpu"),
+            model=model,
+            optimizer=build_optimizer(AdamWConfig(lr=1e-3), model=model),
+            scheduler=None,
+            train_loader=batches,
+            eval_loader=batches[:1],
+            cfg=cfg,
+            plan=plan_batches(global_batch_size=8, world_size=1, microbatch=4),
+            max_steps=3,
+            eval_interval_steps=0,
+            max_seq_len=16,
+            device=torch.device("cpu"),
         )
         steps = [trainer.train_step(batch)["train/loss"] for batch in batches]
         trainer._run_eval()

@@ -28,9 +28,10 @@ FP8_SITE = REPO / ".cache" / "fp8"
 @pytest.fixture
 def torchao(monkeypatch):
     if not (FP8_SITE / "torchao").is_dir():
-        pytest.fail(f"torchao is not in {FP8_SITE}: run `make install` (it installs torchao there for these tests)")
+        pytest.fail(
+            f"torchao is not in {FP8_SITE}: run `make install` (it installs torchao there for these tests)"
+        )
     monkeypatch.syspath_prepend(str(FP8_SITE))
-    import torchao.float8
 
     from torchao.float8.float8_linear import Float8Linear
 
@@ -44,7 +45,9 @@ def _model(seed: int = 0, **kw) -> torch.nn.Module:
 
 
 def test_fp8_is_refused_on_cpu_naming_what_to_use():
-    with pytest.raises(ValueError, match=r"amp_fp8 needs an NVIDIA GPU with FP8 tensor cores .*device is cpu: use amp_bf16"):
+    with pytest.raises(
+        ValueError, match=r"amp_fp8 needs an NVIDIA GPU with FP8 tensor cores .*device is cpu: use amp_bf16"
+    ):
         check_precision("amp_fp8", device=torch.device("cpu"))
     with pytest.raises(ValueError, match="FP8 tensor cores"):
         check_float8_device(torch.device("cpu"))
@@ -57,9 +60,18 @@ def test_fp8_is_read_as_amp_fp8():
 def test_train_py_refuses_fp8_on_cpu_with_one_error_line(tmp_path):
     env = {**os.environ, "FOUNDRY_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "experiment=smoke-cpu", "trainer.precision=amp_fp8",
-         "run_name=fp8"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            "experiment=smoke-cpu",
+            "trainer.precision=amp_fp8",
+            "run_name=fp8",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -72,8 +84,11 @@ def test_only_the_blocks_linear_layers_are_converted(torchao):
     model = _model(tie_word_embeddings=False)
     keys = list(model.state_dict())
     names = convert_to_float8(model, emulate=True)
-    expected = {f"transformer.blocks.{i}.{n}" for i in range(2)
-                for n in ("attn.Wqkv", "attn.out_proj", "ffn.up_proj", "ffn.down_proj")}
+    expected = {
+        f"transformer.blocks.{i}.{n}"
+        for i in range(2)
+        for n in ("attn.Wqkv", "attn.out_proj", "ffn.up_proj", "ffn.down_proj")
+    }
     assert set(names) == expected
     converted = {n for n, m in model.named_modules() if isinstance(m, torchao)}
     assert converted == expected

@@ -80,7 +80,9 @@ TOP: dict[str, Rule] = {
     "fsdp_config": _top(
         "fsdp_config", "see the fsdp_config rows; absent: parallelism=ddp (Composer's default)"
     ),
-    "precision": _top("precision", "fp32, amp_bf16, amp_fp16, amp_fp8 (llm-foundry's default amp_bf16 when absent)"),
+    "precision": _top(
+        "precision", "fp32, amp_bf16, amp_fp16, amp_fp8 (llm-foundry's default amp_bf16 when absent)"
+    ),
     "max_duration": _top("max_duration", "a bare integer means epochs (Composer): 2 -> 2ep"),
     "eval_interval": _top("eval_interval", "a bare integer means epochs (Composer's default 1 -> 1ep)"),
     "eval_first": _top("eval_first"),

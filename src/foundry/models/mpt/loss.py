@@ -66,7 +66,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
     """sum over rows of CE(softcap(h @ W.T), target) / count; gradients computed in forward (see module note)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,  # noqa: ANN401 - autograd's context
         hidden: torch.Tensor,
         weight: torch.Tensor,
@@ -78,7 +78,9 @@ class _ChunkedLinearCE(torch.autograd.Function):
         count = (targets != IGNORE_INDEX).sum().clamp(min=1).to(torch.float32)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if want_grad else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_grad else None
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_grad else None
+        )
         for start in range(0, hidden.shape[0], chunk):
             h = hidden[start : start + chunk]
             t = targets[start : start + chunk]

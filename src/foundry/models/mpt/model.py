@@ -39,6 +39,7 @@ from foundry.models.mpt.loss import (
 
 __all__ = ["MPTPreTrainedModel", "MPTModel", "MPTForCausalLM", "shifted_cross_entropy"]  # loss re-exported
 
+
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     device_type = x.device.type
     if device_type in ("cuda", "cpu") and torch.is_autocast_enabled(device_type):
@@ -252,8 +253,8 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
             hidden = hidden[:, -logits_to_keep:]
         fused = self.config.loss_fn != "torch_crossentropy"
         if labels is not None and fused and not logits_to_keep and torch.is_grad_enabled():
-            loss = self._fused_loss(hidden, labels)
-            return CausalLMOutputWithPast(loss=loss, logits=None, **cache_field(output_cache(out)))
+            fused_loss = self._fused_loss(hidden, labels)
+            return CausalLMOutputWithPast(loss=fused_loss, logits=None, **cache_field(output_cache(out)))
         logits = self.logits(hidden)
         loss = None if labels is None else shifted_cross_entropy(logits, labels)
         return CausalLMOutputWithPast(loss=loss, logits=logits, **cache_field(output_cache(out)))
@@ -261,7 +262,11 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
     def _fused_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `self.logits(hidden)` against `labels` without the logits (`config.loss_fn`)."""
         weight = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
-        loss = liger_linear_cross_entropy if self.config.loss_fn == "liger_crossentropy" else chunked_linear_cross_entropy
+        loss = (
+            liger_linear_cross_entropy
+            if self.config.loss_fn == "liger_crossentropy"
+            else chunked_linear_cross_entropy
+        )
         return loss(
             hidden,
             weight,

@@ -46,7 +46,9 @@ def _both(h, w, labels, *, scale=None, cap=None, chunk=None, upstream=1.0):
     upstream=st.sampled_from([1.0, 0.5, -2.0]),
     seed=st.integers(0, 2**16),
 )
-def test_equals_the_plain_loss_and_its_gradients(batch, seq, vocab, chunk, ignored, scale, cap, upstream, seed):
+def test_equals_the_plain_loss_and_its_gradients(
+    batch, seq, vocab, chunk, ignored, scale, cap, upstream, seed
+):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(batch, seq, 8, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(vocab, 8, generator=g, dtype=torch.float64, requires_grad=True)
@@ -110,7 +112,9 @@ def test_no_tokens_by_vocab_tensor_is_kept_for_backward():
 
 
 def test_chunk_rows_sizes_a_chunk_of_logits_like_the_hidden_states():
-    assert chunk_rows(65536, vocab=50368, hidden=768) == 1024  # 64 chunks of 1024 rows (993 rounded up to 64s)
+    assert (
+        chunk_rows(65536, vocab=50368, hidden=768) == 1024
+    )  # 64 chunks of 1024 rows (993 rounded up to 64s)
     assert chunk_rows(100, vocab=50368, hidden=768) == 100  # never more rows than there are
     assert chunk_rows(4096, vocab=512, hidden=64) == 512  # 8 chunks
     assert chunk_rows(300, vocab=50368, hidden=768) == 256  # at least 256 rows when there are
@@ -118,7 +122,9 @@ def test_chunk_rows_sizes_a_chunk_of_logits_like_the_hidden_states():
 
 def test_liger_is_refused_off_cuda_naming_the_alternative():
     with pytest.raises(ValueError, match="needs CUDA.*chunked_crossentropy"):
-        liger_linear_cross_entropy(torch.randn(1, 2, 4), torch.randn(5, 4), torch.zeros(1, 2, dtype=torch.long))
+        liger_linear_cross_entropy(
+            torch.randn(1, 2, 4), torch.randn(5, 4), torch.zeros(1, 2, dtype=torch.long)
+        )
 
 
 def _tiny(loss_fn: str, **kw) -> MPTForCausalLM:
@@ -127,8 +133,15 @@ def _tiny(loss_fn: str, **kw) -> MPTForCausalLM:
     return MPTForCausalLM(MPTConfig(loss_fn=loss_fn, **cfg))
 
 
-@pytest.mark.parametrize("extra", [{}, {"tie_word_embeddings": False}, {"logit_scale": "inv_sqrt_d_model"},
-                                   {"final_logit_softcapping": 5.0}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"tie_word_embeddings": False},
+        {"logit_scale": "inv_sqrt_d_model"},
+        {"final_logit_softcapping": 5.0},
+    ],
+)
 def test_model_loss_and_gradients_equal_the_plain_loss(extra):
     plain, fused = _tiny("torch_crossentropy", **extra), _tiny("chunked_crossentropy", **extra)
     fused.load_state_dict(plain.state_dict())
