@@ -123,9 +123,13 @@ def main() -> None:
                 "logits_fp32_mb": round(tokens * args.vocab * 4 / 2**20, 1),
                 "plain": rows["torch_crossentropy"],
                 "chunked": rows["chunked_crossentropy"],
-                "peak_ratio": round(rows["chunked_crossentropy"]["peak_mb"] / rows["torch_crossentropy"]["peak_mb"], 3),
+                "peak_ratio": round(
+                    rows["chunked_crossentropy"]["peak_mb"] / rows["torch_crossentropy"]["peak_mb"], 3
+                ),
                 "loss_abs_diff": (plain["loss"] - chunked["loss"]).abs().item(),
-                "grad_max_abs_diff": max((plain[k] - chunked[k]).abs().max().item() for k in ("hidden", "weight")),
+                "grad_max_abs_diff": max(
+                    (plain[k] - chunked[k]).abs().max().item() for k in ("hidden", "weight")
+                ),
                 "machine": machine(),
             }
         ),
