@@ -121,6 +121,7 @@ def estimate_memory(
     optimizer_states: int,
     activation_checkpointing: bool,
     shards: int = 1,
+    fused_loss: bool = False,
 ) -> MemoryEstimate:
     """The memory one rank needs to train a model of `size` (pure arithmetic; see the module note).
 
@@ -131,6 +132,8 @@ def estimate_memory(
         optimizer_states: fp32 states per trainable parameter (AdamW 2, Lion 1).
         activation_checkpointing: Only each layer's input is kept (plus one layer being recomputed).
         shards: Ranks sharing the weights, gradients and optimizer state (FSDP), 1 otherwise.
+        fused_loss: `model.loss_fn` chunked or liger: no full logits, only a chunk of them (about the hidden
+            states' size, `foundry.models.mpt.loss`) and the loss's fp32 weight gradient.
 
     Returns:
         The estimate, by part.
@@ -142,6 +145,8 @@ def estimate_memory(
     else:
         layers = size.n_layers * layer
     logits = LOGIT_COPIES * tokens * size.vocab_size * 4
+    if fused_loss:
+        logits = LOGIT_COPIES * tokens * size.d_model * 4 + size.vocab_size * size.d_model * 4
     return MemoryEstimate(
         params=size.total * size.param_bytes // shards,
         grads=size.trainable * size.param_bytes // shards,
@@ -239,6 +244,7 @@ def run_estimate(cfg: TrainConfig, *, world: World, precision: str) -> MemoryEst
         optimizer_states=optimizer_states(cfg.optimizer),
         activation_checkpointing=cfg.parallelism.activation_checkpointing,
         shards=_shards(cfg, world),
+        fused_loss=getattr(cfg.model, "loss_fn", "torch_crossentropy") != "torch_crossentropy",
     )
 
 

@@ -16,7 +16,7 @@ from foundry.errors import ConfigError
 from foundry.models.build import build_model_on
 from foundry.models.peft.schema import PeftConfig
 from foundry.tasks import memory
-from foundry.tasks.memory import ModelSize, check_memory, estimate_memory, model_size
+from foundry.tasks.memory import ModelSize, check_memory, estimate_memory, model_size, run_estimate
 from foundry.tasks.pretrain import pretrain
 from streaming.world import World
 from tests.train_py import run_train_py
@@ -70,6 +70,23 @@ def test_estimate_adds_weights_gradients_adamw_states_and_activations():
         shards=4,
     )
     assert sharded.model_state == est.model_state // 4 and sharded.activations == est.activations
+
+
+def test_the_fused_loss_counts_a_chunk_of_logits_and_the_weight_gradient_not_the_full_logits():
+    size = ModelSize(total=10**8, trainable=10**8, param_bytes=4, d_model=768, n_layers=12, vocab_size=50368)
+    kw = {"seq_len": 2048, "microbatch": 8, "activation_bytes": 2, "optimizer_states": 2}
+    plain = estimate_memory(size, activation_checkpointing=False, **kw)
+    fused = estimate_memory(size, activation_checkpointing=False, fused_loss=True, **kw)
+    tokens = 2048 * 8
+    assert plain.activations - fused.activations == 3 * tokens * 4 * (50368 - 768) - 50368 * 768 * 4
+    chunked = _cfg(
+        "model=mpt-125m", "model.loss_fn=chunked_crossentropy", "trainer.device_train_microbatch_size=8"
+    )
+    full = _cfg("model=mpt-125m", "trainer.device_train_microbatch_size=8")
+    assert (
+        run_estimate(chunked, world=ONE, precision="amp_bf16").total
+        < run_estimate(full, world=ONE, precision="amp_bf16").total
+    )
 
 
 def test_a_model_too_big_for_the_memory_is_refused_with_the_estimate_and_the_options():
