@@ -179,7 +179,7 @@ def liger_linear_cross_entropy(
             "use loss_fn=chunked_crossentropy (same loss, any device)"
         )
     try:
-        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
     except ImportError:
         raise ValueError(
             "model.loss_fn=liger_crossentropy needs liger-kernel (pip install liger-kernel); "
