@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
+.PHONY: help install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check gpu-wheels lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -60,10 +60,16 @@ install-emulators: ## Azurite (Azure Blob emulator, npm) into .cache/node for th
 	else mkdir -p .cache/node && cd .cache/node && ( [ -f package.json ] || npm init -y >/dev/null ) && \
 	  npm install --no-audit --no-fund --loglevel=error azurite@$(AZURITE); fi
 
-test: $(ENV_READY) ## the fast default tier (CPU, no multi-process, no slow)
+# torchao for the FP8 tests only, outside the venv: transformers imports torchao at start-up whenever it is installed.
+FP8_SITE := .cache/fp8
+$(FP8_SITE)/.installed: | $(ENV_READY)
+	$(PY) -m pip install -q --no-deps --upgrade --target $(FP8_SITE) "torchao==$(TORCHAO)"
+	@touch $@
+
+test: $(ENV_READY) $(FP8_SITE)/.installed ## the fast default tier (CPU, no multi-process, no slow)
 	$(PY) -m pytest $(PYTEST_FAST) -q
 
-test-all: $(ENV_READY) ## every test that can run on this machine (slow and multi-process included)
+test-all: $(ENV_READY) $(FP8_SITE)/.installed ## every test that can run on this machine (slow and multi-process included)
 	$(PY) -m pytest -m "not gpu" -q
 
 test-dist: $(ENV_READY) ## multi-process gloo tests only
@@ -78,18 +84,30 @@ install-browser: ## Debian's chromium for the browser tests (root, apt)
 test-gpu: $(ENV_READY) ## GPU tests (device machine only; none selected is not a failure)
 	$(PY) -m pytest -m gpu -q || [ $$? -eq 5 ]
 
-GPU_RUN ?= gpu-check-fsdp
-gpu-check: $(ENV_READY) ## on a GPU machine: test-gpu, then JSON lines from model_step (MFU), trainer (--gpu), icl_eval (cuda) and a 2-step FSDP2 bf16 run
-	$(MAKE) test-gpu
-	$(PY) scripts/bench/model_step.py --device cuda --sizes mpt-125m mpt-350m mpt-1b
-	$(PY) scripts/bench/trainer_overhead.py --gpu
-	$(PY) scripts/bench/icl_eval.py --device cuda --model mpt-1b
-	rm -rf outputs/$(GPU_RUN)
-	$(PY) -m torch.distributed.run --standalone --nproc_per_node=$$($(PY) -c "import torch; print(torch.cuda.device_count())") \
-	  train.py model=mpt-125m parallelism=fsdp trainer=gpu trainer.max_duration=2ba trainer.eval_interval=2ba \
-	  trainer.global_train_batch_size=8 trainer.device_train_microbatch_size=4 trainer.eval_subset_num_batches=2 \
-	  checkpoint=none run_name=$(GPU_RUN)
-	$(PY) -c "import json; m = json.load(open('outputs/$(GPU_RUN)/final_metrics.json')); print(json.dumps({'check': 'fsdp2_bf16_2_steps', **m}))"
+# The GPU machine (issue 30): its own python3 with torch/CUDA/triton/transformers and no network. `make gpu-wheels`, run
+# beforehand where PyPI is reachable, downloads what that image lacks into .gpu-wheels (ignored, < 64 MiB, carried to
+# the GPU machine); `make gpu-check` there installs them into .gpu-site and runs scripts/bench/gpu_check.py.
+GPU_PY ?= python3
+GPU_WHEELS := .gpu-wheels
+GPU_SITE := .gpu-site
+TORCHAO ?= 0.18.0
+LIGER ?= 0.8.5
+GPU_PKGS := hydra-core==1.3.8 omegaconf==2.3.1 zstandard==0.25.0 smart-open==9.0.2 torchao==$(TORCHAO) liger-kernel==$(LIGER)
+GPU_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+gpu-wheels: $(PY) ## where PyPI is reachable: wheels of what the GPU machine lacks (hydra, omegaconf, zstandard, torchao, liger-kernel) into .gpu-wheels
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $(GPU_PLATFORMS) \
+	  -d $(GPU_WHEELS) $(GPU_PKGS)
+	$(PY) -m pip wheel -q --no-deps -w $(GPU_WHEELS) antlr4-python3-runtime==4.9.3  # sdist only on PyPI; pure Python
+	@mb=$$(du -sm $(GPU_WHEELS) | cut -f1); ls $(GPU_WHEELS); echo "$(GPU_WHEELS): $$mb MiB"; \
+	  if [ $$mb -gt 60 ]; then echo "error: $(GPU_WHEELS) is $$mb MiB; the GPU machine takes at most 64 MiB"; exit 1; fi
+
+gpu-check: ## on a GPU machine (no .venv needed): GPU tests, the speed matrix, trainer overhead, FSDP2 runs; JSON lines, < 10 min on one H100
+	@rm -rf $(GPU_SITE); if [ -d $(GPU_WHEELS) ]; then \
+	  $(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --target $(GPU_SITE) $(GPU_WHEELS)/*.whl; \
+	else echo "[make gpu-check] no $(GPU_WHEELS) (make gpu-wheels): using what $(GPU_PY) has"; fi
+	PYTHONPATH=$(CURDIR)/src:$(CURDIR):$(CURDIR)/$(GPU_SITE)$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1 \
+	  $(GPU_PY) scripts/bench/gpu_check.py $(ARGS)
 
 lint: $(ENV_READY) ## ruff check, format check and mypy type check of src/ (config: [tool.mypy] in pyproject.toml)
 	$(PY) -m ruff check src tests scripts
@@ -100,7 +118,7 @@ format: $(ENV_READY) ## apply ruff fixes and formatting
 	$(PY) -m ruff check --fix src tests scripts
 	$(PY) -m ruff format src tests scripts
 
-BENCHES ?= streaming_read epoch_plan streaming_remote model_step trainer_overhead icl_eval mixture_train finetune_throughput failure_recovery chaos
+BENCHES ?= streaming_read epoch_plan streaming_remote model_step trainer_overhead fused_loss icl_eval mixture_train finetune_throughput failure_recovery chaos
 
 bench: $(ENV_READY) ## run every benchmark (BENCHES="..." to pick); each prints JSON lines with the machine
 	@for b in $(BENCHES); do \

@@ -3,6 +3,8 @@
 CPU (default): an MPT small enough for CPU, runs alternated (bare, trainer, bare, ...), median reported,
 plus the converter's tokens/s on the quick-start corpus. `--gpu`: trainer tokens/s and MFU for mpt-125m
 and mpt-1b at seq 2048 in bf16 (llm-foundry's H100 table: 1b at 41.8% MFU). Prints one JSON object per line.
+`--compile blocks --loss-fn chunked_crossentropy [--precision amp_fp8]` gives both sides the same speed options
+(issue 30: the trainer keeps >= 0.97 of the bare compiled loop).
 """
 
 from __future__ import annotations
@@ -15,18 +17,24 @@ import time
 import torch
 
 
-def _model(name: str, *, seq: int, device: torch.device) -> torch.nn.Module:
+def _model(
+    name: str, *, seq: int, device: torch.device, loss_fn: str = "torch_crossentropy", fp8: bool = False
+) -> torch.nn.Module:
     from foundry.models import MPTModelConfig, build_model_on
+    from foundry.train.float8 import convert_to_float8
 
     dims = {
         "cpu-small": {"d_model": 128, "n_heads": 4, "n_layers": 4, "vocab_size": 2048},
         "mpt-125m": {"d_model": 768, "n_heads": 12, "n_layers": 12, "vocab_size": 50368},
         "mpt-1b": {"d_model": 2048, "n_heads": 16, "n_layers": 24, "vocab_size": 50368},
     }[name]
-    cfg = MPTModelConfig(max_seq_len=seq, init_device="meta", **dims)
+    cfg = MPTModelConfig(max_seq_len=seq, init_device="meta", loss_fn=loss_fn, **dims)
     cfg.attn_config.attn_impl = "flash" if device.type == "cuda" else "torch"
     torch.manual_seed(0)
-    return build_model_on(cfg, device=device)
+    model = build_model_on(cfg, device=device)
+    if fp8:
+        convert_to_float8(model)
+    return model
 
 
 def _batches(n: int, *, bs: int, seq: int, vocab: int) -> list[dict[str, torch.Tensor]]:
@@ -44,10 +52,15 @@ def _optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
     return build_optimizer(DecoupledAdamWConfig(lr=1e-4), model=model)
 
 
-def bare_loop(model: torch.nn.Module, batches: list, *, device: torch.device, precision: str) -> float:
+def bare_loop(
+    model: torch.nn.Module, batches: list, *, device: torch.device, precision: str, compile_mode: str = "none"
+) -> float:
     """Tokens/s of the plainest correct loop: forward, backward, clip, step, zero_grad."""
+    from foundry.train.compile import compile_model
+
     opt = _optimizer(model)
-    dtype = torch.bfloat16 if precision == "amp_bf16" else None
+    forward = compile_model(model, compile_mode)
+    dtype = torch.bfloat16 if precision in ("amp_bf16", "amp_fp8") else None
     tokens, start = 0, None
     for i, batch in enumerate(batches):
         if i == 2:  # warm-up steps excluded
@@ -55,7 +68,7 @@ def bare_loop(model: torch.nn.Module, batches: list, *, device: torch.device, pr
             start, tokens = time.perf_counter(), 0
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            loss = model(**batch).loss
+            loss = forward(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -67,7 +80,13 @@ def bare_loop(model: torch.nn.Module, batches: list, *, device: torch.device, pr
 
 
 def trainer_loop(
-    model: torch.nn.Module, batches: list, *, device: torch.device, precision: str, microbatch: int | str
+    model: torch.nn.Module,
+    batches: list,
+    *,
+    device: torch.device,
+    precision: str,
+    microbatch: int | str,
+    compile_mode: str = "none",
 ) -> tuple[float, dict]:
     """Tokens/s of the Trainer (speed + LR callbacks on, no loggers), timed the same way; and its last metrics."""
     from foundry.callbacks import LRMonitor, SpeedMonitor, SpeedMonitorConfig
@@ -77,7 +96,7 @@ def trainer_loop(
 
     bs, seq = batches[0]["input_ids"].shape
     cfg = TrainerConfig(global_train_batch_size=bs, device_train_microbatch_size=microbatch, precision=precision,
-                        device=device.type, progress_bar=False, grad_clip_norm=1.0)  # fmt: skip
+                        device=device.type, progress_bar=False, grad_clip_norm=1.0, compile=compile_mode)  # fmt: skip
     tr = Trainer(model=model, optimizer=_optimizer(model), scheduler=None, train_loader=batches[:2],
                  eval_loader=None, cfg=cfg, plan=plan_batches(global_batch_size=bs, world_size=1, microbatch=microbatch),
                  max_steps=2, eval_interval_steps=0, max_seq_len=seq, device=device,
@@ -136,21 +155,27 @@ def converter_bench() -> None:
                               "tokens_per_sec": round(stats.tokens_per_second)}), flush=True)  # fmt: skip
 
 
-def gpu_bench(steps: int) -> None:
+def gpu_bench(steps: int, *, models: list[str], compile_mode: str, loss_fn: str, precision: str) -> None:
     device = torch.device("cuda")
     seq = 2048
-    for name, bs in (
-        ("mpt-125m", 32),
-        ("mpt-1b", 8),
-    ):  # the bare loop runs each batch whole: 1b at 16 x 2048 OOMs on 80 GB
-        model = _model(name, seq=seq, device=device)
+    sizes = {
+        "mpt-125m": 32,
+        "mpt-1b": 8,
+    }  # the bare loop runs each batch whole: 1b at 16 x 2048 OOMs on 80 GB
+    fp8 = precision == "amp_fp8"
+    for name in models:
+        bs = sizes[name]
+        torch._dynamo.reset()
+        model = _model(name, seq=seq, device=device, loss_fn=loss_fn, fp8=fp8)
         batches = _batches(steps + 2, bs=bs, seq=seq, vocab=50368)
-        bare = bare_loop(model, batches, device=device, precision="amp_bf16")
+        bare = bare_loop(model, batches, device=device, precision=precision, compile_mode=compile_mode)
         del model
         torch.cuda.empty_cache()
-        model = _model(name, seq=seq, device=device)
-        tps, metrics = trainer_loop(model, batches, device=device, precision="amp_bf16", microbatch="auto")
+        model = _model(name, seq=seq, device=device, loss_fn=loss_fn, fp8=fp8)
+        tps, metrics = trainer_loop(model, batches, device=device, precision=precision, microbatch="auto",
+                                    compile_mode=compile_mode)  # fmt: skip
         print(json.dumps({"bench": "trainer_gpu", "model": name, "gpu": torch.cuda.get_device_name(), "seq": seq,
+                          "compile": compile_mode, "loss_fn": loss_fn, "precision": precision,
                           "batch": bs, "microbatch": int(metrics["trainer/device_train_microbatch_size"]),
                           "bare_tokens_per_sec": round(bare), "trainer_tokens_per_sec": round(tps),
                           "ratio": round(tps / bare, 4), "mfu": metrics.get("throughput/device/mfu"),
@@ -166,9 +191,16 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--skip_converter", action="store_true")
+    p.add_argument("--models", nargs="+", default=["mpt-125m", "mpt-1b"], choices=["mpt-125m", "mpt-1b"])
+    p.add_argument("--compile", default="none", choices=["none", "model", "blocks"], help="--gpu: both loops")
+    p.add_argument("--loss-fn", default="torch_crossentropy", help="--gpu: model.loss_fn of both")
+    p.add_argument(
+        "--precision", default="amp_bf16", choices=["amp_bf16", "amp_fp8"], help="--gpu: both loops"
+    )
     args = p.parse_args()
     if args.gpu:
-        gpu_bench(args.steps)
+        gpu_bench(args.steps, models=args.models, compile_mode=args.compile, loss_fn=args.loss_fn,
+                  precision=args.precision)  # fmt: skip
         return
     cpu_bench(args.reps, args.steps)
     if not args.skip_converter:
