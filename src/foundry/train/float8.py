@@ -5,7 +5,8 @@ Design note: the model knows nothing about FP8. Before the model is wrapped (and
 swapped for torchao's `Float8Linear`, which casts its input, weight and output gradient to FP8 with dynamic
 per-tensor scales (e4m3 forward, e5m2 gradients) and multiplies with `torch._scaled_mm`; weights, optimizer
 state and everything else stay as they were (fp32 masters, bf16 autocast), and since `Float8Linear` is an
-`nn.Linear` subclass with the same parameters, checkpoint keys are unchanged. The embedding and the output
+`nn.Linear` subclass with the same parameters, checkpoint keys are unchanged; attributes the model set on its
+layers (MPT's init markers, which a meta-device build reads when it materialises) are copied to the new ones. The embedding and the output
 head are left alone (torchtitan's default too: the head's large vocabulary dimension is where FP8 costs the
 most accuracy). A layer whose dimensions are not multiples of 16 (what FP8 matmuls need) is skipped.
 FSDP2's float8 all-gather is not enabled: it only pays with several ranks and has not been measured here.
@@ -76,6 +77,12 @@ def convert_to_float8(model: nn.Module, *, emulate: bool = False) -> list[str]:
             "trainer.precision=amp_fp8 found no linear layer to run in FP8 (transformer blocks with "
             "dimensions that are multiples of 16); use amp_bf16"
         )
+    # the model's own attributes on its layers (e.g. MPT's `_is_residual` init markers) survive the swap
+    marks = {n: dict(vars(m)) for n, m in model.named_modules() if n in names}
     config = float8.Float8LinearConfig(emulate=emulate)
     float8.convert_to_float8_training(model, config=config, module_filter_fn=lambda _m, fqn: fqn in names)
+    for name, module in model.named_modules():
+        for key, value in marks.get(name, {}).items():
+            if not hasattr(module, key):
+                setattr(module, key, value)
     return sorted(names)

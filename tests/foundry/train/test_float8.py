@@ -128,3 +128,22 @@ def test_fp8_training_tracks_bf16(torchao, compiled):
     assert bf16[-1] < bf16[0] - 1.0  # it learns
     assert max(abs(a - b) for a, b in zip(fp8, bf16, strict=True)) < 0.03 * bf16[0]
     assert fp8 != bf16  # FP8 arithmetic really ran
+
+
+def test_conversion_on_the_meta_device_then_materialised_gives_the_same_weights(torchao):
+    """FSDP builds on meta and converts before sharding: the per-module init must still reach Float8Linear."""
+    from foundry.models import materialize_
+    from foundry.parallel.meta_init import materialize_local_
+
+    cfg = MPTModelConfig(
+        d_model=64, n_heads=4, n_layers=2, max_seq_len=32, vocab_size=128, init_device="meta"
+    )
+    torch.manual_seed(0)
+    reference = materialize_(build_model(cfg), device="cpu")
+    torch.manual_seed(0)
+    meta = build_model(cfg)
+    convert_to_float8(meta)
+    materialize_local_(meta, device=torch.device("cpu"))
+    assert any(isinstance(m, torchao) for m in meta.modules())
+    for (name, a), b in zip(reference.state_dict().items(), meta.state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, msg=name)
