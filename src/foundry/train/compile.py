@@ -8,10 +8,12 @@ forward, not the module, keeps every hook outside the graph: FSDP2's all-gather/
 activation checkpoint run eagerly around each compiled block, and parameter names (so checkpoints) do not
 change. It may run before or after `wrap_model`.
 
-Shapes: `dynamic=False` (the default) specialises on the batch and row length, the fastest code for the
-fixed-length rows of pretraining; `auto` micro-batching halves the microbatch after an OOM, which adds one
-graph per size (at most log2 of the device batch, under dynamo's recompile limit of 8). `dynamic=None` lets
-PyTorch mark a dimension dynamic once it changes (finetuning batches padded to their longest row).
+Shapes: `dynamic=None` (the default, `trainer.compile_dynamic: null`) is PyTorch's automatic dynamic shapes: the
+first graph is specialised on the microbatch shape (pretraining's fixed-length rows never change it), and
+when a dimension changes (`auto` micro-batching halving the microbatch after an OOM, finetuning batches
+padded to their longest row) the one recompilation that follows makes it dynamic, so there is no storm of
+recompilations (a test counts the graphs). `dynamic=False` compiles one static graph per shape (bounded by
+dynamo's recompile limit of 8, after which it runs eagerly); `True` is dynamic from the start.
 Calls without gradients (eval, ICL scoring) and with a KV cache (generation) run the block eagerly: their
 shapes vary batch to batch, and they are a small share of a training run's time.
 """
@@ -53,7 +55,7 @@ def _block_forward(eager: Callable[..., Any], compiled: Callable[..., Any]) -> C
     return forward
 
 
-def compile_blocks(model: nn.Module, *, dynamic: bool | None = False, backend: Any = "inductor") -> int:  # noqa: ANN401
+def compile_blocks(model: nn.Module, *, dynamic: bool | None = None, backend: Any = "inductor") -> int:  # noqa: ANN401
     """Compiles each transformer block's forward in place (training calls); returns the number of blocks.
     `backend`: torch.compile's (tests count graphs with a counting backend)."""
     from foundry.parallel.wrap import transformer_blocks
@@ -67,7 +69,7 @@ def compile_blocks(model: nn.Module, *, dynamic: bool | None = False, backend: A
     return len(blocks)
 
 
-def compile_model(model: nn.Module, mode: str, *, dynamic: bool | None = False) -> nn.Module:
+def compile_model(model: nn.Module, mode: str, *, dynamic: bool | None = None) -> nn.Module:
     """The module to call for forward passes: `model` itself (`none`, `blocks`: compiled in place) or
     `torch.compile(model)` (`model`)."""
     mode = normalize_compile(mode)

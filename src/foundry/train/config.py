@@ -67,9 +67,11 @@ class TrainerConfig:
     """`false`; `true` (= `model`: `torch.compile` of the whole model); or `blocks`: each transformer block
     compiled, one graph reused by every layer (`foundry.train.compile`). The first steps are slow while it
     compiles."""
-    compile_dynamic: bool | None = False
-    """`false`: graphs specialised on the batch shape (fixed-length rows; auto micro-batching adds one per
-    size); `null`: PyTorch marks a dimension dynamic once it changes (batches padded to their longest row)."""
+    compile_dynamic: bool | None = None
+    """null (default): graphs start specialised on the batch shape and a dimension that changes becomes dynamic
+    in the one recompilation that follows (PyTorch's automatic dynamic shapes: `auto` micro-batching or batches
+    padded to their longest row add one graph, not one per shape); `false`: one static graph per shape;
+    `true`: dynamic from the start."""
     memory_check: bool = True
     """Refuse before building anything when the estimated memory (weights, gradients, optimizer state,
     activations) exceeds the device's free memory (`foundry.tasks.memory`); false tries anyway."""

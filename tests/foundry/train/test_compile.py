@@ -68,6 +68,24 @@ def test_one_graph_serves_every_layer_and_a_new_microbatch_adds_one():
     assert counter.frame_count == 2
 
 
+def test_changing_shapes_recompile_once_not_once_per_shape():
+    """Padded finetuning batches: every row length differs; automatic dynamic shapes compile twice in all."""
+    model = _model()
+    counter = CompileCounter()
+    compile_blocks(model, backend=counter)
+    for seq in (16, 9, 12, 5, 14, 7):
+        ids = _ids(3, seq)
+        model(ids, labels=ids).loss.backward()
+    assert counter.frame_count == 2
+    static = _model()
+    counter_static = CompileCounter()
+    compile_blocks(static, backend=counter_static, dynamic=False)  # trainer.compile_dynamic=false
+    for seq in (16, 9, 12):
+        ids = _ids(3, seq)
+        static(ids, labels=ids).loss.backward()
+    assert counter_static.frame_count == 3  # one static graph per shape
+
+
 def test_eval_and_generation_run_eagerly():
     model = _model()
     counter = CompileCounter()
