@@ -1,9 +1,11 @@
 """`make gpu-check`: every GPU check in one command that fits 10 minutes on one H100, as JSON lines.
 
-Each step runs as its own process under its own time limit, and a failing step is one line
-`{"check": NAME, "ok": false, "rc": ..., "error": ...}` (the end of its output) after which the next step runs;
-the exit code is 1 when any step failed. The steps' own JSON lines (the speed matrix, the trainer overhead, the
-runs' final metrics) pass through as they are printed. Steps, with their limits (seconds):
+Each step runs as its own process group under its own time limit (killed at it, silent or not, torchrun's
+workers included), and a failing step is one line `{"check": NAME, "ok": false, "rc": ..., "error": ...}` (the
+end of its output) after which the next step runs; the exit code is 1 when any step failed. No step runs past
+`--total-s` (default 570) from the start: a step's limit is cut to what is left, and a step with under 20 s
+left is not run (`"error": "not run: ..."`, counted as failed). The steps' own JSON lines (the speed matrix,
+the trainer overhead, the runs' final metrics) pass through as they are printed. Steps, with their limits (seconds):
 
     test-gpu        pytest -m gpu (tests/test_gpu.py, tests/test_gpu_speed.py)                          150
     matrix          gpu_matrix.py: mpt-1b/125m/350m/3b x eager/compiled/fused/fp8, 50 steps each      budget
@@ -12,9 +14,10 @@ runs' final metrics) pass through as they are printed. Steps, with their limits 
     fsdp-bf16       train.py, FSDP2 on every local GPU, 2 steps, bf16 (as before)                          60
     fsdp-fast       the same with trainer.compile=blocks, the chunked loss and amp_fp8                     90
 
-The matrix gets what `--total-s` (default 570) leaves after the later steps' usual time (`EXPECTED_AFTER_MATRIX`);
-a configuration starts only within that budget (a `skipped` line otherwise), sizes in the order 1b, 125m, 350m,
-3b (3b is the one that may not fit). `--only NAME ...` runs some steps.
+The matrix gets what `--total-s` leaves after the later steps' usual time (`EXPECTED_AFTER_MATRIX`); a
+configuration starts only if its estimated end is within that budget (a `skipped` line otherwise), sizes in the
+order 1b, 125m, 350m, 3b (3b is the one that may not fit); the long run gets its limit as its budget (the FP8
+half is skipped, not killed, when it would not fit). `--only NAME ...` runs some steps.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -115,35 +120,45 @@ def final_metrics(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _kill_group(proc: subprocess.Popen, fired: threading.Event | None = None) -> None:
+    """SIGKILL to the step's own process group (start_new_session): torchrun's workers too."""
+    if fired is not None:
+        fired.set()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # the group is gone
+        pass
+
+
 def run_step(name: str, command: list[str], limit: float) -> bool:
     """Runs one check, passing its output through; one JSON line with its outcome. True when it passed."""
     start = time.monotonic()
     tail: list[str] = []
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
+    fired = threading.Event()
+    timer = threading.Timer(limit, _kill_group, (proc, fired))  # fires even while the step prints nothing
+    timer.start()
     try:
-        deadline = start + limit
         for line in proc.stdout:
             print(line, end="", flush=True)
             tail = (tail + [line.rstrip()])[-12:]
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(command, limit)
-        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        rc = 124
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+        _kill_group(proc)  # nothing of a finished step outlives it
     seconds = round(time.monotonic() - start, 1)
+    timed_out = fired.is_set()
+    rc = 124 if timed_out else rc
     ok = rc == 0 or (name == "test-gpu" and rc == 5)  # 5: no GPU test selected
     row: dict = {"check": name, "ok": ok, "rc": rc, "seconds": seconds}
-    if rc == 124:
+    if timed_out:
         row["error"] = f"stopped at its {limit:.0f} s limit"
     elif not ok:
         row["error"] = " | ".join(x for x in tail if x)[-1500:]
-    if name.startswith("fsdp") and ok:
-        row["final_metrics"] = final_metrics(
-            "gpu-check-" + name.removeprefix("fsdp-").replace("bf16", "fsdp")
-        )
+    if name in RUN_NAMES and ok:
+        row["final_metrics"] = final_metrics(RUN_NAMES[name])
     print(json.dumps(row), flush=True)
     return ok
 
@@ -165,10 +180,23 @@ def main() -> int:
     for name, cmd, limit in steps(args.python):
         if args.only and name not in args.only:
             continue
+        left = args.total_s - (time.monotonic() - start)
         if name == "matrix":  # what is left after the later steps' usual time; a config starts only within it
             later = sum(v for k, v in EXPECTED_AFTER_MATRIX.items() if not args.only or k in args.only)
-            budget = max(30.0, args.total_s - (time.monotonic() - start) - later)
-            cmd, limit = [*cmd, "--budget-s", str(int(budget))], budget + 120
+            budget = max(30.0, left - later)
+            cmd, limit = [*cmd, "--budget-s", str(int(budget))], budget + 60
+        limit = min(limit, left)
+        if name == "long":
+            cmd = [*cmd, "--budget-s", str(int(limit - 15))]
+        if limit < 20:
+            row = {
+                "check": name,
+                "ok": False,
+                "error": f"not run: {left:.0f} s left of --total-s {args.total_s:.0f}",
+            }
+            print(json.dumps(row), flush=True)
+            results.append(False)
+            continue
         results.append(run_step(name, cmd, limit))
     print(
         json.dumps({"check": "done", "passed": sum(results), "failed": len(results) - sum(results)}),

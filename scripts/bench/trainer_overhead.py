@@ -185,7 +185,7 @@ def gpu_bench(steps: int, *, models: list[str], compile_mode: str, loss_fn: str,
         torch.cuda.reset_peak_memory_stats()
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--gpu", action="store_true", help="mpt-125m / mpt-1b on CUDA, seq 2048, bf16")
     p.add_argument("--reps", type=int, default=3)
@@ -197,7 +197,11 @@ def main() -> None:
     p.add_argument(
         "--precision", default="amp_bf16", choices=["amp_bf16", "amp_fp8"], help="--gpu: both loops"
     )
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.gpu:
         gpu_bench(args.steps, models=args.models, compile_mode=args.compile, loss_fn=args.loss_fn,
                   precision=args.precision)  # fmt: skip

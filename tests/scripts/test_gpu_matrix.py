@@ -1,10 +1,13 @@
-"""scripts/bench/gpu_matrix.py on CPU: one line per configuration, the same losses as eager, errors as lines."""
+"""scripts/bench/gpu_matrix.py on CPU: one line per configuration, the same losses as eager, errors as lines;
+the time budget's estimates; scripts/bench/gpu_check.py's step commands and limits; make gpu-check / gpu-wheels."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "bench" / "gpu_matrix.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
+import gpu_check  # noqa: E402
 import gpu_matrix  # noqa: E402
+import trainer_overhead  # noqa: E402
 
 
 def test_batches_are_seeded_and_learnable():
@@ -30,6 +35,94 @@ def test_batches_are_seeded_and_learnable():
             pairs.setdefault(prev, []).append(nxt)
     hits = sum(max(v.count(x) for x in set(v)) for v in pairs.values())
     assert hits / sum(len(v) for v in pairs.values()) > 0.85
+    # a large vocabulary: the chain runs over `active` ids of it (the unigram alone is learnt in a few steps)
+    big = torch.cat(gpu_matrix.batches(3, batch=2, seq=300, vocab=50368, active=64))
+    assert big.shape == (6, 300) and len(big.unique()) == 64 and int(big.max()) < 50368
+
+
+def _row(case: str, config: str, *, step_s: float, first: float, seconds: float, steps: int = 50) -> dict:
+    return {"case": case, "config": config, "step_s": step_s, "first_step_s": first, "seconds": seconds,
+            "steps": steps}  # fmt: skip
+
+
+def test_estimates_come_from_the_rows_measured_so_far():
+    est = gpu_matrix.estimate_s
+    assert est("mpt-1b", "eager", [], steps=50) == 0.0  # nothing measured: it just starts
+    assert est("mpt-1b", "eager", [{"case": "mpt-1b", "config": "eager", "error": "x"}], steps=50) == 0.0
+    eager = _row("mpt-1b", "eager", step_s=0.3, first=1.3, seconds=1.3 + 49 * 0.3 + 4.0)
+    assert est("mpt-1b", "eager", [eager], steps=50) == pytest.approx(4.0 + 1.0 + 50 * 0.3)
+    # a compiled config before any compile was measured: the guess; after one: the longest compile seen
+    assert est("mpt-1b", "compiled", [eager], steps=50) == pytest.approx(4.0 + 60.0 + 50 * 0.3)
+    compiled = _row("mpt-1b", "compiled", step_s=0.25, first=30.25, seconds=30.25 + 49 * 0.25 + 2.0)
+    assert est("mpt-1b", "fp8", [eager, compiled], steps=50) == pytest.approx(4.0 + 30.0 + 50 * 0.3)
+    # another size: the slowest step seen, scaled by FLOPs per step
+    ratio = gpu_matrix.flops_per_step("mpt-350m") / gpu_matrix.flops_per_step("mpt-1b")
+    assert 0.3 < ratio < 0.8  # 350m at micro batch 16 vs 1b at 8
+    assert est("mpt-350m", "eager", [eager, compiled], steps=50) == pytest.approx(
+        4.0 + 1.0 + 50 * 0.3 * ratio
+    )
+
+
+def test_skip_only_what_would_end_past_the_budget():
+    assert gpu_matrix.skip({"case": "a"}, 100.0, 50.0, 200.0) is None
+    assert gpu_matrix.skip({"case": "a"}, 100.0, 0.0, 200.0) is None
+    row = gpu_matrix.skip({"case": "a"}, 100.0, 150.0, 200.0)
+    assert row is not None and row["case"] == "a" and "time budget" in row["skipped"]
+    assert gpu_matrix.skip({}, 201.0, 0.0, 200.0) is not None
+
+
+def test_gpu_check_commands_parse():
+    """Every gpu_check step that runs a bench script passes arguments that script accepts."""
+    parsed = {}
+    for name, cmd, _limit in gpu_check.steps(sys.executable):
+        script = Path(cmd[1]).name if len(cmd) > 1 else ""
+        if script == "gpu_matrix.py":
+            parsed[name] = gpu_matrix.parser().parse_args([*cmd[2:], "--budget-s", "100"])
+        elif script == "trainer_overhead.py":
+            parsed[name] = trainer_overhead.parser().parse_args(cmd[2:])
+    assert parsed["matrix"].sizes == ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
+    assert parsed["matrix"].configs == ["eager", "compiled", "fused", "fp8"] and parsed["matrix"].steps == 50
+    assert (
+        parsed["long"].sizes == []
+        and parsed["long"].long_steps == 200
+        and parsed["long"].long_size == "mpt-1b"
+    )
+    ov = parsed["overhead"]
+    assert ov.gpu and ov.compile == "blocks" and ov.loss_fn == "chunked_crossentropy"
+
+
+def test_a_silent_step_is_killed_at_its_limit_with_its_children(tmp_path, capsys):
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    parent = (
+        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(120)"
+    )
+    start = time.monotonic()
+    assert gpu_check.run_step("silent", [sys.executable, "-c", parent], 3.0) is False
+    assert time.monotonic() - start < 30
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["check"] == "silent" and row["rc"] == 124 and "limit" in row["error"]
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # gone, or a zombie waiting for init
+        stat = Path(f"/proc/{pid}/stat")
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError("the step's child outlived the step")
+
+
+def test_gpu_check_runs_nothing_past_its_total(capsys):
+    """With no time left every step is a `not run` line (counted as failed), and the exit code is 1."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "gpu_check.py"), "--total-s", "0", "--only", "matrix", "long"],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"check"')]
+    assert [r["check"] for r in rows] == ["start", "matrix", "long", "done"]
+    assert all("not run" in r["error"] for r in rows[1:3])
+    assert rows[-1] == {"check": "done", "passed": 0, "failed": 2} and proc.returncode == 1
 
 
 def test_compare_adds_the_loss_check_against_eager():
@@ -58,6 +151,8 @@ def test_cpu_run_reports_every_configuration_and_goes_on_after_errors():
         assert rows[name]["loss_vs_eager_max_rel_diff"] < 1e-5, rows[name]
         assert rows[name]["tokens_per_s"] > 0
     assert rows["eager"]["losses"][-1] < rows["eager"]["losses"][0]
+    for row in rows.values():
+        assert row["device"] == "cpu" and row["torch"] == torch.__version__ and row["seconds"] >= 0
     assert "needs CUDA" in rows["liger"]["error"]
     assert "FP8 tensor cores" in rows["fp8"]["error"]  # reported, and the long run still ran after it
     long = next(r for r in lines if "long_run" in r)
