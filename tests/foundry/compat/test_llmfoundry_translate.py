@@ -226,7 +226,7 @@ def test_the_experiment_file_composes_to_the_same_config(conf, tmp_path):
             "attn_config.nope",
         ),
         ("optimizer: {name: adalr_lion, lr: 1.0}", "optimizer.name: 'adalr_lion'"),
-        ("precision: amp_fp8", "precision: 'amp_fp8'"),
+        ("precision: bf16", "precision: 'bf16'"),
         ("max_duration: 10sec", "max_duration"),
         ("train_loader: {name: text, dataset: {local: x, tokenizer: y}}", "train_loader.dataset.tokenizer"),
         ("x: ${variables.missing}", "variables.missing"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -90,7 +91,9 @@ def _refuse(*_args: object, **_kwargs: object) -> None:
 
 
 def test_guard_stops_the_agent_on_our_failed_check(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # default SIGHUP even under `nohup` (torchrun, which it stands in for, installs its own handler)
+    default_sighup = lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL)  # noqa: E731
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=default_sighup)
     guard = NodeGuard(tmp_path, "me", proc, poll_s=0.01).start()
     _append(tmp_path, _health(False, "all_reduce"))
     _append(tmp_path, _health(False, "store", launch_id="other"))

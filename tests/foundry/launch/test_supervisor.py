@@ -69,7 +69,17 @@ def test_hang_signals_every_rank_and_records_stacks(tmp_path):
 
 
 def _sleeper() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    """A stand-in for torchrun (which installs its own SIGHUP/SIGINT handlers): default signal dispositions even
+    when the tests run under `nohup` or in a background job (which start children with them ignored)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], preexec_fn=_default_signals
+    )
+
+
+def _default_signals() -> None:
+    """In the child before exec (no race with an early signal): SIGHUP and SIGINT back to their defaults."""
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def test_startup_timeout_dumps_kills_and_names_the_phase(tmp_path):

@@ -153,7 +153,9 @@ def test_module_entry_point(sweep_dir: Path) -> None:
 def test_logs_follow_prints_appended_lines(sweep_dir: Path) -> None:
     run = sweep_dir / "0_optimizer.lr=0.01"
     cmd = [sys.executable, "-m", "foundry.runs", "logs", str(run), "-f"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    # Ctrl-C's default, also when the tests run as a background job (which starts children with SIGINT ignored)
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         assert proc.stdout is not None
         assert [proc.stdout.readline(), proc.stdout.readline()] == [

@@ -192,7 +192,7 @@ def test_a_spent_budget_names_the_setting_and_the_error(s3_bucket, s3_env, tmp_p
         ):
             download_file(f"{s3_bucket}/k.bin", str(tmp_path / "k.bin"), policy=policy)
     assert 0.9 < time.monotonic() - start < 4
-    assert proxy.count >= 3 and not os.listdir(tmp_path)
+    assert proxy.count >= 2 and not os.listdir(tmp_path)  # retried (how often in 1 s depends on the load)
 
 
 def test_the_default_policy_retries_for_minutes():
