@@ -11,7 +11,7 @@ the trainer overhead, the runs' final metrics) pass through as they are printed.
     matrix          gpu_matrix.py: mpt-1b/125m/350m/3b x eager/compiled/fused/fp8, 50 steps each      budget
     long            gpu_matrix.py: mpt-1b bf16 vs FP8 curves, 200 steps                                   150
     overhead        trainer_overhead.py --gpu: trainer vs bare loop, compiled blocks + chunked loss       100
-    fsdp-bf16       train.py, FSDP2 on every local GPU, 2 steps, bf16 (as before)                          60
+    fsdp-bf16       train.py, FSDP2 on every local GPU, 2 steps, bf16 (only with --only fsdp-bf16)          60
     fsdp-fast       the same with trainer.compile=blocks, the chunked loss and amp_fp8                     90
 
 The matrix gets what `--total-s` leaves after the later steps' usual time (`EXPECTED_AFTER_MATRIX`); a
@@ -62,6 +62,9 @@ def _gpus(py: str) -> int:
     return max(1, int(out.stdout.strip() or 1))
 
 
+OPTIONAL = {"fsdp-bf16"}
+"""Steps run only when `--only` names them (the bf16 2-step run is covered by test-gpu's train.py test; its
+minute goes to the matrix)."""
 EXPECTED_AFTER_MATRIX = {"long": 110, "overhead": 60, "fsdp-bf16": 40, "fsdp-fast": 60}
 """Seconds each later step usually takes on one H100: what the matrix leaves them."""
 
@@ -177,12 +180,13 @@ def main() -> int:
     env_line = {"check": "start", "python": args.python, "pythonpath": os.environ.get("PYTHONPATH", "")}
     print(json.dumps(env_line), flush=True)
     results = []
+    wanted = set(args.only) if args.only else {name for name, _, _ in steps(args.python)} - OPTIONAL
     for name, cmd, limit in steps(args.python):
-        if args.only and name not in args.only:
+        if name not in wanted:
             continue
         left = args.total_s - (time.monotonic() - start)
         if name == "matrix":  # what is left after the later steps' usual time; a config starts only within it
-            later = sum(v for k, v in EXPECTED_AFTER_MATRIX.items() if not args.only or k in args.only)
+            later = sum(v for k, v in EXPECTED_AFTER_MATRIX.items() if k in wanted)
             budget = max(30.0, left - later)
             cmd, limit = [*cmd, "--budget-s", str(int(budget))], budget + 60
         limit = min(limit, left)
