@@ -95,11 +95,12 @@ class _ChunkedLinearCE(torch.autograd.Function):
             total = total + torch.where(valid, lse - picked, 0.0).sum()
             if grad_hidden is None or grad_weight is None:
                 continue
-            g = torch.softmax(logits, dim=-1)  # d loss_row / d logits = softmax - onehot
+            # d loss_row / d logits = softmax - onehot, built in place in the chunk's logits (no more copies)
+            g = logits.sub_(lse[:, None]).exp_()
             g.scatter_add_(1, safe_t[:, None], torch.full_like(picked[:, None], -1.0))
-            g = g * (valid.to(g.dtype) / count)[:, None]
+            g.mul_((valid.to(g.dtype) / count)[:, None])
             if softcap is not None:
-                g = g * (1.0 - capped * capped)
+                g.mul_(capped.mul_(capped).neg_().add_(1.0))
             g = g.to(hidden.dtype)
             grad_hidden[start : start + chunk] = g @ weight
             grad_weight.add_(g.t() @ h)
