@@ -6,8 +6,8 @@ swapped for torchao's `Float8Linear`, which casts its input, weight and output g
 per-tensor scales (e4m3 forward, e5m2 gradients) and multiplies with `torch._scaled_mm`; weights, optimizer
 state and everything else stay as they were (fp32 masters, bf16 autocast), and since `Float8Linear` is an
 `nn.Linear` subclass with the same parameters, checkpoint keys are unchanged; attributes the model set on its
-layers (MPT's init markers, which a meta-device build reads when it materialises) are copied to the new ones. The embedding and the output
-head are left alone (torchtitan's default too: the head's large vocabulary dimension is where FP8 costs the
+layers (MPT's init markers, which a meta-device build reads when it materialises) are copied to the new ones.
+The embedding and the output head are left alone (torchtitan's default too: the head's large vocabulary dimension is where FP8 costs the
 most accuracy). A layer whose dimensions are not multiples of 16 (what FP8 matmuls need) is skipped.
 FSDP2's float8 all-gather is not enabled: it only pays with several ranks and has not been measured here.
 """

@@ -203,10 +203,13 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
 
+    def _unembedding(self) -> torch.Tensor:
+        """The (V, d_model) output weight: `wte`'s when tied, else `lm_head`'s."""
+        return self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(B, S, d_model) -> (B, S, V): unembed, then logit_scale and final softcapping if configured."""
-        weight = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(hidden, weight)
+        logits = F.linear(hidden, self._unembedding())
         scale = self.config.logit_scale_value
         if scale is not None:
             logits = logits * scale
@@ -261,7 +264,6 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
 
     def _fused_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `self.logits(hidden)` against `labels` without the logits (`config.loss_fn`)."""
-        weight = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
         loss = (
             liger_linear_cross_entropy
             if self.config.loss_fn == "liger_crossentropy"
@@ -269,7 +271,7 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
         )
         return loss(
             hidden,
-            weight,
+            self._unembedding(),
             labels,
             logit_scale=self.config.logit_scale_value,
             softcap=self.config.final_logit_softcapping,
