@@ -92,13 +92,15 @@ GPU_WHEELS := .gpu-wheels
 GPU_SITE := .gpu-site
 TORCHAO ?= 0.18.0
 LIGER ?= 0.8.5
-GPU_PKGS := hydra-core==1.3.8 omegaconf==2.3.1 zstandard==0.25.0 smart-open==9.0.2 torchao==$(TORCHAO) liger-kernel==$(LIGER)
+# the versions CI tests (requirements/dev.lock), plus the two GPU-only packages
+GPU_LOCKED = $(shell grep -iE '^(hydra-core|omegaconf|zstandard|smart-open)==' $(LOCK))
+GPU_PKGS = $(GPU_LOCKED) torchao==$(TORCHAO) liger-kernel==$(LIGER)
 GPU_PLATFORMS := --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
 gpu-wheels: $(PY) ## where PyPI is reachable: wheels of what the GPU machine lacks (hydra, omegaconf, zstandard, torchao, liger-kernel) into .gpu-wheels
 	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $(GPU_PLATFORMS) \
 	  -d $(GPU_WHEELS) $(GPU_PKGS)
-	$(PY) -m pip wheel -q --no-deps -w $(GPU_WHEELS) antlr4-python3-runtime==4.9.3  # sdist only on PyPI; pure Python
+	$(PY) -m pip wheel -q --no-deps -w $(GPU_WHEELS) $(shell grep -i '^antlr4-python3-runtime==' $(LOCK))  # sdist only on PyPI; pure Python
 	@mb=$$(du -sm $(GPU_WHEELS) | cut -f1); ls $(GPU_WHEELS); echo "$(GPU_WHEELS): $$mb MiB"; \
 	  if [ $$mb -gt 60 ]; then echo "error: $(GPU_WHEELS) is $$mb MiB; the GPU machine takes at most 64 MiB"; exit 1; fi
 
