@@ -7,17 +7,22 @@ end of its output) after which the next step runs; the exit code is 1 when any s
 left is not run (`"error": "not run: ..."`, counted as failed). The steps' own JSON lines (the speed matrix,
 the trainer overhead, the runs' final metrics) pass through as they are printed. Steps, with their limits (seconds):
 
-    test-gpu        pytest -m gpu (tests/test_gpu.py, tests/test_gpu_speed.py)                          150
-    matrix          gpu_matrix.py: mpt-1b/125m/350m/3b x eager/compiled/fused/fp8, 50 steps each      budget
-    long            gpu_matrix.py: mpt-1b bf16 vs FP8 curves, 200 steps                                   150
+    (warm)          gpu_warm.py, one process per size x block graph, beside test-gpu               until 200
+    test-gpu        pytest -m gpu (tests/test_gpu.py, tests/test_gpu_speed.py)                          180
+    matrix          gpu_matrix.py: mpt-1b/125m/350m/3b x eager/compiled/fused/fp8, 50 steps each,     budget
+                    mpt-1b's fused and fp8 for 200 (the bf16 vs FP8 curves: its `long_run` line)
     overhead        trainer_overhead.py --gpu: trainer vs bare loop, compiled blocks + chunked loss       100
     fsdp-bf16       train.py, FSDP2 on every local GPU, 2 steps, bf16 (only with --only fsdp-bf16)          60
     fsdp-fast       the same with trainer.compile=blocks, the chunked loss and amp_fp8                     90
 
 The matrix gets what `--total-s` leaves after the later steps' usual time (`EXPECTED_AFTER_MATRIX`); a
 configuration starts only if its estimated end is within that budget (a `skipped` line otherwise), sizes in the
-order 1b, 125m, 350m, 3b (3b is the one that may not fit); the long run gets its limit as its budget (the FP8
-half is skipped, not killed, when it would not fit). `--only NAME ...` runs some steps.
+order 1b, 125m, 350m, 3b (3b is the one that may not fit). Warm-up: compiling a block graph takes tens of
+seconds and the matrix needs eight (4 sizes x bf16/FP8), so when the matrix is to run, `gpu_warm.py` processes
+compile them into inductor's on-disk caches while the GPU tests run (compile workers split between them; the
+tests time nothing); the matrix waits for them until `WARM_UNTIL_S` from the start (stragglers are killed),
+then finds its graphs in the cache. Their outcome is one `{"check": "warm", ...}` line, not counted as a step:
+a failed warm-up only costs the matrix its own compiles. `--only NAME ...` runs some steps.
 """
 
 from __future__ import annotations
@@ -65,8 +70,11 @@ def _gpus(py: str) -> int:
 OPTIONAL = {"fsdp-bf16"}
 """Steps run only when `--only` names them (the bf16 2-step run is covered by test-gpu's train.py test; its
 minute goes to the matrix)."""
-EXPECTED_AFTER_MATRIX = {"long": 110, "overhead": 60, "fsdp-bf16": 40, "fsdp-fast": 60}
+EXPECTED_AFTER_MATRIX = {"overhead": 60, "fsdp-bf16": 40, "fsdp-fast": 60}
 """Seconds each later step usually takes on one H100: what the matrix leaves them."""
+MATRIX_SIZES = ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
+WARM_UNTIL_S = 200.0
+"""The matrix waits for the warm-up at most this long from the start."""
 
 
 def steps(py: str) -> list[tuple[str, list[str], float]]:
@@ -86,18 +94,22 @@ def steps(py: str) -> list[tuple[str, list[str], float]]:
                 "tests/test_gpu.py",
                 "tests/test_gpu_speed.py",
             ],
-            150,
+            180,
         ),  # fmt: skip
         (
             "matrix",
-            [py, str(BENCH / "gpu_matrix.py"), "--sizes", "mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"],
+            [
+                py,
+                str(BENCH / "gpu_matrix.py"),
+                "--sizes",
+                *MATRIX_SIZES,
+                "--long-steps",
+                "200",
+                "--long-size",
+                "mpt-1b",
+            ],
             0,
-        ),
-        (
-            "long",
-            [py, str(BENCH / "gpu_matrix.py"), "--sizes", "--long-steps", "200", "--long-size", "mpt-1b"],
-            150,
-        ),
+        ),  # fmt: skip
         (
             "overhead",
             [
@@ -131,6 +143,56 @@ def _kill_group(proc: subprocess.Popen, fired: threading.Event | None = None) ->
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:  # the group is gone
         pass
+
+
+def warm_commands(py: str) -> list[list[str]]:
+    """One `gpu_warm.py` per matrix size x block graph (bf16, FP8)."""
+    script = str(BENCH / "gpu_warm.py")
+    return [
+        [py, script, "--sizes", size, "--configs", config]
+        for size in MATRIX_SIZES
+        for config in ("fused", "fp8")
+    ]
+
+
+def start_warm(commands: list[list[str]], logs: Path) -> list[tuple[subprocess.Popen, Path]]:
+    """Starts every warm-up (own process group, output to a file in `logs`), inductor's compile workers split
+    between them."""
+    logs.mkdir(parents=True, exist_ok=True)
+    threads = max(1, (os.cpu_count() or 1) // max(1, len(commands)))
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
+    procs = []
+    for i, cmd in enumerate(commands):
+        log = logs / f"warm-{i}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)  # fmt: skip
+        procs.append((proc, log))
+    return procs
+
+
+def finish_warm(procs: list[tuple[subprocess.Popen, Path]], deadline: float, started: float) -> dict:
+    """Waits for the warm-ups until `deadline` (monotonic), kills what is left; the `warm` line: each graph's
+    row (seconds, cache counts) or error, and whether all finished."""
+    graphs, errors, killed = [], [], 0
+    for proc, log in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            killed += 1
+        _kill_group(proc)
+        lines = log.read_text(errors="replace").splitlines()
+        rows = [json.loads(x) for x in lines if x.startswith('{"warm"')]
+        graphs += rows
+        if proc.returncode not in (0, None) and not rows:
+            errors.append(" | ".join(x for x in lines[-6:] if x)[-500:])
+    ok = not killed and not errors and not any("error" in r for r in graphs)
+    row = {"check": "warm", "ok": ok, "seconds": round(time.monotonic() - started, 1), "graphs": graphs}
+    if killed:
+        row["killed"] = f"{killed} still compiling at the wait's end"
+    if errors:
+        row["errors"] = errors
+    return row
 
 
 def run_step(name: str, command: list[str], limit: float) -> bool:
@@ -173,6 +235,7 @@ def main() -> int:
     p.add_argument(
         "--total-s", type=float, default=570.0, help="the whole check's time (the matrix gets the rest)"
     )
+    p.add_argument("--no-warm", action="store_true", help="no warm-up: the matrix compiles for itself")
     args = p.parse_args()
     start = time.monotonic()
     for name in RUN_NAMES.values():
@@ -181,17 +244,20 @@ def main() -> int:
     print(json.dumps(env_line), flush=True)
     results = []
     wanted = set(args.only) if args.only else {name for name, _, _ in steps(args.python)} - OPTIONAL
+    warming = []
+    if "matrix" in wanted and not args.no_warm and args.total_s > WARM_UNTIL_S:
+        warming = start_warm(warm_commands(args.python), REPO / "outputs" / "gpu-check-warm")
     for name, cmd, limit in steps(args.python):
         if name not in wanted:
             continue
+        if name == "matrix" and warming:
+            print(json.dumps(finish_warm(warming, start + WARM_UNTIL_S, start)), flush=True)
         left = args.total_s - (time.monotonic() - start)
         if name == "matrix":  # what is left after the later steps' usual time; a config starts only within it
             later = sum(v for k, v in EXPECTED_AFTER_MATRIX.items() if k in wanted)
             budget = max(30.0, left - later)
             cmd, limit = [*cmd, "--budget-s", str(int(budget))], budget + 60
         limit = min(limit, left)
-        if name == "long":
-            cmd = [*cmd, "--budget-s", str(int(limit - 15))]
         if limit < 20:
             row = {
                 "check": name,

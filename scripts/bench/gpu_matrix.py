@@ -18,9 +18,11 @@ Each configuration runs in a try block: an error (no FP8 on this device, out of 
 its own line with `error`, and the next one runs. `--budget-s`: before each configuration its seconds are
 estimated from the rows already measured (the slowest step time seen, scaled by FLOPs across sizes, plus the
 longest compile seen, 60 s before any) and it is skipped (a `skipped` line) when it would end past the budget.
-Rows carry `seconds` (wall, build to free) and `step_s` so the next run's budget can be planned.
-`--long-steps N` adds an N-step bf16 (fused) vs FP8 run at `--long-size`: both loss curves, the final losses'
-relative difference and the FP8 / bf16 tokens/s ratio.
+Rows carry `seconds` (wall, build to free) and `step_s` so the next run's budget can be planned, and compiled
+rows `fxgraph_cache` (inductor cache hits/misses: `gpu_warm.py` fills the cache ahead of the matrix).
+`--long-steps N`: at `--long-size` the fused (bf16) and fp8 configurations run N steps (their first `--steps`
+losses are the loss check against eager), and a `long_run` line follows with both loss curves, the final
+losses' relative difference and the FP8 / bf16 tokens/s ratio.
 
     python scripts/bench/gpu_matrix.py                                       # one GPU, default sizes
     python scripts/bench/gpu_matrix.py --sizes mpt-1b --long-steps 200
@@ -106,19 +108,21 @@ def estimate_s(size: str, config: str, done: list[dict[str, Any]], *, steps: int
     return max(0.0, setup) + first + steps * step
 
 
-def build(size: str, config: str, *, device: torch.device) -> tuple[Any, torch.nn.Module]:
-    """The model of `size` for `config` on `device` (seeded: every config gets the same weights) and the
-    module to call (compiled as the trainer would)."""
+def build(
+    size: str, config: str, *, device: torch.device, layers: int | None = None
+) -> tuple[Any, torch.nn.Module]:
+    """The model of `size` (with `layers` blocks when given) for `config` on `device` (seeded: every config
+    gets the same weights) and the module to call (compiled as the trainer would)."""
     from foundry.models import AttnConfig, MPTModelConfig, build_model_on
     from foundry.train.compile import compile_model
     from foundry.train.float8 import check_float8_device, convert_to_float8
 
-    d, heads, layers, _mb, vocab, seq = SIZES[size]
+    d, heads, n_layers, _mb, vocab, seq = SIZES[size]
     mode, loss_fn, fp8 = CONFIGS[config]
     if fp8:
         check_float8_device(device)
     attn = AttnConfig(attn_impl="flash" if device.type == "cuda" else "torch")
-    cfg = MPTModelConfig(d_model=d, n_heads=heads, n_layers=layers, vocab_size=vocab, max_seq_len=seq,
+    cfg = MPTModelConfig(d_model=d, n_heads=heads, n_layers=layers or n_layers, vocab_size=vocab, max_seq_len=seq,
                          attn_config=attn, loss_fn=loss_fn, init_device="meta")  # fmt: skip
     torch.manual_seed(0)
     model = build_model_on(cfg, device=device).train()
@@ -140,12 +144,27 @@ def peaks(device: torch.device, config: str) -> dict[str, float]:
     return {k: v for k, v in out.items() if v}
 
 
+def autocast(device: torch.device) -> torch.autocast:
+    """bf16 autocast on CUDA; fp32 (autocast off) elsewhere."""
+    cuda = device.type == "cuda"
+    return torch.autocast(device.type, dtype=torch.bfloat16 if cuda else torch.float32, enabled=cuda)
+
+
+def cache_counts(since: dict[str, int] | None = None) -> dict[str, int]:
+    """Inductor's FX-graph cache hits and misses in this process (minus `since`): a warmed configuration
+    compiles from the cache (hits, no misses)."""
+    from torch._dynamo.utils import counters
+
+    now = {k: int(counters["inductor"][f"fxgraph_cache_{k}"]) for k in ("hit", "miss")}
+    return {k: v - (since or {}).get(k, 0) for k, v in now.items()}
+
+
 def run(size: str, config: str, data: list[torch.Tensor], *, device: torch.device) -> dict[str, Any]:
     """Trains `len(data)` steps; the row of figures (losses every step)."""
+    before = cache_counts()
     model, forward = build(size, config, device=device)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), fused=device.type == "cuda")
     cuda = device.type == "cuda"
-    dtype = torch.bfloat16 if cuda else torch.float32
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -155,7 +174,7 @@ def run(size: str, config: str, data: list[torch.Tensor], *, device: torch.devic
             sync()
             start = time.perf_counter()
         ids = ids.to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=dtype, enabled=cuda):
+        with autocast(device):
             loss = forward(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -188,6 +207,8 @@ def run(size: str, config: str, data: list[torch.Tensor], *, device: torch.devic
         row[f"{name}_peak_tflops"] = peak / 1e12
     if cuda:
         row["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+    if CONFIGS[config][0] != "none":
+        row["fxgraph_cache"] = cache_counts(since=before)
     del model, forward, opt
     return row
 
@@ -196,17 +217,24 @@ def compare(row: dict[str, Any], reference: dict[str, Any] | None) -> None:
     """Adds the loss check against `reference` (the size's eager row) to `row`."""
     if reference is None or "losses" not in reference or "losses" not in row:
         return
-    a, b = row["losses"], reference["losses"]
+    n = min(len(row["losses"]), len(reference["losses"]))  # the long run's rows go on past eager's steps
+    a, b = row["losses"][:n], reference["losses"][:n]
     row["loss_vs_eager_max_rel_diff"] = round(max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True)), 5)
     row["final_loss_vs_eager_rel_diff"] = round(abs(a[-1] - b[-1]) / abs(b[-1]), 5)
+    row["loss_check_steps"] = n
     row["tokens_per_s_vs_eager"] = round(row["tokens_per_s"] / reference["tokens_per_s"], 3)
 
 
-def _free(device: torch.device) -> None:
+def free(device: torch.device) -> None:
     gc.collect()
     torch._dynamo.reset()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def error_text(e: Exception) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"[:500]
 
 
 def attempt(size: str, config: str, data: list[torch.Tensor], *, device: torch.device) -> dict[str, Any]:
@@ -216,9 +244,8 @@ def attempt(size: str, config: str, data: list[torch.Tensor], *, device: torch.d
     try:
         row = run(size, config, data, device=device)
     except Exception as e:  # noqa: BLE001 - each configuration reports its own failure and the next one runs
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        row = {"case": size, "config": config, "error": f"{type(e).__name__}: {first}"[:500]}
-    _free(device)
+        row = {"case": size, "config": config, "error": error_text(e)}
+    free(device)
     row["seconds"] = round(time.monotonic() - start, 1)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return {**row, "device": name, "torch": torch.__version__}
@@ -255,6 +282,30 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+LONG_CONFIGS = {"bf16": "fused", "fp8": "fp8"}
+"""The long run's two halves: compiled blocks + chunked loss, in bf16 and with FP8."""
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, int]]]]:
+    """(size, [(config, steps)]) in run order. With `--long-steps`, the long run's size runs its fused and fp8
+    configurations for that many steps (added after the size's others when `--configs` lacks them; the size
+    is added last when `--sizes` lacks it): their first `--steps` losses are the loss check against eager."""
+    sizes = list(args.sizes)
+    if args.long_steps and args.long_size not in sizes:
+        sizes.append(args.long_size)
+    out = []
+    for size in sizes:
+        configs = list(args.configs) if size in args.sizes else []
+        if args.long_steps and size == args.long_size:
+            configs += [c for c in LONG_CONFIGS.values() if c not in configs]
+        long = args.long_steps and size == args.long_size
+        out.append(
+            (size, [(c, max(args.steps, args.long_steps) if long and c in LONG_CONFIGS.values() else args.steps)
+                    for c in configs])
+        )  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     device = torch.device(args.device)
@@ -269,60 +320,54 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     failed = False
     done: list[dict[str, Any]] = []  # every measured row, for the estimates
-    for size in args.sizes:
+    for size, configs in plan(args):
         _d, _h, _l, mb, vocab, seq = SIZES[size]
         data: list[torch.Tensor] | None = None
         eager: dict[str, Any] | None = None
-        for config in args.configs:
-            est = estimate_s(size, config, done, steps=args.steps)
-            skipped = skip({"case": size, "config": config}, time.monotonic() - t0, est, args.budget_s)
-            if skipped:
-                emit(skipped)
-                continue
-            data = data if data is not None else batches(args.steps, batch=mb, seq=seq, vocab=vocab)
-            row = attempt(size, config, data, device=device)
-            if est:
-                row["estimated_s"] = round(est, 1)
-            compare(row, eager)
-            eager = row if config == "eager" else eager
-            done.append(row)
-            failed |= "error" in row and (device.type == "cuda" or config in ("eager", "compiled", "fused"))
-            emit(row, every=5 if args.steps > 20 else 1)
-    if args.long_steps:
-        failed |= long_run(args, device=device, t0=t0, done=done)
+        rows: dict[str, dict[str, Any]] = {}
+        for config, steps in configs:
+            est = estimate_s(size, config, done, steps=steps)
+            row = skip({"case": size, "config": config}, time.monotonic() - t0, est, args.budget_s) or {}
+            if not row:
+                most = max(n for _c, n in configs)
+                data = data if data is not None else batches(most, batch=mb, seq=seq, vocab=vocab)
+                row = attempt(size, config, data[:steps], device=device)
+                if est:
+                    row["estimated_s"] = round(est, 1)
+                compare(row, eager)
+                eager = row if config == "eager" else eager
+                done.append(row)
+                failed |= "error" in row and (
+                    device.type == "cuda" or config in ("eager", "compiled", "fused")
+                )
+            rows[config] = row
+            emit(row, every=5 if steps > 20 else 1)
+        if args.long_steps and size == args.long_size:
+            failed |= long_report(size, args.long_steps, rows, device=device)
     return 1 if failed else 0
 
 
-def long_run(
-    args: argparse.Namespace, *, device: torch.device, t0: float, done: list[dict[str, Any]]
-) -> bool:
-    """bf16 (compiled + fused) vs FP8 for `--long-steps` at `--long-size`; True when either failed. Each half
-    starts only if its estimate fits the budget (the FP8 half is estimated from the bf16 one)."""
-    size, steps = args.long_size, args.long_steps
-    _d, _h, _l, mb, vocab, seq = SIZES[size]
-    data = batches(steps, batch=mb, seq=seq, vocab=vocab, seed=1)
+def long_report(size: str, steps: int, rows: dict[str, dict[str, Any]], *, device: torch.device) -> bool:
+    """The long run's line from its two rows: both loss curves (every 10th step), the final losses' relative
+    difference, the FP8 / bf16 tokens/s ratio. True when the bf16 half failed (or FP8 on CUDA); a budget skip
+    is no failure."""
     out: dict[str, Any] = {"long_run": size, "steps": steps}
-    rows: dict[str, dict[str, Any]] = {}
-    for name, config in (("bf16", "fused"), ("fp8", "fp8")):
-        est = estimate_s(size, config, done, steps=steps)
-        skipped = skip({}, time.monotonic() - t0, est, args.budget_s)
-        row = skipped or attempt(size, config, data, device=device)
-        rows[name] = row
-        done.append(row)
+    for name, config in LONG_CONFIGS.items():
+        row = rows.get(config, {"skipped": "not in the plan"})
         if "skipped" in row or "error" in row:
             out[f"{name}_{'error' if 'error' in row else 'skipped'}"] = row.get("error") or row["skipped"]
         else:
             out[f"{name}_tokens_per_s"] = row["tokens_per_s"]
             out[f"{name}_first_step_s"] = row["first_step_s"]
             out[f"{name}_curve_every_10"] = row["losses"][::10] + row["losses"][-1:]
-    bf16, fp8 = rows["bf16"], rows["fp8"]
+    bf16, fp8 = (rows.get(c, {}) for c in LONG_CONFIGS.values())
     if "losses" in bf16 and "losses" in fp8:
         a, b = fp8["losses"][-1], bf16["losses"][-1]
         out["final_loss_rel_diff"] = round(abs(a - b) / abs(b), 5)
         out["fp8_vs_bf16_tokens_per_s"] = round(fp8["tokens_per_s"] / bf16["tokens_per_s"], 3)
     out["device"], out["torch"] = bf16.get("device", fp8.get("device")), torch.__version__
     emit(out)
-    return "error" in bf16 or ("error" in fp8 and device.type == "cuda")  # a budget skip is no failure
+    return "error" in bf16 or ("error" in fp8 and device.type == "cuda")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """scripts/bench/gpu_matrix.py on CPU: one line per configuration, the same losses as eager, errors as lines;
-the time budget's estimates; scripts/bench/gpu_check.py's step commands and limits; make gpu-check / gpu-wheels."""
+the time budget's estimates; the long run inside the matrix; gpu_warm.py filling the compile cache; scripts/bench/gpu_check.py's step commands and limits; make gpu-check / gpu-wheels."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ sys.path.insert(0, str(SCRIPT.parent))
 
 import gpu_check  # noqa: E402
 import gpu_matrix  # noqa: E402
+import gpu_warm  # noqa: E402
 import trainer_overhead  # noqa: E402
 
 
@@ -80,15 +81,63 @@ def test_gpu_check_commands_parse():
             parsed[name] = gpu_matrix.parser().parse_args([*cmd[2:], "--budget-s", "100"])
         elif script == "trainer_overhead.py":
             parsed[name] = trainer_overhead.parser().parse_args(cmd[2:])
-    assert parsed["matrix"].sizes == ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
-    assert parsed["matrix"].configs == ["eager", "compiled", "fused", "fp8"] and parsed["matrix"].steps == 50
-    assert (
-        parsed["long"].sizes == []
-        and parsed["long"].long_steps == 200
-        and parsed["long"].long_size == "mpt-1b"
-    )
+    matrix = parsed["matrix"]
+    assert matrix.sizes == ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
+    assert matrix.configs == ["eager", "compiled", "fused", "fp8"] and matrix.steps == 50
+    assert matrix.long_steps == 200 and matrix.long_size == "mpt-1b"
     ov = parsed["overhead"]
     assert ov.gpu and ov.compile == "blocks" and ov.loss_fn == "chunked_crossentropy"
+    # one warm-up per matrix size x block graph, each parsed by gpu_warm.py
+    warm = [gpu_warm.parser().parse_args(cmd[2:]) for cmd in gpu_check.warm_commands(sys.executable)]
+    got = {(a.sizes[0], a.configs[0]) for a in warm}
+    want = set(gpu_warm.warm_targets(matrix.sizes, matrix.configs))
+    assert got == want and len(want) == 8
+
+
+def test_warm_targets_one_per_block_graph():
+    assert gpu_warm.warm_targets(["mpt-1b"], ["eager", "compiled", "fused", "liger", "fp8"]) == [
+        ("mpt-1b", "fused"),
+        ("mpt-1b", "fp8"),
+    ]
+    assert gpu_warm.warm_targets(["mpt-1b", "mpt-125m"], ["eager", "compiled"]) == [
+        ("mpt-1b", "fused"),
+        ("mpt-125m", "fused"),
+    ]
+    assert gpu_warm.warm_targets(["mpt-1b"], ["eager"]) == []
+
+
+def test_plan_runs_the_long_halves_inside_the_matrix():
+    def plan(*argv: str) -> list:
+        return gpu_matrix.plan(gpu_matrix.parser().parse_args(list(argv)))
+
+    assert plan("--sizes", "mpt-1b", "mpt-125m", "--long-steps", "200", "--long-size", "mpt-1b") == [
+        ("mpt-1b", [("eager", 50), ("compiled", 50), ("fused", 200), ("fp8", 200)]),
+        ("mpt-125m", [("eager", 50), ("compiled", 50), ("fused", 50), ("fp8", 50)]),
+    ]
+    assert plan("--sizes", "mpt-125m", "--configs", "eager", "--long-steps", "20", "--steps", "30") == [
+        ("mpt-125m", [("eager", 30)]),
+        ("mpt-1b", [("fused", 30), ("fp8", 30)]),  # never fewer than --steps
+    ]
+    assert plan("--sizes", "--long-steps", "200") == [("mpt-1b", [("fused", 200), ("fp8", 200)])]
+    assert plan("--sizes", "mpt-1b", "--configs", "eager") == [("mpt-1b", [("eager", 50)])]
+
+
+def test_finish_warm_reports_each_graph_and_kills_stragglers(tmp_path):
+    line = json.dumps({"warm": "mpt-1b", "config": "fused", "fxgraph_cache": {"hit": 0, "miss": 2}})
+    commands = [
+        [sys.executable, "-c", f"print({line!r})"],
+        [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"],
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+    ]
+    start = time.monotonic()
+    procs = gpu_check.start_warm(commands, tmp_path / "logs")
+    time.sleep(2.0)
+    row = gpu_check.finish_warm(procs, time.monotonic() + 1.0, start)
+    assert time.monotonic() - start < 30
+    assert row["check"] == "warm" and row["ok"] is False
+    assert row["graphs"] == [json.loads(line)]
+    assert row["errors"] == ["boom"] and "1 still compiling" in row["killed"]
+    assert procs[2][0].poll() is not None  # the straggler is gone
 
 
 def test_a_silent_step_is_killed_at_its_limit_with_its_children(tmp_path, capsys):
@@ -116,11 +165,11 @@ def test_a_silent_step_is_killed_at_its_limit_with_its_children(tmp_path, capsys
 def test_gpu_check_runs_nothing_past_its_total(capsys):
     """With no time left every step is a `not run` line (counted as failed), and the exit code is 1."""
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT.parent / "gpu_check.py"), "--total-s", "0", "--only", "matrix", "long"],
+        [sys.executable, str(SCRIPT.parent / "gpu_check.py"), "--total-s", "0", "--only", "matrix", "overhead"],
         capture_output=True, text=True, timeout=120, cwd=REPO,
     )  # fmt: skip
     rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith('{"check"')]
-    assert [r["check"] for r in rows] == ["start", "matrix", "long", "done"]
+    assert [r["check"] for r in rows] == ["start", "matrix", "overhead", "done"]
     assert all("not run" in r["error"] for r in rows[1:3])
     assert rows[-1] == {"check": "done", "passed": 0, "failed": 2} and proc.returncode == 1
 
@@ -140,7 +189,7 @@ def test_compare_adds_the_loss_check_against_eager():
 def test_cpu_run_reports_every_configuration_and_goes_on_after_errors():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--sizes", "mpt-tiny", "--steps", "6",
-         "--configs", "eager", "compiled", "fused", "liger", "fp8", "--long-steps", "6", "--long-size", "mpt-tiny"],
+         "--configs", "eager", "compiled", "fused", "liger", "fp8", "--long-steps", "8", "--long-size", "mpt-tiny"],
         capture_output=True, text=True, timeout=900, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -149,15 +198,40 @@ def test_cpu_run_reports_every_configuration_and_goes_on_after_errors():
     assert list(rows) == ["eager", "compiled", "fused", "liger", "fp8"]
     for name in ("compiled", "fused"):
         assert rows[name]["loss_vs_eager_max_rel_diff"] < 1e-5, rows[name]
-        assert rows[name]["tokens_per_s"] > 0
+        assert rows[name]["tokens_per_s"] > 0 and rows[name]["fxgraph_cache"]["hit"] >= 0
+    # the long run's bf16 half is the fused configuration, run for --long-steps; checked on eager's 6
+    assert len(rows["eager"]["losses"]) == 6 and len(rows["fused"]["losses"]) == 8
+    assert rows["fused"]["loss_check_steps"] == 6 and len(rows["compiled"]["losses"]) == 6
     assert rows["eager"]["losses"][-1] < rows["eager"]["losses"][0]
     for row in rows.values():
         assert row["device"] == "cpu" and row["torch"] == torch.__version__ and row["seconds"] >= 0
     assert "needs CUDA" in rows["liger"]["error"]
     assert "FP8 tensor cores" in rows["fp8"]["error"]  # reported, and the long run still ran after it
     long = next(r for r in lines if "long_run" in r)
-    assert long["bf16_tokens_per_s"] > 0 and "FP8 tensor cores" in long["fp8_error"]
+    assert (
+        long["bf16_tokens_per_s"] == rows["fused"]["tokens_per_s"] and "FP8 tensor cores" in long["fp8_error"]
+    )
+    assert long["bf16_curve_every_10"] == [rows["fused"]["losses"][0], rows["fused"]["losses"][-1]]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_warmed_block_graph_compiles_from_the_cache_in_the_matrix(tmp_path):
+    """gpu_warm.py's one-block model fills the cache; the matrix's 2-block compiled and fused models (plain and
+    chunked loss) then compile with hits and no miss."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+
+    def lines(script: str, *argv: str) -> list[dict]:
+        proc = subprocess.run([sys.executable, str(SCRIPT.parent / script), "--device", "cpu", *argv],
+                              capture_output=True, text=True, timeout=600, cwd=REPO, env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+
+    (warm,) = lines("gpu_warm.py", "--sizes", "mpt-tiny", "--configs", "eager", "compiled")
+    assert warm["warm"] == "mpt-tiny" and warm["config"] == "fused" and warm["fxgraph_cache"]["miss"] > 0
+    rows = lines("gpu_matrix.py", "--sizes", "mpt-tiny", "--steps", "4", "--configs", "compiled", "fused")
+    for row in rows[1:]:
+        assert row["fxgraph_cache"]["miss"] == 0 and row["fxgraph_cache"]["hit"] > 0, row
 
 
 def _make_n(*args: str) -> str:
