@@ -15,7 +15,7 @@ from foundry.models.mpt.loss import (
     liger_linear_cross_entropy,
     shifted_cross_entropy,
 )
-from foundry.train.compile import compile_blocks
+from foundry.train.compile import compile_model
 from tests.train_py import run_train_py
 
 pytestmark = [
@@ -65,7 +65,7 @@ def _curve(*, compiled: bool, fp8: bool, loss_fn: str = "torch_crossentropy", st
 
         convert_to_float8(model)
     if compiled:
-        compile_blocks(model)
+        compile_model(model, "blocks")  # the blocks and the loss math, as trainer.compile=blocks
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, fused=True)
     ids = ((torch.arange(256)[None, :] * 7 + torch.arange(8)[:, None] * 13) % V).cuda()
     losses = []
@@ -79,9 +79,10 @@ def _curve(*, compiled: bool, fp8: bool, loss_fn: str = "torch_crossentropy", st
     return losses
 
 
-def test_compiled_blocks_and_the_chunked_loss_track_eager_bf16() -> None:
+@pytest.mark.parametrize("loss_fn", ["torch_crossentropy", "chunked_crossentropy"])
+def test_compiled_blocks_and_loss_track_eager_bf16(loss_fn: str) -> None:
     eager = _curve(compiled=False, fp8=False)
-    fast = _curve(compiled=True, fp8=False, loss_fn="chunked_crossentropy")
+    fast = _curve(compiled=True, fp8=False, loss_fn=loss_fn)
     assert eager[-1] < eager[0] - 1.0
     assert max(abs(a - b) for a, b in zip(fast, eager, strict=True)) < 0.03 * eager[0]
 

@@ -12,6 +12,7 @@ the trainer overhead, the runs' final metrics) pass through as they are printed.
     matrix          gpu_matrix.py: mpt-1b/125m/350m/3b x eager/compiled/fused/fp8, 50 steps each,     budget
                     mpt-1b's fused and fp8 for 200 (the bf16 vs FP8 curves: its `long_run` line)
     overhead        trainer_overhead.py --gpu: trainer vs bare loop, compiled blocks + chunked loss       100
+    loss            fused_loss.py --compile: plain vs chunked loss, eager vs compiled math, 125m head       90
     fsdp-bf16       train.py, FSDP2 on every local GPU, 2 steps, bf16 (only with --only fsdp-bf16)          60
     fsdp-fast       the same with trainer.compile=blocks, the chunked loss and amp_fp8                     90
 
@@ -70,7 +71,7 @@ def _gpus(py: str) -> int:
 OPTIONAL = {"fsdp-bf16"}
 """Steps run only when `--only` names them (the bf16 2-step run is covered by test-gpu's train.py test; its
 minute goes to the matrix)."""
-EXPECTED_AFTER_MATRIX = {"overhead": 60, "fsdp-bf16": 40, "fsdp-fast": 60}
+EXPECTED_AFTER_MATRIX = {"overhead": 60, "loss": 45, "fsdp-bf16": 40, "fsdp-fast": 60}
 """Seconds each later step usually takes on one H100: what the matrix leaves them."""
 MATRIX_SIZES = ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
 WARM_UNTIL_S = 200.0
@@ -125,6 +126,23 @@ def steps(py: str) -> list[tuple[str, list[str], float]]:
             ],
             100,
         ),  # fmt: skip
+        (
+            "loss",
+            [
+                py,
+                str(BENCH / "fused_loss.py"),
+                "--device",
+                "cuda",
+                "--dtype",
+                "bf16",
+                "--batch",
+                "16",
+                "--seq",
+                "2048",
+                "--compile",
+            ],
+            90,
+        ),  # fmt: skip
         ("fsdp-bf16", _torchrun(py, RUN_NAMES["fsdp-bf16"], []), 60),
         ("fsdp-fast", _torchrun(py, RUN_NAMES["fsdp-fast"], FAST), 90),
     ]
@@ -178,13 +196,15 @@ def finish_warm(procs: list[tuple[subprocess.Popen, Path]], deadline: float, sta
     for proc, log in procs:
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            late = False
         except subprocess.TimeoutExpired:
-            killed += 1
+            killed, late = killed + 1, True
         _kill_group(proc)
+        proc.wait()  # reaped: SIGKILL cannot be ignored
         lines = log.read_text(errors="replace").splitlines()
         rows = [json.loads(x) for x in lines if x.startswith('{"warm"')]
         graphs += rows
-        if proc.returncode not in (0, None) and not rows:
+        if proc.returncode != 0 and not rows and not late:
             errors.append(" | ".join(x for x in lines[-6:] if x)[-500:])
     ok = not killed and not errors and not any("error" in r for r in graphs)
     row = {"check": "warm", "ok": ok, "seconds": round(time.monotonic() - started, 1), "graphs": graphs}

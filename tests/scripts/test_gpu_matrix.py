@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "bench" / "gpu_matrix.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
+import fused_loss  # noqa: E402
 import gpu_check  # noqa: E402
 import gpu_matrix  # noqa: E402
 import gpu_warm  # noqa: E402
@@ -81,12 +82,16 @@ def test_gpu_check_commands_parse():
             parsed[name] = gpu_matrix.parser().parse_args([*cmd[2:], "--budget-s", "100"])
         elif script == "trainer_overhead.py":
             parsed[name] = trainer_overhead.parser().parse_args(cmd[2:])
+        elif script == "fused_loss.py":
+            parsed[name] = fused_loss.parser().parse_args(cmd[2:])
     matrix = parsed["matrix"]
     assert matrix.sizes == ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
     assert matrix.configs == ["eager", "compiled", "fused", "fp8"] and matrix.steps == 50
     assert matrix.long_steps == 200 and matrix.long_size == "mpt-1b"
     ov = parsed["overhead"]
     assert ov.gpu and ov.compile == "blocks" and ov.loss_fn == "chunked_crossentropy"
+    loss = parsed["loss"]
+    assert loss.device == "cuda" and loss.compile and loss.dtype == "bf16"
     # one warm-up per matrix size x block graph, each parsed by gpu_warm.py
     warm = [gpu_warm.parser().parse_args(cmd[2:]) for cmd in gpu_check.warm_commands(sys.executable)]
     got = {(a.sizes[0], a.configs[0]) for a in warm}

@@ -16,6 +16,12 @@ recompilations (a test counts the graphs). `dynamic=False` compiles one static g
 dynamo's recompile limit of 8, after which it runs eagerly); `True` is dynamic from the start.
 Calls without gradients (eval, ICL scoring) and with a KV cache (generation) run the block eagerly: their
 shapes vary batch to batch, and they are a small share of a training run's time.
+
+The loss: `blocks` also compiles the model's loss math (`compile_loss`, as torchtitan compiles its loss next to
+its blocks), when the model offers it (MPT's `compile_loss`): the plain loss's float32 cross-entropy over the
+logits, or the chunked loss's per-chunk log-sum-exp and gradient, become fused kernels instead of several
+eager passes over (tokens x vocab) float32 values. The chunked loss's last, shorter chunk makes its one
+recompilation (2 graphs; automatic dynamic shapes as above).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["COMPILE_MODES", "compile_blocks", "compile_model", "normalize_compile"]
+__all__ = ["COMPILE_MODES", "compile_blocks", "compile_loss", "compile_model", "normalize_compile"]
 
 COMPILE_MODES = ("none", "model", "blocks")
 _CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
@@ -69,12 +75,24 @@ def compile_blocks(model: nn.Module, *, dynamic: bool | None = None, backend: An
     return len(blocks)
 
 
+def compile_loss(model: nn.Module, *, dynamic: bool | None = None, backend: Any = "inductor") -> bool:  # noqa: ANN401
+    """Compiles the loss math of the first module in `model` (wrapped or not) that offers `compile_loss`;
+    False when none does (a transformers model's own loss stays as it is)."""
+    for module in model.modules():
+        hook = getattr(module, "compile_loss", None)
+        if callable(hook):
+            hook(lambda fn: torch.compile(fn, dynamic=dynamic, backend=backend))
+            return True
+    return False
+
+
 def compile_model(model: nn.Module, mode: str, *, dynamic: bool | None = None) -> nn.Module:
-    """The module to call for forward passes: `model` itself (`none`, `blocks`: compiled in place) or
-    `torch.compile(model)` (`model`)."""
+    """The module to call for forward passes: `model` itself (`none`; `blocks`: its blocks and loss math
+    compiled in place) or `torch.compile(model)` (`model`)."""
     mode = normalize_compile(mode)
     if mode == "model":
         return torch.compile(model, dynamic=dynamic)  # type: ignore[return-value]
     if mode == "blocks":
         compile_blocks(model, dynamic=dynamic)
+        compile_loss(model, dynamic=dynamic)
     return model

@@ -8,7 +8,7 @@ from torch._dynamo.testing import CompileCounter
 
 from foundry.models import MPTModelConfig, build_model
 from foundry.parallel.wrap import apply_activation_checkpointing, transformer_blocks
-from foundry.train.compile import compile_blocks, compile_model, normalize_compile
+from foundry.train.compile import compile_blocks, compile_loss, compile_model, normalize_compile
 from foundry.train.config import TrainerConfig
 
 
@@ -130,11 +130,41 @@ def test_loss_and_gradients_equal_eager_through_aot_autograd(checkpointing, loss
         torch.testing.assert_close(grads_c[name], g, rtol=1e-5, atol=1e-6, msg=name)
 
 
+@pytest.mark.parametrize("loss_fn", ["torch_crossentropy", "chunked_crossentropy"])
+def test_compiled_loss_equals_eager_and_compiles_once_per_shape(loss_fn):
+    """`blocks` compiles the loss math too: the plain loss 1 graph, the chunked loss 2 (its full chunks, then
+    the shorter last one, dynamic); none more at the next steps; none for eval; loss and gradients equal eager."""
+    eager, compiled = _model(loss_fn=loss_fn), _model(loss_fn=loss_fn)
+    counter = CompileCounter()
+    assert compile_loss(compiled, backend=counter)
+    compile_blocks(compiled, backend="aot_eager")
+    ids = _ids(bs=20)  # 320 rows: the chunked loss's 256-row chunk leaves a 64-row one
+    loss_e, grads_e = _loss_and_grads(eager, ids)
+    loss_c, grads_c = _loss_and_grads(compiled, ids)
+    graphs = counter.frame_count
+    assert graphs == (1 if loss_fn == "torch_crossentropy" else 2)
+    assert loss_c == pytest.approx(loss_e, abs=1e-6)
+    for name, g in grads_e.items():
+        torch.testing.assert_close(grads_c[name], g, rtol=1e-5, atol=1e-6, msg=name)
+    for seed in (2, 3):
+        compiled(_ids(bs=20, seed=seed), labels=_ids(bs=20, seed=seed)).loss.backward()
+    with torch.no_grad():
+        compiled(ids, labels=ids)
+    assert counter.frame_count == graphs
+
+
+def test_compile_loss_finds_the_model_inside_a_wrapper_and_skips_models_without_it():
+    model = _model()
+    wrapper = torch.nn.ModuleDict({"module": model})
+    assert compile_loss(wrapper, backend="eager") and model._compiled_loss is not None
+    assert not compile_loss(torch.nn.Linear(2, 2), backend="eager")
+
+
 def test_compile_model_modes():
     model = _model()
     assert compile_model(model, "none") is model
     assert compile_model(model, "blocks") is model
-    assert hasattr(transformer_blocks(model)[0].forward, "__wrapped__")
+    assert hasattr(transformer_blocks(model)[0].forward, "__wrapped__") and model._compiled_loss is not None
     whole = compile_model(_model(), "model")
     assert whole is not model and hasattr(whole, "_orig_mod")
 

@@ -11,6 +11,10 @@ chunk's logits are dropped. Backward only scales the stored gradients by the ups
 loss is linear in it), so the unembedding matmul runs 3 times per chunk instead of 4 with recomputation,
 and peak memory is one chunk of logits plus the two gradients. `logit_scale` is applied to the hidden states
 first (the same product); final logit softcapping enters through its derivative `1 - tanh^2`.
+Compiled (`trainer.compile=blocks` routes the model's loss math through `torch.compile`, as torchtitan compiles its
+loss): each chunk's log-sum-exp and gradient come from `chunk_loss_and_grad`, written out of place so inductor
+fuses them into a reduction and one pass over the chunk's logits, instead of the eager steps' several passes
+over a float32 copy (which the eager path keeps in place to hold fewer temporaries).
 `liger_linear_cross_entropy` calls liger-kernel's Triton kernel (CUDA only; `loss_fn=liger_crossentropy`).
 The mean is over counted targets (-100 ignored), as the plain loss.
 """
@@ -18,6 +22,7 @@ The mean is over counted targets (-100 ignored), as the plain loss.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -26,6 +31,7 @@ import torch.nn.functional as F
 __all__ = [
     "IGNORE_INDEX",
     "LOSS_FNS",
+    "chunk_loss_and_grad",
     "chunked_linear_cross_entropy",
     "liger_linear_cross_entropy",
     "shifted_cross_entropy",
@@ -62,6 +68,33 @@ def chunk_rows(n_rows: int, *, vocab: int, hidden: int) -> int:
     return max(1, min(n_rows, max(256, rows)))
 
 
+def chunk_loss_and_grad(
+    logits: torch.Tensor, targets: torch.Tensor, row_weight: torch.Tensor, softcap: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk: the summed CE of `softcap(logits)` against `targets` (float32; -100 rows count 0) and its
+    gradient with respect to `logits` with row `i` scaled by `row_weight[i]` (in `logits`' dtype). Out of
+    place, for `torch.compile` to fuse (the eager loss builds the same gradient in place)."""
+    x = logits.float()
+    if softcap is not None:
+        capped = torch.tanh(x / softcap)
+        x = softcap * capped
+    valid = targets != IGNORE_INDEX
+    safe_t = torch.where(valid, targets, 0)
+    lse = torch.logsumexp(x, dim=-1)
+    picked = x.gather(1, safe_t[:, None]).squeeze(1)
+    loss = torch.where(valid, lse - picked, 0.0).sum()
+    onehot = torch.arange(x.shape[-1], device=x.device)[None, :] == safe_t[:, None]
+    g = (torch.exp(x - lse[:, None]) - onehot.to(x.dtype)) * row_weight[:, None]
+    if softcap is not None:
+        g = g * (1.0 - capped * capped)
+    return loss, g.to(logits.dtype)
+
+
+ChunkFn = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, float | None], tuple[torch.Tensor, torch.Tensor]
+]
+
+
 class _ChunkedLinearCE(torch.autograd.Function):
     """sum over rows of CE(softcap(h @ W.T), target) / count; gradients computed in forward (see module note)."""
 
@@ -74,6 +107,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
         softcap: float | None,
         chunk: int,
         want_grad: bool,
+        chunk_fn: ChunkFn | None,
     ) -> torch.Tensor:
         count = (targets != IGNORE_INDEX).sum().clamp(min=1).to(torch.float32)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -84,6 +118,12 @@ class _ChunkedLinearCE(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk):
             h = hidden[start : start + chunk]
             t = targets[start : start + chunk]
+            if chunk_fn is not None and grad_hidden is not None and grad_weight is not None:
+                part, g = chunk_fn(h @ weight.t(), t, (t != IGNORE_INDEX).to(torch.float32) / count, softcap)
+                total = total + part
+                grad_hidden[start : start + chunk] = g @ weight
+                grad_weight.add_(g.t() @ h)
+                continue
             logits = (h @ weight.t()).float()
             if softcap is not None:
                 capped = torch.tanh(logits / softcap)
@@ -115,7 +155,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
             raise RuntimeError("chunked cross-entropy: backward through a loss computed without gradients")
         gh = grad_hidden * grad_out.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
         gw = (grad_weight * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
-        return gh, gw, None, None, None, None
+        return gh, gw, None, None, None, None, None
 
 
 def _flat_inputs(
@@ -141,6 +181,7 @@ def chunked_linear_cross_entropy(
     logit_scale: float | None = None,
     softcap: float | None = None,
     chunk_size: int | None = None,
+    chunk_fn: ChunkFn | None = None,
 ) -> torch.Tensor:
     """`shifted_cross_entropy(logits(hidden), labels)` without the full logits tensor.
 
@@ -151,6 +192,7 @@ def chunked_linear_cross_entropy(
         logit_scale: multiply the logits by this (MPT's `logit_scale`).
         softcap: final logit softcapping `cap * tanh(logits / cap)`.
         chunk_size: rows per chunk (default: a chunk of logits about the size of `hidden`).
+        chunk_fn: `chunk_loss_and_grad` compiled (used when gradients are wanted); None: the eager steps.
 
     Returns:
         The mean loss over counted targets (float32 scalar).
@@ -158,7 +200,7 @@ def chunked_linear_cross_entropy(
     h, w, targets = _flat_inputs(hidden, weight, labels, logit_scale=logit_scale)
     chunk = chunk_size or chunk_rows(h.shape[0], vocab=w.shape[0], hidden=w.shape[1])
     want_grad = torch.is_grad_enabled() and (h.requires_grad or w.requires_grad)
-    return _ChunkedLinearCE.apply(h, w, targets, softcap, chunk, want_grad)
+    return _ChunkedLinearCE.apply(h, w, targets, softcap, chunk, want_grad, chunk_fn)
 
 
 def liger_linear_cross_entropy(

@@ -11,10 +11,13 @@ Loss: like HF, labels are shifted inside the model (`labels = input_ids` is fine
 label t+1, the last position has no target, and -100 is ignored; the mean is over counted targets.
 With `loss_fn` chunked or liger, a training forward (gradients on, labels given) computes the loss from the
 hidden states without the (B, S, V) logits and returns `logits=None` (`foundry.models.mpt.loss`).
+`compile_loss` (called by `trainer.compile=blocks`) routes a training forward's loss math, the plain loss's
+float32 cross-entropy or the chunked loss's per-chunk math, through a compiler; eval and generation stay eager.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +35,7 @@ from foundry.models.mpt.hf_config import MPTConfig
 from foundry.models.mpt.init import init_module_
 from foundry.models.mpt.layers import build_norm
 from foundry.models.mpt.loss import (
+    chunk_loss_and_grad,
     chunked_linear_cross_entropy,
     liger_linear_cross_entropy,
     shifted_cross_entropy,
@@ -189,7 +193,14 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
         self.lm_head = (
             None if config.tie_word_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
         )
+        self._compiled_loss: tuple[Callable[..., Any], Callable[..., Any]] | None = None
         self.post_init()
+
+    def compile_loss(self, compiler: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+        """Training forwards (gradients on) compute the loss's math with `compiler(fn)` of the plain loss's
+        cross-entropy and of the chunked loss's per-chunk `chunk_loss_and_grad` (`trainer.compile=blocks`
+        passes `torch.compile`); the unembedding matmuls and liger's kernel are unchanged."""
+        self._compiled_loss = (compiler(shifted_cross_entropy), compiler(chunk_loss_and_grad))
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.transformer.wte
@@ -259,22 +270,21 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
             fused_loss = self._fused_loss(hidden, labels)
             return CausalLMOutputWithPast(loss=fused_loss, logits=None, **cache_field(output_cache(out)))
         logits = self.logits(hidden)
-        loss = None if labels is None else shifted_cross_entropy(logits, labels)
+        compiled = self._compiled_loss if torch.is_grad_enabled() else None
+        loss_fn = shifted_cross_entropy if compiled is None else compiled[0]
+        loss = None if labels is None else loss_fn(logits, labels)
         return CausalLMOutputWithPast(loss=loss, logits=logits, **cache_field(output_cache(out)))
 
     def _fused_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `self.logits(hidden)` against `labels` without the logits (`config.loss_fn`)."""
-        loss = (
-            liger_linear_cross_entropy
-            if self.config.loss_fn == "liger_crossentropy"
-            else chunked_linear_cross_entropy
-        )
-        return loss(
-            hidden,
-            self._unembedding(),
-            labels,
-            logit_scale=self.config.logit_scale_value,
-            softcap=self.config.final_logit_softcapping,
+        scale, cap = self.config.logit_scale_value, self.config.final_logit_softcapping
+        if self.config.loss_fn == "liger_crossentropy":
+            return liger_linear_cross_entropy(
+                hidden, self._unembedding(), labels, logit_scale=scale, softcap=cap
+            )
+        chunk_fn = None if self._compiled_loss is None else self._compiled_loss[1]
+        return chunked_linear_cross_entropy(
+            hidden, self._unembedding(), labels, logit_scale=scale, softcap=cap, chunk_fn=chunk_fn
         )
 
     def num_params(self, *, exclude_embeddings: bool = False) -> int:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
 from foundry.models.mpt.loss import (
     IGNORE_INDEX,
+    chunk_loss_and_grad,
     chunk_rows,
     chunked_linear_cross_entropy,
     liger_linear_cross_entropy,
@@ -26,10 +27,12 @@ def _plain(h: torch.Tensor, w: torch.Tensor, labels: torch.Tensor, scale: float 
     return shifted_cross_entropy(z, labels)
 
 
-def _both(h, w, labels, *, scale=None, cap=None, chunk=None, upstream=1.0):
+def _both(h, w, labels, *, scale=None, cap=None, chunk=None, upstream=1.0, chunk_fn=None):
     ref = _plain(h, w, labels, scale, cap)
     ref_grads = torch.autograd.grad(ref * upstream, (h, w))
-    got = chunked_linear_cross_entropy(h, w, labels, logit_scale=scale, softcap=cap, chunk_size=chunk)
+    got = chunked_linear_cross_entropy(
+        h, w, labels, logit_scale=scale, softcap=cap, chunk_size=chunk, chunk_fn=chunk_fn
+    )
     got_grads = torch.autograd.grad(got * upstream, (h, w))
     return ref, got, ref_grads, got_grads
 
@@ -45,16 +48,21 @@ def _both(h, w, labels, *, scale=None, cap=None, chunk=None, upstream=1.0):
     cap=st.sampled_from([None, 2.0, 30.0]),
     upstream=st.sampled_from([1.0, 0.5, -2.0]),
     seed=st.integers(0, 2**16),
+    out_of_place=st.booleans(),
 )
 def test_equals_the_plain_loss_and_its_gradients(
-    batch, seq, vocab, chunk, ignored, scale, cap, upstream, seed
+    batch, seq, vocab, chunk, ignored, scale, cap, upstream, seed, out_of_place
 ):
+    """Both chunk paths: the eager in-place steps and `chunk_loss_and_grad` (what compiled blocks compile)."""
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(batch, seq, 8, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(vocab, 8, generator=g, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, vocab, (batch, seq), generator=g)
     labels[torch.rand(batch, seq, generator=g) < ignored] = IGNORE_INDEX
-    ref, got, ref_grads, got_grads = _both(h, w, labels, scale=scale, cap=cap, chunk=chunk, upstream=upstream)
+    fn = chunk_loss_and_grad if out_of_place else None
+    ref, got, ref_grads, got_grads = _both(
+        h, w, labels, scale=scale, cap=cap, chunk=chunk, upstream=upstream, chunk_fn=fn
+    )
     torch.testing.assert_close(got.double(), ref.double(), rtol=1e-6, atol=1e-6)
     for a, b in zip(got_grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -71,13 +79,14 @@ def test_no_counted_target_gives_zero_loss_and_zero_gradients():
     assert h.grad.abs().max() == 0 and w.grad.abs().max() == 0
 
 
-def test_bf16_autocast_matches_the_plain_loss_under_autocast():
+@pytest.mark.parametrize("chunk_fn", [None, chunk_loss_and_grad], ids=["in-place", "out-of-place"])
+def test_bf16_autocast_matches_the_plain_loss_under_autocast(chunk_fn):
     torch.manual_seed(0)
     h = torch.randn(4, 32, 64, requires_grad=True)
     w = torch.randn(300, 64, requires_grad=True)
     labels = torch.randint(0, 300, (4, 32))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        ref, got, ref_grads, got_grads = _both(h, w, labels, chunk=37)
+        ref, got, ref_grads, got_grads = _both(h, w, labels, chunk=37, chunk_fn=chunk_fn)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-3)
     for a, b in zip(got_grads, ref_grads, strict=True):
