@@ -8,11 +8,12 @@ left is not run (`"error": "not run: ..."`, counted as failed). The steps' own J
 the trainer overhead, the runs' final metrics) pass through as they are printed. Steps, with their limits (seconds):
 
     (warm)          gpu_warm.py, one process per size x block graph, beside test-gpu               until 200
-    test-gpu        pytest -m gpu (tests/test_gpu.py, tests/test_gpu_speed.py)                          180
+    test-gpu        pytest -m gpu (tests/test_gpu.py, tests/test_gpu_speed.py)                          240
     matrix          gpu_matrix.py: mpt-1b/125m/350m/3b x eager/compiled/fused/fp8, 50 steps each,     budget
                     mpt-1b's fused and fp8 for 200 (the bf16 vs FP8 curves: its `long_run` line)
     overhead        trainer_overhead.py --gpu: trainer vs bare loop, compiled blocks + chunked loss       100
     loss            fused_loss.py --compile: plain vs chunked loss, eager vs compiled math, 125m head       90
+                    (only with --only loss: the matrix's rows show the loss options in place)
     fsdp-bf16       train.py, FSDP2 on every local GPU, 2 steps, bf16 (only with --only fsdp-bf16)          60
     fsdp-fast       the same with trainer.compile=blocks, the chunked loss and amp_fp8                     90
 
@@ -68,9 +69,9 @@ def _gpus(py: str) -> int:
     return max(1, int(out.stdout.strip() or 1))
 
 
-OPTIONAL = {"fsdp-bf16"}
-"""Steps run only when `--only` names them (the bf16 2-step run is covered by test-gpu's train.py test; its
-minute goes to the matrix)."""
+OPTIONAL = {"fsdp-bf16", "loss"}
+"""Steps run only when `--only` names them (the bf16 2-step run is covered by test-gpu's train.py test, the
+losses by the matrix's compiled/fused rows; their minutes go to the matrix)."""
 EXPECTED_AFTER_MATRIX = {"overhead": 60, "loss": 45, "fsdp-bf16": 40, "fsdp-fast": 60}
 """Seconds each later step usually takes on one H100: what the matrix leaves them."""
 MATRIX_SIZES = ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
@@ -95,7 +96,7 @@ def steps(py: str) -> list[tuple[str, list[str], float]]:
                 "tests/test_gpu.py",
                 "tests/test_gpu_speed.py",
             ],
-            180,
+            240,
         ),  # fmt: skip
         (
             "matrix",
