@@ -256,8 +256,8 @@ def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: D
     model = build_model_on(
         cfg.model, device=ctx.device, tokenizer=tokenizer, defer_init=pc.strategy == "fsdp"
     )
-    if plan.precision == "amp_fp8":
-        convert_to_float8(model)
+    if plan.precision == "amp_fp8":  # FSDP over several ranks all-gathers the converted weights in FP8
+        convert_to_float8(model, fsdp_all_gather=pc.strategy == "fsdp" and ctx.world_size > 1)
     if pc.distributed or pc.activation_checkpointing:
         model = wrap_model(model, cfg=pc, ctx=ctx, precision=plan.precision)
     optimizer = build_optimizer(cfg.optimizer, model=model)

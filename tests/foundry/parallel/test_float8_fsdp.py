@@ -1,0 +1,49 @@
+"""FSDP2 with FP8 (issue 30): the converted weights are all-gathered in FP8 and training follows one process.
+
+torchao comes from `.cache/fp8` (`make install`), as in tests/foundry/train/test_float8.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+WORKER = Path(__file__).with_name("_float8_ranks.py")
+FP8_SITE = Path(__file__).resolve().parents[3] / ".cache" / "fp8"
+
+
+def _run(out: Path, strategy: str, *, all_gather: bool, nproc: int = 1) -> dict:
+    if not (FP8_SITE / "torchao").is_dir():
+        pytest.fail(
+            f"torchao is not in {FP8_SITE}: run `make install` (it installs torchao there for these tests)"
+        )
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    env["OMP_NUM_THREADS"] = "1"
+    launch = [sys.executable]
+    if nproc > 1:
+        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    cmd = [*launch, str(WORKER), str(out), strategy, "1" if all_gather else "0"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return torch.load(out)
+
+
+def test_one_rank_fsdp_all_gathers_fp8_weights_and_follows_one_process(tmp_path):
+    ref = _run(tmp_path / "ref.pt", "none", all_gather=False)
+    got = _run(tmp_path / "fsdp.pt", "fsdp", all_gather=True)
+    assert got["weight_type"] == "WeightWithDynamicFloat8CastTensor"  # FSDP's pre-all-gather casts it to FP8
+    assert ref["losses"][-1] < ref["losses"][0] - 0.5  # it learns
+    assert got["losses"] == pytest.approx(ref["losses"], rel=1e-2)
+
+
+@pytest.mark.dist
+def test_two_ranks_fsdp_fp8_all_gather_follows_one_process(tmp_path):
+    ref = _run(tmp_path / "ref.pt", "none", all_gather=False)
+    got = _run(tmp_path / "two.pt", "fsdp", all_gather=True, nproc=2)
+    assert got["weight_type"] == "WeightWithDynamicFloat8CastTensor"
+    assert got["losses"] == pytest.approx(ref["losses"], rel=2e-2)
