@@ -264,7 +264,10 @@ def main() -> int:
     env_line = {"check": "start", "python": args.python, "pythonpath": os.environ.get("PYTHONPATH", "")}
     print(json.dumps(env_line), flush=True)
     results = []
-    wanted = set(args.only) if args.only else {name for name, _, _ in steps(args.python)} - OPTIONAL
+    names = [name for name, _, _ in steps(args.python)]
+    if set(args.only or ()) - set(names):
+        p.error(f"--only {' '.join(sorted(set(args.only) - set(names)))}: the steps are {', '.join(names)}")
+    wanted = set(args.only) if args.only else set(names) - OPTIONAL
     warming = []
     if "matrix" in wanted and not args.no_warm and args.total_s > WARM_UNTIL_S:
         warming = start_warm(warm_commands(args.python), REPO / "outputs" / "gpu-check-warm")

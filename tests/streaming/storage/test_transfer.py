@@ -181,18 +181,18 @@ def test_an_outage_shorter_than_the_budget_is_ridden_out(s3_bucket, s3_env, tmp_
 def test_a_spent_budget_names_the_setting_and_the_error(s3_bucket, s3_env, tmp_path, monkeypatch):
     _put(s3_bucket, "k.bin", b"abc", s3_env)
     policy = RetryPolicy(
-        timeout=5, initial_backoff=0.05, max_backoff=0.2, budget=1.0, setting="data.download_budget"
-    )
+        timeout=5, initial_backoff=0.05, max_backoff=0.2, budget=2.0, setting="data.download_budget"
+    )  # 2 s: under load the first request alone (a new boto3 client) has taken 1 s
     with FaultProxy(s3_env, lambda n, m, p: 503) as proxy:
         monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
         start = time.monotonic()
         with pytest.raises(
             TransientStorageError,
-            match=r"over \d+ s \(data.download_budget=1 s spent\).*(503|ServiceUnavailable)",
+            match=r"over \d+ s \(data.download_budget=2 s spent\).*(503|ServiceUnavailable)",
         ):
             download_file(f"{s3_bucket}/k.bin", str(tmp_path / "k.bin"), policy=policy)
-    assert 0.9 < time.monotonic() - start < 4
-    assert proxy.count >= 2 and not os.listdir(tmp_path)  # retried (how often in 1 s depends on the load)
+    assert 1.9 < time.monotonic() - start < 6
+    assert proxy.count >= 2 and not os.listdir(tmp_path)  # retried (how often in 2 s depends on the load)
 
 
 def test_the_default_policy_retries_for_minutes():
