@@ -68,25 +68,48 @@ def chunk_rows(n_rows: int, *, vocab: int, hidden: int) -> int:
     return max(1, min(n_rows, max(256, rows)))
 
 
-def chunk_loss_and_grad(
-    logits: torch.Tensor, targets: torch.Tensor, row_weight: torch.Tensor, softcap: float | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One chunk: the summed CE of `softcap(logits)` against `targets` (float32; -100 rows count 0) and its
-    gradient with respect to `logits` with row `i` scaled by `row_weight[i]` (in `logits`' dtype). Out of
-    place, for `torch.compile` to fuse (the eager loss builds the same gradient in place)."""
+def _chunk_stats(
+    logits: torch.Tensor, targets: torch.Tensor, softcap: float | None
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A chunk's float32 (softcapped) logits, their tanh (softcapping; else None), safe targets (-100 -> 0),
+    per-row log-sum-exp, and the chunk's summed loss (-100 rows count 0)."""
     x = logits.float()
+    capped = None
     if softcap is not None:
         capped = torch.tanh(x / softcap)
         x = softcap * capped
     valid = targets != IGNORE_INDEX
     safe_t = torch.where(valid, targets, 0)
     lse = torch.logsumexp(x, dim=-1)
-    picked = x.gather(1, safe_t[:, None]).squeeze(1)
-    loss = torch.where(valid, lse - picked, 0.0).sum()
+    loss = torch.where(valid, lse - x.gather(1, safe_t[:, None]).squeeze(1), 0.0).sum()
+    return x, capped, safe_t, lse, loss
+
+
+def chunk_loss_and_grad(
+    logits: torch.Tensor, targets: torch.Tensor, row_weight: torch.Tensor, softcap: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk: the summed CE of `softcap(logits)` against `targets` (float32; -100 rows count 0) and its
+    gradient with respect to `logits` with row `i` scaled by `row_weight[i]` (in `logits`' dtype). Out of
+    place, for `torch.compile` to fuse."""
+    x, capped, safe_t, lse, loss = _chunk_stats(logits, targets, softcap)
     onehot = torch.arange(x.shape[-1], device=x.device)[None, :] == safe_t[:, None]
     g = (torch.exp(x - lse[:, None]) - onehot.to(x.dtype)) * row_weight[:, None]
-    if softcap is not None:
+    if capped is not None:
         g = g * (1.0 - capped * capped)
+    return loss, g.to(logits.dtype)
+
+
+def _chunk_loss_and_grad_in_place(
+    logits: torch.Tensor, targets: torch.Tensor, row_weight: torch.Tensor, softcap: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`chunk_loss_and_grad` without a compiler: softmax minus one-hot built in place in the chunk's float32
+    logits (`logits` is a fresh product the caller drops), so no more (rows x vocab) copies are made."""
+    x, capped, safe_t, lse, loss = _chunk_stats(logits, targets, softcap)
+    g = x.sub_(lse[:, None]).exp_()
+    g.scatter_add_(1, safe_t[:, None], torch.full_like(lse[:, None], -1.0))
+    g.mul_(row_weight[:, None])
+    if capped is not None:
+        g.mul_(capped.mul_(capped).neg_().add_(1.0))
     return loss, g.to(logits.dtype)
 
 
@@ -115,33 +138,15 @@ class _ChunkedLinearCE(torch.autograd.Function):
         grad_weight = (
             torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_grad else None
         )
+        chunk_grad = chunk_fn or _chunk_loss_and_grad_in_place
         for start in range(0, hidden.shape[0], chunk):
             h = hidden[start : start + chunk]
             t = targets[start : start + chunk]
-            if chunk_fn is not None and grad_hidden is not None and grad_weight is not None:
-                part, g = chunk_fn(h @ weight.t(), t, (t != IGNORE_INDEX).to(torch.float32) / count, softcap)
-                total = total + part
-                grad_hidden[start : start + chunk] = g @ weight
-                grad_weight.add_(g.t() @ h)
-                continue
-            logits = (h @ weight.t()).float()
-            if softcap is not None:
-                capped = torch.tanh(logits / softcap)
-                logits = softcap * capped
-            valid = t != IGNORE_INDEX
-            safe_t = torch.where(valid, t, 0)
-            lse = torch.logsumexp(logits, dim=-1)
-            picked = logits.gather(1, safe_t[:, None]).squeeze(1)
-            total = total + torch.where(valid, lse - picked, 0.0).sum()
             if grad_hidden is None or grad_weight is None:
+                total = total + _chunk_stats(h @ weight.t(), t, softcap)[-1]
                 continue
-            # d loss_row / d logits = softmax - onehot, built in place in the chunk's logits (no more copies)
-            g = logits.sub_(lse[:, None]).exp_()
-            g.scatter_add_(1, safe_t[:, None], torch.full_like(picked[:, None], -1.0))
-            g.mul_((valid.to(g.dtype) / count)[:, None])
-            if softcap is not None:
-                g.mul_(capped.mul_(capped).neg_().add_(1.0))
-            g = g.to(hidden.dtype)
+            part, g = chunk_grad(h @ weight.t(), t, (t != IGNORE_INDEX).to(torch.float32) / count, softcap)
+            total = total + part
             grad_hidden[start : start + chunk] = g @ weight
             grad_weight.add_(g.t() @ h)
         ctx.weight_dtype = weight.dtype
