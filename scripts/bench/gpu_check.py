@@ -264,14 +264,15 @@ def main() -> int:
     env_line = {"check": "start", "python": args.python, "pythonpath": os.environ.get("PYTHONPATH", "")}
     print(json.dumps(env_line), flush=True)
     results = []
-    names = [name for name, _, _ in steps(args.python)]
+    plan = steps(args.python)  # (asks torch for the GPU count once)
+    names = [name for name, _, _ in plan]
     if set(args.only or ()) - set(names):
         p.error(f"--only {' '.join(sorted(set(args.only) - set(names)))}: the steps are {', '.join(names)}")
     wanted = set(args.only) if args.only else set(names) - OPTIONAL
     warming = []
     if "matrix" in wanted and not args.no_warm and args.total_s > WARM_UNTIL_S:
         warming = start_warm(warm_commands(args.python), REPO / "outputs" / "gpu-check-warm")
-    for name, cmd, limit in steps(args.python):
+    for name, cmd, limit in plan:
         if name not in wanted:
             continue
         if name == "matrix" and warming:
