@@ -127,6 +127,31 @@ def test_plan_runs_the_long_halves_inside_the_matrix():
     assert plan("--sizes", "mpt-1b", "--configs", "eager") == [("mpt-1b", [("eager", 50)])]
 
 
+def test_a_long_half_that_would_not_fit_runs_the_matrix_steps_and_the_long_line_says_so(monkeypatch, capsys):
+    def fake(size, config, data, *, device):
+        n = len(data)
+        return {"case": size, "config": config, "losses": [5.0] * n, "tokens_per_s": 10.0, "first_step_s": 0.1,
+                "step_s": 0.1, "steps": n, "seconds": 0.1 * n}  # fmt: skip
+
+    monkeypatch.setattr(gpu_matrix, "attempt", fake)
+    monkeypatch.setattr(
+        gpu_matrix, "estimate_s", lambda size, config, done, *, steps: 1000.0 if steps > 2 else 0.0
+    )
+    argv = ["--device", "cpu", "--sizes", "mpt-tiny", "--configs", "eager", "fused", "fp8", "--steps", "2",
+            "--long-steps", "10", "--long-size", "mpt-tiny", "--budget-s", "100"]  # fmt: skip
+    assert gpu_matrix.main(argv) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    rows = {r["config"]: r for r in lines if "config" in r}
+    assert [rows[c]["steps"] for c in ("eager", "fused", "fp8")] == [
+        2,
+        2,
+        2,
+    ]  # not skipped: the usual 2 steps
+    long = next(r for r in lines if "long_run" in r)
+    assert long["bf16_skipped"] == long["fp8_skipped"] == "time budget: ran 2 steps, not 10"
+    assert "final_loss_rel_diff" not in long
+
+
 def test_finish_warm_reports_each_graph_and_kills_stragglers(tmp_path):
     line = json.dumps({"warm": "mpt-1b", "config": "fused", "fxgraph_cache": {"hit": 0, "miss": 2}})
     commands = [
