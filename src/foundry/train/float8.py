@@ -7,8 +7,9 @@ per-tensor scales (e4m3 forward, e5m2 gradients) and multiplies with `torch._sca
 state and everything else stay as they were (fp32 masters, bf16 autocast), and since `Float8Linear` is an
 `nn.Linear` subclass with the same parameters, checkpoint keys are unchanged; attributes the model set on its
 layers (MPT's init markers, which a meta-device build reads when it materialises) are copied to the new ones.
-The embedding and the output head are left alone (torchtitan's default too: the head's large vocabulary dimension is where FP8 costs the
-most accuracy). A layer whose dimensions are not multiples of 16 (what FP8 matmuls need) is skipped.
+The embedding and the output head are left alone (torchtitan's default too: the head's large vocabulary
+dimension is where FP8 costs the most accuracy). A layer whose dimensions are not multiples of 16 (what FP8
+matmuls need) is skipped.
 FSDP2's float8 all-gather (`fsdp_all_gather`, on whenever FSDP shards over several ranks): the converted weights'
 shards are cast to FP8 before FSDP all-gathers them (1 byte per weight instead of bf16's 2); each weight's scale
 comes from its global amax (one all-reduce per weight, inside FSDP's pre-all-gather hook). torchao's batched
