@@ -49,7 +49,7 @@ lock: $(PY) ## refresh requirements/dev.lock: the newest versions pyproject.toml
 	  --no-emit-find-links --no-emit-index-url --no-emit-trusted-host \
 	  --unsafe-package torch --unsafe-package foundry-stack --output-file $(LOCK) pyproject.toml
 
-test-compat: $(PY) ## model/generation/export/eval-adapter tests on the lowest and the newest allowed dependencies (venvs in /tmp/foundry-compat)
+test-compat: $(PY) ## model/generation/export/eval-adapter tests on the lowest and the newest allowed dependencies and the GPU image's (venvs in /tmp/foundry-compat)
 	$(PY) scripts/test_compat.py $(ARGS)
 
 AZURITE ?= 3.35.0

@@ -1,7 +1,7 @@
 """Runs the model, generation, export and eval-adapter tests at both ends of the allowed dependency ranges.
 
 Examples:
-    python scripts/test_compat.py                 # both ends (`make test-compat`)
+    python scripts/test_compat.py                 # every end (`make test-compat`)
     python scripts/test_compat.py --ends newest   # one end; --fresh rebuilds its venv first
 
 Each end has its own venv under `/tmp/foundry-compat/<end>` (`--root`), built with the same torch as `make install`
@@ -10,7 +10,10 @@ Each end has its own venv under `/tmp/foundry-compat/<end>` (`--root`), built wi
 - `lowest`: `requirements/lowest.txt` as constraints: the lower bounds of pyproject.toml's runtime dependencies
   (transformers 4.56, numpy 2.0, ...), so the bounds we publish are the ones tested;
 - `newest`: `pip install --upgrade --upgrade-strategy eager`: the newest release every range allows (what a user
-  gets from `pip install foundry-stack` today; `make install-latest` is the same for the whole dev set).
+  gets from `pip install foundry-stack` today; `make install-latest` is the same for the whole dev set);
+- `gpu-image`: `requirements/gpu-image.txt` as constraints: the transformers / huggingface-hub / tokenizers releases
+  of the GPU machine's image, which `make gpu-check` runs under (it installs none of ours over them); this end also
+  runs the compile, FP8 and GPU-matrix tests (GPU_IMAGE_TESTS), the code paths that run there.
 
 A venv is reused while its inputs (pyproject.toml, the constraint files, this script) are unchanged, except that the
 newest end is upgraded again on every run (a new release must show up). Prints one JSON line per end with the
@@ -33,7 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONSTRAINTS = ROOT / "constraints.txt"
 LOWEST = ROOT / "requirements" / "lowest.txt"
-ENDS = ("lowest", "newest")
+GPU_IMAGE = ROOT / "requirements" / "gpu-image.txt"
+ENDS = ("lowest", "newest", "gpu-image")
+PINNED = {"lowest": LOWEST, "gpu-image": GPU_IMAGE}
+"""The ends installed once under a constraints file (the newest end is upgraded on every run instead)."""
 TESTS = [
     "tests/foundry/models",
     "tests/foundry/test_generate.py",
@@ -42,6 +48,12 @@ TESTS = [
     "tests/foundry/test_tokenizers.py",
 ]
 """The model (every MPT variant, KV cache, LoRA, export/import), generation, ICL scorer and lm-eval adapter tests."""
+GPU_IMAGE_TESTS = [
+    "tests/foundry/train/test_compile.py",
+    "tests/foundry/train/test_float8.py",
+    "tests/scripts/test_gpu_matrix.py",
+]
+"""What `make gpu-check` runs on the GPU image besides the model: compiled blocks and loss, FP8, the speed matrix."""
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100"]
 SHOWN = (
     *(
@@ -69,7 +81,7 @@ def _run(cmd: list[str], *, log: Path, env: dict[str, str] | None = None) -> Non
 
 def _inputs_digest(end: str) -> str:
     h = hashlib.sha256(end.encode())
-    for path in (ROOT / "pyproject.toml", CONSTRAINTS, LOWEST, Path(__file__)):
+    for path in (ROOT / "pyproject.toml", CONSTRAINTS, *PINNED.values(), Path(__file__)):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -86,11 +98,11 @@ def build_venv(end: str, venv: Path, *, log: Path, fresh: bool) -> Path:
         _run([sys.executable, "-m", "venv", str(venv)], log=log)
         _run([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], log=log, env=env)
         _run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0"], log=log, env=env)
-    elif end == "lowest":
+    elif end in PINNED:
         return py
     else:
         print(f"[compat] {end}: upgrading {venv} to the newest allowed releases", file=sys.stderr, flush=True)
-    pick = ["-c", str(LOWEST)] if end == "lowest" else ["--upgrade", "--upgrade-strategy", "eager"]
+    pick = ["-c", str(PINNED[end])] if end in PINNED else ["--upgrade", "--upgrade-strategy", "eager"]
     _run([str(py), "-m", "pip", "install", "-q", *pick, "-e", ".[peft,eval]", *TEST_TOOLS], log=log, env=env)
     stamp.write_text(digest)
     return py
@@ -110,9 +122,9 @@ def installed_versions(py: Path) -> dict[str, str]:
     return dict(json.loads(proc.stdout))
 
 
-def run_tests(py: Path, *, log: Path, extra: list[str]) -> dict[str, int]:
-    """Runs TESTS (slow ones included) in the venv; returns pytest's outcome counts."""
-    cmd = [str(py), "-m", "pytest", *TESTS, "-q", "-p", "no:cacheprovider", "-m", "not gpu", *extra]
+def run_tests(py: Path, tests: list[str], *, log: Path, extra: list[str]) -> dict[str, int]:
+    """Runs `tests` (slow ones included) in the venv; returns pytest's outcome counts."""
+    cmd = [str(py), "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider", "-m", "not gpu", *extra]
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(cmd)}\n")
         out.flush()
@@ -140,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         py = build_venv(end, args.root / end, log=log, fresh=args.fresh)
         versions = installed_versions(py)
         print(f"[compat] {end}: testing with {versions}", file=sys.stderr, flush=True)
-        counts = run_tests(py, log=log, extra=args.pytest_args)
+        tests = TESTS + GPU_IMAGE_TESTS if end == "gpu-image" else TESTS
+        counts = run_tests(py, tests, log=log, extra=args.pytest_args)
         ok = counts["exit"] == 0
         row = {
             "compat": end,

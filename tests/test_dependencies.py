@@ -5,6 +5,7 @@
   tests the bounds we publish;
 - `requirements/dev.lock` (what `make install` and CI install) pins one version of everything the dev set
   needs, each inside pyproject's range, and nothing machine-specific (no torch build, no local paths).
+- `requirements/gpu-image.txt` (the GPU machine's releases, which `make gpu-check` runs under) is inside the ranges.
 """
 
 from __future__ import annotations
@@ -98,3 +99,15 @@ def test_the_lock_pins_the_whole_dev_set_inside_its_ranges():
 def test_constraints_pin_torch_to_the_cpu_wheel_version_without_a_local_label():
     text = (ROOT / "constraints.txt").read_text()
     assert re.search(r"^torch==2\.13\.0$", text, re.M)
+
+
+def test_the_gpu_images_packages_are_inside_our_ranges():
+    """`make gpu-check` runs under the GPU image's own releases: our ranges must admit them (make test-compat)."""
+    image = _pins(ROOT / "requirements" / "gpu-image.txt")
+    assert "transformers" in image
+    for req in _closure(["peft", "eval"]):
+        name = canonicalize_name(req.name)
+        if name in image:
+            assert req.specifier.contains(image[name], prereleases=True), (
+                f"requirements/gpu-image.txt: the GPU machine has {name}=={image[name]}, outside {req}"
+            )
