@@ -1,4 +1,5 @@
-"""Runs the model, generation, export and eval-adapter tests at both ends of the allowed dependency ranges.
+"""Runs the model, generation, export and eval-adapter tests at both ends of the allowed dependency ranges and on
+the GPU image's releases.
 
 Examples:
     python scripts/test_compat.py                 # every end (`make test-compat`)
