@@ -142,11 +142,8 @@ def test_a_long_half_that_would_not_fit_runs_the_matrix_steps_and_the_long_line_
     assert gpu_matrix.main(argv) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
     rows = {r["config"]: r for r in lines if "config" in r}
-    assert [rows[c]["steps"] for c in ("eager", "fused", "fp8")] == [
-        2,
-        2,
-        2,
-    ]  # not skipped: the usual 2 steps
+    # not skipped: the usual 2 steps
+    assert [rows[c]["steps"] for c in ("eager", "fused", "fp8")] == [2, 2, 2]
     long = next(r for r in lines if "long_run" in r)
     assert long["bf16_skipped"] == long["fp8_skipped"] == "time budget: ran 2 steps, not 10"
     assert "final_loss_rel_diff" not in long
