@@ -40,6 +40,8 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "scripts" / "bench"
 TINY_RUN = [
@@ -72,14 +74,23 @@ def _gpus(py: str) -> int:
 OPTIONAL = {"fsdp-bf16", "loss"}
 """Steps run only when `--only` names them (the bf16 2-step run is covered by test-gpu's train.py test, the
 losses by the matrix's compiled/fused rows; their minutes go to the matrix)."""
-EXPECTED_AFTER_MATRIX = {"overhead": 60, "loss": 45, "fsdp-bf16": 40, "fsdp-fast": 60}
+EXPECTED_AFTER_MATRIX = {"sdpa": 25, "overhead": 60, "loss": 45, "fsdp-bf16": 40, "fsdp-fast": 60}
 """Seconds each later step usually takes on one H100: what the matrix leaves them."""
 MATRIX_SIZES = ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
+MATRIX_CONFIGS = ["eager", "compiled", "fused", "fp8"]
+"""The matrix's configurations (`--matrix-configs`; gpu_matrix.py's `[SIZE:]NAME[@N|@xN]`)."""
 WARM_UNTIL_S = 200.0
 """The matrix waits for the warm-up at most this long from the start."""
 
 
-def steps(py: str) -> list[tuple[str, list[str], float]]:
+def steps(
+    py: str,
+    *,
+    sizes: list[str] = MATRIX_SIZES,
+    configs: list[str] = MATRIX_CONFIGS,
+    matrix_steps: int = 50,
+    long_steps: int = 200,
+) -> list[tuple[str, list[str], float]]:
     """(name, command, time limit) of every check, in order; the matrix's command gets its budget at run time."""
     return [
         (
@@ -100,18 +111,11 @@ def steps(py: str) -> list[tuple[str, list[str], float]]:
         ),  # fmt: skip
         (
             "matrix",
-            [
-                py,
-                str(BENCH / "gpu_matrix.py"),
-                "--sizes",
-                *MATRIX_SIZES,
-                "--long-steps",
-                "200",
-                "--long-size",
-                "mpt-1b",
-            ],
+            [py, str(BENCH / "gpu_matrix.py"), "--sizes", *sizes, "--configs", *configs, "--steps",
+             str(matrix_steps), "--long-steps", str(long_steps), "--long-size", "mpt-1b"],
             0,
         ),  # fmt: skip
+        ("sdpa", [py, str(BENCH / "sdpa_backends.py"), "--sizes", *sizes], 60),
         (
             "overhead",
             [
@@ -164,14 +168,12 @@ def _kill_group(proc: subprocess.Popen, fired: threading.Event | None = None) ->
         pass
 
 
-def warm_commands(py: str) -> list[list[str]]:
-    """One `gpu_warm.py` per matrix size x block graph (bf16, FP8)."""
+def warm_commands(py: str, sizes: list[str] = MATRIX_SIZES, configs: list[str] = MATRIX_CONFIGS) -> list[list[str]]:
+    """One `gpu_warm.py` per block graph of the matrix (`gpu_warm.warm_targets`)."""
+    from gpu_warm import warm_targets
+
     script = str(BENCH / "gpu_warm.py")
-    return [
-        [py, script, "--sizes", size, "--configs", config]
-        for size in MATRIX_SIZES
-        for config in ("fused", "fp8")
-    ]
+    return [[py, script, "--sizes", size, "--configs", config] for size, config in warm_targets(sizes, configs)]
 
 
 def start_warm(commands: list[list[str]], logs: Path) -> list[tuple[subprocess.Popen, Path]]:
@@ -257,6 +259,10 @@ def main() -> int:
         "--total-s", type=float, default=570.0, help="the whole check's time (the matrix gets the rest)"
     )
     p.add_argument("--no-warm", action="store_true", help="no warm-up: the matrix compiles for itself")
+    p.add_argument("--matrix-sizes", nargs="+", default=MATRIX_SIZES)
+    p.add_argument("--matrix-configs", nargs="+", default=MATRIX_CONFIGS)
+    p.add_argument("--matrix-steps", type=int, default=50)
+    p.add_argument("--long-steps", type=int, default=200, help="the long bf16 vs FP8 run's steps (0: none)")
     args = p.parse_args()
     start = time.monotonic()
     for name in RUN_NAMES.values():
@@ -264,14 +270,16 @@ def main() -> int:
     env_line = {"check": "start", "python": args.python, "pythonpath": os.environ.get("PYTHONPATH", "")}
     print(json.dumps(env_line), flush=True)
     results = []
-    plan = steps(args.python)  # (asks torch for the GPU count once)
+    plan = steps(args.python, sizes=args.matrix_sizes, configs=args.matrix_configs,
+                 matrix_steps=args.matrix_steps, long_steps=args.long_steps)  # (asks torch for the GPU count once)  # fmt: skip
     names = [name for name, _, _ in plan]
     if set(args.only or ()) - set(names):
         p.error(f"--only {' '.join(sorted(set(args.only) - set(names)))}: the steps are {', '.join(names)}")
     wanted = set(args.only) if args.only else set(names) - OPTIONAL
     warming = []
     if "matrix" in wanted and not args.no_warm and args.total_s > WARM_UNTIL_S:
-        warming = start_warm(warm_commands(args.python), REPO / "outputs" / "gpu-check-warm")
+        commands = warm_commands(args.python, args.matrix_sizes, args.matrix_configs)
+        warming = start_warm(commands, REPO / "outputs" / "gpu-check-warm")
     for name, cmd, limit in plan:
         if name not in wanted:
             continue

@@ -38,7 +38,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -52,14 +52,71 @@ SIZES = {  # name: (d_model, n_heads, n_layers, micro batch, vocab, seq)
     "mpt-1b": (2048, 16, 24, 8, 50368, 2048),
     "mpt-3b": (2560, 20, 32, 4, 50368, 2048),
 }
-CONFIGS = {  # name: (trainer.compile, model.loss_fn, fp8)
-    "eager": ("none", "torch_crossentropy", False),
-    "compiled": ("blocks", "torch_crossentropy", False),
-    "fused": ("blocks", "chunked_crossentropy", False),
-    "liger": ("blocks", "liger_crossentropy", False),
-    "fp8": ("blocks", "chunked_crossentropy", True),
+class Spec(NamedTuple):
+    """A configuration: trainer.compile, model.loss_fn, trainer.fp8_recipe ("" = bf16), attn_config.attn_impl."""
+
+    mode: str
+    loss_fn: str
+    fp8: str
+    attn: str
+
+
+CONFIGS = {
+    "eager": Spec("none", "torch_crossentropy", "", "flash"),
+    "compiled": Spec("blocks", "torch_crossentropy", "", "flash"),
+    "fused": Spec("blocks", "chunked_crossentropy", "", "flash"),
+    "liger": Spec("blocks", "liger_crossentropy", "", "flash"),
+    "fp8": Spec("blocks", "chunked_crossentropy", "tensorwise", "flash"),
+    "cudnn": Spec("blocks", "torch_crossentropy", "", "cudnn"),
+    "fused-cudnn": Spec("blocks", "chunked_crossentropy", "", "cudnn"),
+    "fp8-cudnn": Spec("blocks", "torch_crossentropy", "tensorwise", "cudnn"),
+    "fp8-fused-cudnn": Spec("blocks", "chunked_crossentropy", "tensorwise", "cudnn"),
+    "fp8-rowwise": Spec("blocks", "torch_crossentropy", "rowwise", "cudnn"),
 }
+
+
+def spec(config: str) -> Spec:
+    """The `Spec` of `config`: a name of `CONFIGS`, optionally `@N` / `@xN` (a micro-batch: N, or N times the
+    size's usual one: `cudnn@x2`) and optionally after `SIZE:` (only at that size: `mpt-1b:fp8-rowwise`)."""
+    return CONFIGS[config.rpartition(":")[2].partition("@")[0]]
+
+
+def micro_batch(size: str, config: str) -> int:
+    """`config`'s micro-batch at `size`: its `@N` or `@xN` (times the usual), else the size's usual one."""
+    _name, at, mb = config.rpartition(":")[2].partition("@")
+    usual = SIZES[size][3]
+    if not at:
+        return usual
+    return usual * int(mb[1:]) if mb.startswith("x") else int(mb)
+
+
+def config_name(value: str) -> str:
+    """argparse type: see `spec`."""
+    only, _colon, rest = value.rpartition(":")
+    name, at, mb = rest.partition("@")
+    ok_mb = not at or (mb.removeprefix("x").isdigit() and int(mb.removeprefix("x")) >= 1)
+    if name not in CONFIGS or not ok_mb or (only and only not in SIZES):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: use [SIZE:]NAME[@N|@xN], NAME one of {list(CONFIGS)}, SIZE one of {list(SIZES)}"
+        )
+    return value
+
+
+def for_size(size: str, configs: list[str]) -> list[str]:
+    """The configurations that run at `size` (those without `SIZE:`, and those with this size's), unprefixed."""
+    out = []
+    for config in configs:
+        only, _colon, rest = config.rpartition(":")
+        if not only or only == size:
+            out.append(rest)
+    return out
+
+
 WARMUP = 3
+LR, LR_WARMUP = 6e-4, 10
+"""Peak learning rate and its linear warm-up steps. Without a warm-up (the first matrix, issue 43) Adam's first
+steps at the full rate made the 125m curves spike, in bf16 as in FP8 (6.4 -> 8.7 at step 18 at micro-batch
+64, bf16): the spike seen in the FP8 row was the recipe's, not FP8's."""
 
 
 def batches(
@@ -82,9 +139,11 @@ def batches(
     return list(ids_used[state].split(batch))
 
 
-def flops_per_step(size: str) -> float:
-    """Approximate training FLOPs of one step at `size` (6N + attention; tied embedding), for estimates."""
-    d, _h, layers, mb, vocab, seq = SIZES[size]
+def flops_per_step(size: str, mb: int | None = None) -> float:
+    """Approximate training FLOPs of one step at `size` (6N + attention; tied embedding) and micro-batch `mb`
+    (the size's usual one by default), for estimates."""
+    d, _h, layers, usual, vocab, seq = SIZES[size]
+    mb = mb or usual
     return mb * seq * (6.0 * (12 * layers * d * d + vocab * d) + 12.0 * layers * d * seq)
 
 
@@ -100,34 +159,36 @@ def estimate_s(size: str, config: str, done: list[dict[str, Any]], *, steps: int
     if not ok:
         return 0.0
     same = [r for r in ok if r["case"] == size] or ok
-    step = max(r["step_s"] * flops_per_step(size) / flops_per_step(r["case"]) for r in same)
-    compiled = CONFIGS[config][0] != "none"
-    firsts = [r["first_step_s"] - r["step_s"] for r in ok if (CONFIGS[r["config"]][0] != "none") == compiled]
+    mine = flops_per_step(size, micro_batch(size, config))
+    step = max(r["step_s"] * mine / flops_per_step(r["case"], r.get("micro_batch")) for r in same)
+    compiled = spec(config).mode != "none"
+    firsts = [r["first_step_s"] - r["step_s"] for r in ok if (spec(r["config"]).mode != "none") == compiled]
     first = max(firsts) if firsts else (COMPILE_GUESS_S if compiled else 0.0)
     setup = max(r["seconds"] - r["first_step_s"] - (r["steps"] - 1) * r["step_s"] for r in ok)
     return max(0.0, setup) + first + steps * step
 
 
 def build(
-    size: str, config: str, *, device: torch.device, layers: int | None = None
+    size: str, config: str, *, device: torch.device, layers: int | None = None, loss_fn: str | None = None
 ) -> tuple[Any, torch.nn.Module]:
-    """The model of `size` (with `layers` blocks when given) for `config` on `device` (seeded: every config
-    gets the same weights) and the module to call (compiled as the trainer would)."""
+    """The model of `size` (with `layers` blocks and `loss_fn` when given) for `config` on `device` (seeded:
+    every config gets the same weights) and the module to call (compiled as the trainer would)."""
     from foundry.models import AttnConfig, MPTModelConfig, build_model_on
     from foundry.train.compile import compile_model
     from foundry.train.float8 import check_float8_device, convert_to_float8
 
     d, heads, n_layers, _mb, vocab, seq = SIZES[size]
-    mode, loss_fn, fp8 = CONFIGS[config]
+    mode, usual_loss, fp8, attn_impl = spec(config)
+    loss_fn = loss_fn or usual_loss
     if fp8:
         check_float8_device(device)
-    attn = AttnConfig(attn_impl="flash" if device.type == "cuda" else "torch")
+    attn = AttnConfig(attn_impl=attn_impl if device.type == "cuda" else "torch")
     cfg = MPTModelConfig(d_model=d, n_heads=heads, n_layers=layers or n_layers, vocab_size=vocab, max_seq_len=seq,
                          attn_config=attn, loss_fn=loss_fn, init_device="meta")  # fmt: skip
     torch.manual_seed(0)
     model = build_model_on(cfg, device=device).train()
     if fp8:
-        convert_to_float8(model)
+        convert_to_float8(model, recipe=fp8)
     return model, compile_model(model, mode)
 
 
@@ -139,7 +200,7 @@ def peaks(device: torch.device, config: str) -> dict[str, float]:
         return {}
     name = torch.cuda.get_device_name(device)
     out = {"bf16": peak_flops(name, "amp_bf16")}
-    if CONFIGS[config][2]:
+    if spec(config).fp8:
         out["fp8"] = peak_flops(name, "amp_fp8")
     return {k: v for k, v in out.items() if v}
 
@@ -163,7 +224,7 @@ def run(size: str, config: str, data: list[torch.Tensor], *, device: torch.devic
     """Trains `len(data)` steps; the row of figures (losses every step)."""
     before = cache_counts()
     model, forward = build(size, config, device=device)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), fused=device.type == "cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), fused=device.type == "cuda")
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if cuda:
@@ -174,6 +235,8 @@ def run(size: str, config: str, data: list[torch.Tensor], *, device: torch.devic
             sync()
             start = time.perf_counter()
         ids = ids.to(device, non_blocking=True)
+        for group in opt.param_groups:
+            group["lr"] = LR * min(1.0, (step + 1) / LR_WARMUP)
         with autocast(device):
             loss = forward(input_ids=ids, labels=ids).loss
         loss.backward()
@@ -207,7 +270,7 @@ def run(size: str, config: str, data: list[torch.Tensor], *, device: torch.devic
         row[f"{name}_peak_tflops"] = peak / 1e12
     if cuda:
         row["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
-    if CONFIGS[config][0] != "none":
+    if spec(config).mode != "none":
         row["fxgraph_cache"] = cache_counts(since=before)
     del model, forward, opt
     return row
@@ -216,6 +279,9 @@ def run(size: str, config: str, data: list[torch.Tensor], *, device: torch.devic
 def compare(row: dict[str, Any], reference: dict[str, Any] | None) -> None:
     """Adds the loss check against `reference` (the size's eager row) to `row`."""
     if reference is None or "losses" not in reference or "losses" not in row:
+        return
+    if row.get("micro_batch") != reference.get("micro_batch"):  # other batches: other curves
+        row["tokens_per_s_vs_eager"] = round(row["tokens_per_s"] / reference["tokens_per_s"], 3)
         return
     n = min(len(row["losses"]), len(reference["losses"]))  # the long run's rows go on past eager's steps
     a, b = row["losses"][:n], reference["losses"][:n]
@@ -272,18 +338,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda")
     p.add_argument("--sizes", nargs="*", default=["mpt-125m", "mpt-350m", "mpt-1b", "mpt-3b"], choices=list(SIZES),
                    help="in this order; none (just `--sizes`) with --long-steps runs the long run only")  # fmt: skip
-    p.add_argument(
-        "--configs", nargs="+", default=["eager", "compiled", "fused", "fp8"], choices=list(CONFIGS)
-    )
+    p.add_argument("--configs", nargs="+", default=["eager", "compiled", "fused", "fp8"], type=config_name,
+                   help=f"of {list(CONFIGS)}, each optionally @MICRO_BATCH (cudnn@64)")  # fmt: skip
     p.add_argument("--steps", type=int, default=50, help="steps per configuration (the loss check's length)")
     p.add_argument("--budget-s", type=float, default=1e9, help="skip what would end after this many seconds")
     p.add_argument("--long-steps", type=int, default=0, help="N-step bf16 vs FP8 curves (0: none)")
     p.add_argument("--long-size", default="mpt-1b", choices=list(SIZES))
+    p.add_argument("--long-configs", nargs=2, default=list(LONG_CONFIGS), metavar=("BF16", "FP8"), type=config_name,
+                   help="the long run's bf16 and FP8 configurations")  # fmt: skip
     return p
 
 
-LONG_CONFIGS = {"bf16": "fused", "fp8": "fp8"}
-"""The long run's two halves: compiled blocks + chunked loss, in bf16 and with FP8."""
+LONG_CONFIGS = ("cudnn", "fp8-cudnn")
+"""The long run's two halves by default: what `trainer.speed=auto` runs at 1b in bf16 and with FP8."""
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, int]]]]:
@@ -295,12 +362,12 @@ def plan(args: argparse.Namespace) -> list[tuple[str, list[tuple[str, int]]]]:
         sizes.append(args.long_size)
     out = []
     for size in sizes:
-        configs = list(args.configs) if size in args.sizes else []
+        configs = for_size(size, args.configs) if size in args.sizes else []
         if args.long_steps and size == args.long_size:
-            configs += [c for c in LONG_CONFIGS.values() if c not in configs]
+            configs += [c for c in args.long_configs if c not in configs]
         long = args.long_steps and size == args.long_size
         out.append(
-            (size, [(c, max(args.steps, args.long_steps) if long and c in LONG_CONFIGS.values() else args.steps)
+            (size, [(c, max(args.steps, args.long_steps) if long and c in args.long_configs else args.steps)
                     for c in configs])
         )  # fmt: skip
     return out
@@ -321,8 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     done: list[dict[str, Any]] = []  # every measured row, for the estimates
     for size, configs in plan(args):
-        _d, _h, _l, mb, vocab, seq = SIZES[size]
-        data: list[torch.Tensor] | None = None
+        _d, _h, _l, _mb, vocab, seq = SIZES[size]
+        data: dict[int, list[torch.Tensor]] = {}  # by micro-batch: the same seeded chain
         eager: dict[str, Any] | None = None
         rows: dict[str, dict[str, Any]] = {}
         for config, steps in configs:
@@ -332,30 +399,39 @@ def main(argv: list[str] | None = None) -> int:
                 steps, est = args.steps, estimate_s(size, config, done, steps=args.steps)
                 row = skip({"case": size, "config": config}, time.monotonic() - t0, est, args.budget_s) or {}
             if not row:
-                most = max(n for _c, n in configs)
-                data = data if data is not None else batches(most, batch=mb, seq=seq, vocab=vocab)
-                row = attempt(size, config, data[:steps], device=device)
+                most, mb = max(n for _c, n in configs), micro_batch(size, config)
+                if mb not in data:
+                    data[mb] = batches(most, batch=mb, seq=seq, vocab=vocab)
+                row = attempt(size, config, data[mb][:steps], device=device)
                 if est:
                     row["estimated_s"] = round(est, 1)
                 compare(row, eager)
                 eager = row if config == "eager" else eager
                 done.append(row)
-                failed |= "error" in row and (
-                    device.type == "cuda" or config in ("eager", "compiled", "fused")
-                )
+                failed |= "error" in row and not _expected_error(row, device)
             rows[config] = row
-            emit(row, every=5 if steps > 20 else 1)
+            emit(row, every=5 if steps > 50 else 1)
         if args.long_steps and size == args.long_size:
-            failed |= long_report(size, args.long_steps, rows, device=device)
+            failed |= long_report(size, args.long_steps, rows, device=device, long_configs=args.long_configs)
     return 1 if failed else 0
 
 
-def long_report(size: str, steps: int, rows: dict[str, dict[str, Any]], *, device: torch.device) -> bool:
+def _expected_error(row: dict[str, Any], device: torch.device) -> bool:
+    """An error that is a measurement, not a failure: out of memory at a larger micro-batch (`@N`: the row
+    says it does not fit), or FP8 / a GPU-only kernel off the GPU."""
+    if "@" in row["config"] and "OutOfMemoryError" in row["error"]:
+        return True
+    return device.type != "cuda" and (bool(spec(row["config"]).fp8) or row["config"] == "liger")
+
+
+def long_report(
+    size: str, steps: int, rows: dict[str, dict[str, Any]], *, device: torch.device, long_configs: list[str]
+) -> bool:
     """The long run's line from its two rows: both loss curves (every 10th step), the final losses' relative
     difference, the FP8 / bf16 tokens/s ratio. True when the bf16 half failed (or FP8 on CUDA); a budget skip
     is no failure; a half the budget cut to the matrix's steps is reported skipped."""
     out: dict[str, Any] = {"long_run": size, "steps": steps}
-    for name, config in LONG_CONFIGS.items():
+    for name, config in zip(("bf16", "fp8"), long_configs, strict=True):
         row = rows.get(config, {"skipped": "not in the plan"})
         if "losses" in row and len(row["losses"]) < steps:  # the budget allowed the matrix's steps only
             row = {"skipped": f"time budget: ran {len(row['losses'])} steps, not {steps}"}
@@ -365,7 +441,7 @@ def long_report(size: str, steps: int, rows: dict[str, dict[str, Any]], *, devic
             out[f"{name}_tokens_per_s"] = row["tokens_per_s"]
             out[f"{name}_first_step_s"] = row["first_step_s"]
             out[f"{name}_curve_every_10"] = row["losses"][::10] + row["losses"][-1:]
-    bf16, fp8 = (rows.get(c, {}) for c in LONG_CONFIGS.values())
+    bf16, fp8 = (rows.get(c, {}) for c in long_configs)
     if all(len(r.get("losses", ())) >= steps for r in (bf16, fp8)):
         a, b = fp8["losses"][-1], bf16["losses"][-1]
         out["final_loss_rel_diff"] = round(abs(a - b) / abs(b), 5)

@@ -25,15 +25,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_matrix import (  # noqa: E402
-    CONFIGS,
     SIZES,
     autocast,
     batches,
     build,
     cache_counts,
+    config_name,
     emit,
     error_text,
+    for_size,
     free,
+    micro_batch,
+    spec,
 )
 
 
@@ -44,9 +47,12 @@ def warm(size: str, config: str, *, device: torch.device) -> dict[str, Any]:
     its seconds and the cache counts (misses: compiled here), or its error."""
     start = time.monotonic()
     before = cache_counts()
-    _d, _h, _l, mb, vocab, seq = SIZES[size]
+    _d, _h, _l, _mb, vocab, seq = SIZES[size]
+    mb = micro_batch(size, config)
     try:
-        model, forward = build(size, config, device=device, layers=1)
+        # the chunked loss whatever the configuration's (the loss is outside the block graph): several warm-ups
+        # share the GPU, and full logits at a large micro-batch would not fit beside each other
+        model, forward = build(size, config, device=device, layers=1, loss_fn="chunked_crossentropy")
         ids = batches(1, batch=mb, seq=seq, vocab=vocab)[0].to(device)
         with autocast(device):
             loss = forward(input_ids=ids, labels=ids).loss
@@ -61,17 +67,19 @@ def warm(size: str, config: str, *, device: torch.device) -> dict[str, Any]:
 
 
 def warm_targets(sizes: list[str], configs: list[str]) -> list[tuple[str, str]]:
-    """(size, config) to compile, one per distinct block graph: compiled, fused and liger share one (the loss
-    is outside the blocks; it is compiled as `fused`, whose loss holds no full logits), fp8 has its own, eager
-    has none."""
-    seen: set[tuple[str, bool]] = set()
+    """(size, config) to compile, one per distinct block graph: configurations that differ only in the loss
+    share one (the loss is outside the blocks), while the FP8 recipe, the attention kernel and the micro-batch
+    (`@N`: the graph's shape) each make their own; eager has none. Each is compiled as the first configuration
+    that needs it."""
+    seen: set[tuple[str, str, str, int]] = set()
     out = []
     for size in sizes:
-        for config in configs:
-            mode, _loss, fp8 = CONFIGS[config]
-            if mode != "none" and (size, fp8) not in seen:
-                seen.add((size, fp8))
-                out.append((size, "fp8" if fp8 else "fused"))  # the chunked loss: no full logits to hold
+        for config in for_size(size, configs):
+            s = spec(config)
+            key = (size, s.fp8, s.attn, micro_batch(size, config))
+            if s.mode != "none" and key not in seen:
+                seen.add(key)
+                out.append((size, config))
     return out
 
 
@@ -79,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--sizes", nargs="+", default=["mpt-1b"], choices=list(SIZES))
-    p.add_argument("--configs", nargs="+", default=["compiled", "fp8"], choices=list(CONFIGS))
+    p.add_argument("--configs", nargs="+", default=["compiled", "fp8"], type=config_name)
     return p
 
 
@@ -90,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     for size, config in warm_targets(args.sizes, args.configs):
         row = warm(size, config, device=device)
         emit(row)
-        failed |= "error" in row and (device.type == "cuda" or not CONFIGS[config][2])
+        failed |= "error" in row and (device.type == "cuda" or not spec(config).fp8)
     return 1 if failed else 0
 
 

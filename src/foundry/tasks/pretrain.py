@@ -47,6 +47,7 @@ from foundry.tasks.resume_message import resume_refusal
 from foundry.tasks.run_record import RunRecord
 from foundry.tokenizers import build_tokenizer
 from foundry.train.float8 import check_float8_device, convert_to_float8
+from foundry.train.speed import apply_speed
 from foundry.train.loop import Trainer
 from foundry.train.metadata import write_run_metadata
 from foundry.train.state import seed_all, set_deterministic
@@ -123,6 +124,9 @@ def _pretrain(
     cfg: TrainConfig, *, run_dir: Path, ctx: DistContext, data_builder: DataBuilder, record: RunRecord
 ) -> dict[str, float]:
     world = process_world(ctx)
+    cfg, speed = apply_speed(cfg, device=ctx.device)
+    if speed is not None and ctx.is_main:
+        print(f"[foundry] {speed}", flush=True)
     seed_all(cfg.seed)
     if cfg.trainer.deterministic:
         set_deterministic()
@@ -257,7 +261,12 @@ def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: D
         cfg.model, device=ctx.device, tokenizer=tokenizer, defer_init=pc.strategy == "fsdp"
     )
     if plan.precision == "amp_fp8":  # FSDP over several ranks all-gathers the converted weights in FP8
-        convert_to_float8(model, fsdp_all_gather=pc.strategy == "fsdp" and ctx.world_size > 1)
+        convert_to_float8(
+            model,
+            fsdp_all_gather=pc.strategy == "fsdp" and ctx.world_size > 1,
+            recipe=cfg.trainer.fp8_recipe,
+            min_dim=cfg.trainer.fp8_min_dim,
+        )
     if pc.distributed or pc.activation_checkpointing:
         model = wrap_model(model, cfg=pc, ctx=ctx, precision=plan.precision)
     optimizer = build_optimizer(cfg.optimizer, model=model)

@@ -67,6 +67,14 @@ class TrainerConfig:
     """`false`; `true` (= `model`: `torch.compile` of the whole model); or `blocks`: each transformer block
     compiled, one graph reused by every layer (`foundry.train.compile`). The first steps are slow while it
     compiles."""
+    speed: str = "off"
+    """`auto`: on a GPU, the fastest configuration `make gpu-check` measured for the model's size (compiled
+    blocks, cuDNN attention, FP8 where it wins; `foundry.train.speed`), filled into the settings left at their
+    defaults and named in the run's first lines; `off`: the settings as given. `trainer=gpu` sets `auto`."""
+    fp8_recipe: str = "tensorwise"
+    """With `amp_fp8`: torchao's `tensorwise` (fastest) or `rowwise` (a scale per row) scaling."""
+    fp8_min_dim: int = 16
+    """With `amp_fp8`: linear layers with a dimension under this stay bf16 (small matmuls lose to the casts)."""
     compile_dynamic: bool | None = None
     """null (default): graphs start specialised on the batch shape and a dimension that changes becomes dynamic
     in the one recompilation that follows (PyTorch's automatic dynamic shapes: `auto` micro-batching or batches
@@ -92,6 +100,12 @@ class TrainerConfig:
         _check_duration("max_duration", self.max_duration)
         _check_duration("eval_interval", self.eval_interval)
         self.compile = normalize_compile(self.compile)
+        if self.speed not in ("off", "auto"):
+            raise ValueError(f"trainer.speed={self.speed!r}: use auto or off")
+        if self.fp8_recipe not in ("tensorwise", "rowwise"):
+            raise ValueError(f"trainer.fp8_recipe={self.fp8_recipe!r}: use tensorwise or rowwise")
+        if self.fp8_min_dim < 16:
+            raise ValueError(f"trainer.fp8_min_dim={self.fp8_min_dim}: must be >= 16 (FP8 matmul tiles)")
         if self.global_train_batch_size < 1:
             raise ValueError(f"trainer.global_train_batch_size={self.global_train_batch_size} must be >= 1")
         mb = self.device_train_microbatch_size

@@ -9,7 +9,11 @@ state and everything else stay as they were (fp32 masters, bf16 autocast), and s
 layers (MPT's init markers, which a meta-device build reads when it materialises) are copied to the new ones.
 The embedding and the output head are left alone (torchtitan's default too: the head's large vocabulary
 dimension is where FP8 costs the most accuracy). A layer whose dimensions are not multiples of 16 (what FP8
-matmuls need) is skipped.
+matmuls need) is skipped, and so is one smaller than `min_dim` in either dimension (`trainer.fp8_min_dim`):
+a small matmul gains less from FP8 than its casts (reading the input, writing the FP8 copy and the scale) cost,
+which is why FP8 loses at 125m/350m on an H100 (issue 43). Recipes (`trainer.fp8_recipe`, torchao's names):
+`tensorwise` (one dynamic scale per tensor; the fastest) or `rowwise` (a scale per row: more accurate, its
+casts cost more; no FP8 all-gather).
 FSDP2's float8 all-gather (`fsdp_all_gather`, on whenever FSDP shards over several ranks): the converted weights'
 shards are cast to FP8 before FSDP all-gathers them (1 byte per weight instead of bf16's 2); each weight's scale
 comes from its global amax (one all-reduce per weight, inside FSDP's pre-all-gather hook). torchao's batched
@@ -19,6 +23,7 @@ stale when the spike guard rolls the weights back or a checkpoint is loaded, and
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -26,7 +31,15 @@ from torch import nn
 
 from foundry.precision import check_precision
 
-__all__ = ["TORCHAO_SPEC", "check_float8_device", "convert_to_float8", "float8_linear_names"]
+__all__ = [
+    "FP8_RECIPES",
+    "TORCHAO_SPEC",
+    "check_float8_device",
+    "convert_to_float8",
+    "float8_linear_names",
+]
+
+FP8_RECIPES = ("tensorwise", "rowwise")
 
 TORCHAO_SPEC = "torchao>=0.17"
 """What to install (0.17 and later are ABI-stable against torch >= 2.11)."""
@@ -50,8 +63,9 @@ def check_float8_device(device: torch.device) -> None:
     _torchao_float8()
 
 
-def float8_linear_names(model: nn.Module) -> list[str]:
-    """Names of the linear layers FP8 applies to: inside transformer blocks, both dimensions multiples of 16."""
+def float8_linear_names(model: nn.Module, *, min_dim: int = 16) -> list[str]:
+    """Names of the linear layers FP8 applies to: inside transformer blocks, both dimensions multiples of 16
+    and at least `min_dim`."""
     from foundry.parallel.wrap import transformer_blocks
 
     inside = {id(m) for block in transformer_blocks(model) for m in block.modules()}
@@ -62,30 +76,47 @@ def float8_linear_names(model: nn.Module) -> list[str]:
         and id(m) in inside
         and m.in_features % 16 == 0
         and m.out_features % 16 == 0
+        and min(m.in_features, m.out_features) >= min_dim
     ]
 
 
-def convert_to_float8(model: nn.Module, *, emulate: bool = False, fsdp_all_gather: bool = False) -> list[str]:
+def convert_to_float8(
+    model: nn.Module,
+    *,
+    emulate: bool = False,
+    fsdp_all_gather: bool = False,
+    recipe: str = "tensorwise",
+    min_dim: int = 16,
+) -> list[str]:
     """Swaps the blocks' linear layers for torchao's `Float8Linear` in place; returns their names.
 
     Args:
         model: The built model, before `wrap_model` and compilation.
         emulate: torchao's emulation (FP8 casts, matmul in high precision): for tests on any device.
-        fsdp_all_gather: FSDP2 all-gathers the converted weights in FP8 (for FSDP over several ranks).
+        fsdp_all_gather: FSDP2 all-gathers the converted weights in FP8 (for FSDP over several ranks;
+            tensorwise only: rowwise all-gathers bf16).
+        recipe: `tensorwise` or `rowwise` (torchao's recipe names).
+        min_dim: Layers with a dimension under this stay bf16.
 
     Raises:
-        ValueError: torchao is missing, or no layer qualifies.
+        ValueError: torchao is missing, the recipe is unknown, or no layer qualifies.
     """
     float8 = _torchao_float8()
-    names = set(float8_linear_names(model))
+    if recipe not in FP8_RECIPES:
+        raise ValueError(f"trainer.fp8_recipe={recipe!r}: choose one of {list(FP8_RECIPES)}")
+    names = set(float8_linear_names(model, min_dim=min_dim))
     if not names:
         raise ValueError(
             "trainer.precision=amp_fp8 found no linear layer to run in FP8 (transformer blocks with "
-            "dimensions that are multiples of 16); use amp_bf16"
+            f"dimensions that are multiples of 16 and at least trainer.fp8_min_dim={min_dim}); lower "
+            "trainer.fp8_min_dim or use amp_bf16"
         )
     # the model's own attributes on its layers (e.g. MPT's `_is_residual` init markers) survive the swap
     marks = {n: dict(vars(m)) for n, m in model.named_modules() if n in names}
-    config = float8.Float8LinearConfig(emulate=emulate, enable_fsdp_float8_all_gather=fsdp_all_gather)
+    if recipe == "tensorwise":
+        config = float8.Float8LinearConfig(emulate=emulate, enable_fsdp_float8_all_gather=fsdp_all_gather)
+    else:
+        config = replace(float8.Float8LinearConfig.from_recipe_name(recipe), emulate=emulate)
     float8.convert_to_float8_training(model, config=config, module_filter_fn=lambda _m, fqn: fqn in names)
     for name, module in model.named_modules():
         for key, value in marks.get(name, {}).items():

@@ -6,6 +6,12 @@ its flash / fused CPU kernel. Everything else (ALiBi, sliding window, sequence i
 with several new tokens) is folded into ONE additive mask built once per forward by `build_attn_mask` and
 shared by all layers. Position tables (ALiBi slopes, RoPE cos/sin sized to max_seq_len) are non-persistent
 buffers of `PositionTables`, computed once, never per step.
+
+SDPA's kernel (`attn_config.attn_impl`): `torch` leaves the choice to PyTorch's default order; `flash` and
+`cudnn` put that kernel first (`sdpa_kernel(..., set_priority=True)` around the one call, traced by
+torch.compile like any context manager), every other backend after it, so a call the first cannot serve
+(a mask, an odd head dim, the CPU) falls back instead of failing. cuDNN's fused attention is the fast one on
+Hopper (measured by `make gpu-check`; `trainer.speed=auto` picks it there).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from foundry.models.mpt.layers import build_norm, mark_fused, mark_residual
 from foundry.models.mpt.schema import AttnConfig
@@ -183,6 +190,22 @@ class PositionTables(nn.Module):
         return self.cos[position_ids][:, None].to(dtype), self.sin[position_ids][:, None].to(dtype)
 
 
+_FIRST = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
+_ALL = [
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.MATH,
+]
+
+
+def sdpa_order(attn_impl: str) -> list[SDPBackend] | None:
+    """SDPA's backends in priority order for `attn_impl` (its kernel first, then every other), or None
+    (`torch`: PyTorch's own order)."""
+    first = _FIRST.get(attn_impl)
+    return None if first is None else [first, *(b for b in _ALL if b != first)]
+
+
 class GroupedQueryAttention(nn.Module):
     """Fused-QKV attention with H query heads and Hk K/V heads (MHA: Hk=H, MQA: Hk=1).
 
@@ -210,6 +233,7 @@ class GroupedQueryAttention(nn.Module):
         self.clip_qkv = attn.clip_qkv
         self.softmax_scale = attn.softmax_scale
         self.attn_pdrop = attn.attn_pdrop
+        self.sdpa_order = sdpa_order(attn.attn_impl)
         self.Wqkv = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=not no_bias)
         mark_fused(self.Wqkv, dim=0, splits=[d_model, d_model + self.kv_dim])
         self.q_ln: nn.Module | None = None
@@ -250,7 +274,23 @@ class GroupedQueryAttention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        out = F.scaled_dot_product_attention(
+        if self.sdpa_order is None:
+            out = self._sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        else:
+            with sdpa_kernel(self.sdpa_order, set_priority=True):
+                out = self._sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        return self.out_proj(out.transpose(1, 2).reshape(bsz, seq, d_model))
+
+    def _sdpa(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        attn_mask: torch.Tensor | None,
+        is_causal: bool,
+    ) -> torch.Tensor:
+        return F.scaled_dot_product_attention(
             q,
             k,
             v,
@@ -260,4 +300,3 @@ class GroupedQueryAttention(nn.Module):
             scale=self.softmax_scale,
             enable_gqa=self.kv_n_heads != self.n_heads,
         )
-        return self.out_proj(out.transpose(1, 2).reshape(bsz, seq, d_model))

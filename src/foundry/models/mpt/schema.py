@@ -21,7 +21,7 @@ from foundry.models.schema import ModelConfig
 __all__ = ["AttnConfig", "FFNConfig", "InitConfig", "MPTModelConfig"]
 
 LOSS_FNS = ("torch_crossentropy", "chunked_crossentropy", "liger_crossentropy")
-ATTN_IMPLS = ("torch", "flash")
+ATTN_IMPLS = ("torch", "flash", "cudnn")
 ATTN_TYPES = ("multihead_attention", "multiquery_attention", "grouped_query_attention")
 ROPE_IMPLS = ("dail", "hf")
 ROPE_HF_TYPES = ("no_scaling", "linear", "dynamic", "llama3")
@@ -56,7 +56,8 @@ class AttnConfig:
     attn_pdrop: float = 0.0
     """Dropout on attention probabilities (training only)."""
     attn_impl: str = "torch"
-    """`torch` = scaled_dot_product_attention; `flash` = same call, SDPA's flash kernel on a GPU."""
+    """`torch` = scaled_dot_product_attention with PyTorch's own kernel order; `flash` / `cudnn` = the same call
+    with SDPA's flash / cuDNN kernel first (the others as fallbacks; cuDNN is the faster one on Hopper)."""
     qk_ln: bool = False
     """Normalise the full Q and K vectors (norm of `norm_type`)."""
     qk_gn: bool = False
