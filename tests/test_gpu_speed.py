@@ -88,7 +88,9 @@ def test_fused_losses_are_as_close_to_fp32_as_the_plain_bf16_loss(impl: str) -> 
     fused = chunked_linear_cross_entropy if impl == "chunked" else liger_linear_cross_entropy
     ref = _loss_and_grads(lambda: shifted_cross_entropy(torch.nn.functional.linear(h, w), labels), (h, w))
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        plain = _loss_and_grads(lambda: shifted_cross_entropy(torch.nn.functional.linear(h, w), labels), (h, w))
+        plain = _loss_and_grads(
+            lambda: shifted_cross_entropy(torch.nn.functional.linear(h, w), labels), (h, w)
+        )
         got = _loss_and_grads(lambda: fused(h, w, labels), (h, w))
     for name, a, b, r in zip(("loss", "grad h", "grad w"), got, plain, ref, strict=True):
         err, base = rel(a, r), rel(b, r)
@@ -113,7 +115,9 @@ def _markov(steps: int, *, batch: int = 8, seq: int = 256, active: int = 128) ->
     return [x.cuda() for x in ids[state].split(batch)]
 
 
-def _model(*, fp8: str = "", attn: str = "torch", loss_fn: str = "torch_crossentropy", compiled: bool) -> MPTForCausalLM:
+def _model(
+    *, fp8: str = "", attn: str = "torch", loss_fn: str = "torch_crossentropy", compiled: bool
+) -> MPTForCausalLM:
     torch.manual_seed(0)
     torch._dynamo.reset()
     cfg = MPTConfig(d_model=256, n_heads=4, n_layers=4, vocab_size=V, max_seq_len=256, loss_fn=loss_fn,

@@ -5,26 +5,32 @@ workers included), and a failing step is one line `{"check": NAME, "ok": false, 
 end of its output) after which the next step runs; the exit code is 1 when any step failed. No step runs past
 `--total-s` (default 570) from the start: a step's limit is cut to what is left, and a step with under 20 s
 left is not run (`"error": "not run: ..."`, counted as failed). The steps' own JSON lines (the speed matrix,
-the trainer overhead, the runs' final metrics) pass through as they are printed. Steps, with their limits (seconds):
+the attention kernels, the trainer overhead, the runs' final metrics) pass through as they are printed. Steps,
+with their limits (seconds):
 
-    (warm)          gpu_warm.py, one process per size x block graph, beside test-gpu               until 200
-    test-gpu        pytest -m gpu (tests/test_gpu.py, tests/test_gpu_speed.py)                          240
-    matrix          gpu_matrix.py: mpt-1b/125m/350m/3b x eager/compiled/fused/fp8, 50 steps each,     budget
-                    mpt-1b's fused and fp8 for 200 (the bf16 vs FP8 curves: its `long_run` line)
+    (warm)          gpu_warm.py, one process per block graph of the matrix, beside test-gpu          until 240
+    test-gpu        pytest -m gpu (tests/test_gpu.py, tests/test_gpu_speed.py)                          300
+    matrix          gpu_matrix.py: mpt-1b/125m/350m/3b x `MATRIX_CONFIGS` (what `trainer.speed=auto`    budget
+                    runs and its alternatives: cuDNN attention, twice the micro-batch, FP8), 30 steps
+                    each; mpt-1b's bf16 and FP8 rows for 200 (their `long_run` line: the loss parity)
+    sdpa            sdpa_backends.py: flash vs cuDNN vs memory-efficient attention at each size          60
     overhead        trainer_overhead.py --gpu: trainer vs bare loop, compiled blocks + chunked loss       100
     loss            fused_loss.py --compile: plain vs chunked loss, eager vs compiled math, 125m head       90
                     (only with --only loss: the matrix's rows show the loss options in place)
     fsdp-bf16       train.py, FSDP2 on every local GPU, 2 steps, bf16 (only with --only fsdp-bf16)          60
-    fsdp-fast       the same with trainer.compile=blocks, the chunked loss and amp_fp8                     90
+    fsdp-fast       the same with trainer.compile=blocks, the chunked loss and amp_fp8 (only with          90
+                    --only fsdp-fast: its minutes go to the matrix on one GPU)
 
 The matrix gets what `--total-s` leaves after the later steps' usual time (`EXPECTED_AFTER_MATRIX`); a
 configuration starts only if its estimated end is within that budget (a `skipped` line otherwise), sizes in the
-order 1b, 125m, 350m, 3b (3b is the one that may not fit). Warm-up: compiling a block graph takes tens of
-seconds and the matrix needs eight (4 sizes x bf16/FP8), so when the matrix is to run, `gpu_warm.py` processes
-compile them into inductor's on-disk caches while the GPU tests run (compile workers split between them; the
-tests time nothing); the matrix waits for them until `WARM_UNTIL_S` from the start (stragglers are killed),
-then finds its graphs in the cache. Their outcome is one `{"check": "warm", ...}` line, not counted as a step:
-a failed warm-up only costs the matrix its own compiles. `--only NAME ...` runs some steps.
+order 1b, 125m, 350m, 3b (3b is the one that may not fit). Warm-up: compiling a block graph takes 30-80 s
+and the matrix needs one per size x attention kernel x FP8 recipe x micro-batch (11 by default), so when the
+matrix is to run, `gpu_warm.py` processes compile them into inductor's on-disk caches while the GPU tests run
+(compile workers split between them, 4 cores left to the tests; the tests time nothing); the matrix waits for
+them until `WARM_UNTIL_S` from the start (stragglers are killed), then finds its graphs in the cache. Their
+outcome is one `{"check": "warm", ...}` line, not counted as a step: a failed warm-up only costs the matrix its
+own compiles. `--only NAME ...` runs some steps; `--matrix-sizes/--matrix-configs/--matrix-steps/--long-steps`
+change the matrix.
 """
 
 from __future__ import annotations
@@ -71,15 +77,15 @@ def _gpus(py: str) -> int:
     return max(1, int(out.stdout.strip() or 1))
 
 
-OPTIONAL = {"fsdp-bf16", "loss"}
-"""Steps run only when `--only` names them (the bf16 2-step run is covered by test-gpu's train.py test, the
-losses by the matrix's compiled/fused rows; their minutes go to the matrix)."""
-EXPECTED_AFTER_MATRIX = {"sdpa": 25, "overhead": 60, "loss": 45, "fsdp-bf16": 40, "fsdp-fast": 60}
+OPTIONAL = {"fsdp-bf16", "fsdp-fast", "loss"}
+"""Steps run only when `--only` names them (the 2-step runs are covered by test-gpu's train.py tests, the
+losses by the matrix's rows; their minutes go to the matrix)."""
+EXPECTED_AFTER_MATRIX = {"sdpa": 20, "overhead": 60, "loss": 45, "fsdp-bf16": 40, "fsdp-fast": 60}
 """Seconds each later step usually takes on one H100: what the matrix leaves them."""
 MATRIX_SIZES = ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
-MATRIX_CONFIGS = ["eager", "compiled", "fused", "fp8"]
+MATRIX_CONFIGS = ["cudnn", "mpt-125m:cudnn@x2", "mpt-350m:cudnn@x2", "fp8-cudnn", "mpt-1b:fp8-cudnn@x2"]
 """The matrix's configurations (`--matrix-configs`; gpu_matrix.py's `[SIZE:]NAME[@N|@xN]`)."""
-WARM_UNTIL_S = 200.0
+WARM_UNTIL_S = 240.0
 """The matrix waits for the warm-up at most this long from the start."""
 
 
@@ -88,7 +94,7 @@ def steps(
     *,
     sizes: list[str] = MATRIX_SIZES,
     configs: list[str] = MATRIX_CONFIGS,
-    matrix_steps: int = 50,
+    matrix_steps: int = 30,
     long_steps: int = 200,
 ) -> list[tuple[str, list[str], float]]:
     """(name, command, time limit) of every check, in order; the matrix's command gets its budget at run time."""
@@ -107,12 +113,24 @@ def steps(
                 "tests/test_gpu.py",
                 "tests/test_gpu_speed.py",
             ],
-            240,
+            300,
         ),  # fmt: skip
         (
             "matrix",
-            [py, str(BENCH / "gpu_matrix.py"), "--sizes", *sizes, "--configs", *configs, "--steps",
-             str(matrix_steps), "--long-steps", str(long_steps), "--long-size", "mpt-1b"],
+            [
+                py,
+                str(BENCH / "gpu_matrix.py"),
+                "--sizes",
+                *sizes,
+                "--configs",
+                *configs,
+                "--steps",
+                str(matrix_steps),
+                "--long-steps",
+                str(long_steps),
+                "--long-size",
+                "mpt-1b",
+            ],
             0,
         ),  # fmt: skip
         ("sdpa", [py, str(BENCH / "sdpa_backends.py"), "--sizes", *sizes], 60),
@@ -168,19 +186,23 @@ def _kill_group(proc: subprocess.Popen, fired: threading.Event | None = None) ->
         pass
 
 
-def warm_commands(py: str, sizes: list[str] = MATRIX_SIZES, configs: list[str] = MATRIX_CONFIGS) -> list[list[str]]:
+def warm_commands(
+    py: str, sizes: list[str] = MATRIX_SIZES, configs: list[str] = MATRIX_CONFIGS
+) -> list[list[str]]:
     """One `gpu_warm.py` per block graph of the matrix (`gpu_warm.warm_targets`)."""
     from gpu_warm import warm_targets
 
     script = str(BENCH / "gpu_warm.py")
-    return [[py, script, "--sizes", size, "--configs", config] for size, config in warm_targets(sizes, configs)]
+    return [
+        [py, script, "--sizes", size, "--configs", config] for size, config in warm_targets(sizes, configs)
+    ]
 
 
 def start_warm(commands: list[list[str]], logs: Path) -> list[tuple[subprocess.Popen, Path]]:
     """Starts every warm-up (own process group, output to a file in `logs`), inductor's compile workers split
-    between them."""
+    between them (4 cores left to the GPU tests beside them: with every core compiling, the tests ran 234 s)."""
     logs.mkdir(parents=True, exist_ok=True)
-    threads = max(1, (os.cpu_count() or 1) // max(1, len(commands)))
+    threads = max(1, ((os.cpu_count() or 1) - 4) // max(1, len(commands)))  # 4 cores for the GPU tests
     env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(threads)}
     procs = []
     for i, cmd in enumerate(commands):
@@ -261,7 +283,7 @@ def main() -> int:
     p.add_argument("--no-warm", action="store_true", help="no warm-up: the matrix compiles for itself")
     p.add_argument("--matrix-sizes", nargs="+", default=MATRIX_SIZES)
     p.add_argument("--matrix-configs", nargs="+", default=MATRIX_CONFIGS)
-    p.add_argument("--matrix-steps", type=int, default=50)
+    p.add_argument("--matrix-steps", type=int, default=30)
     p.add_argument("--long-steps", type=int, default=200, help="the long bf16 vs FP8 run's steps (0: none)")
     args = p.parse_args()
     start = time.monotonic()

@@ -52,6 +52,8 @@ SIZES = {  # name: (d_model, n_heads, n_layers, micro batch, vocab, seq)
     "mpt-1b": (2048, 16, 24, 8, 50368, 2048),
     "mpt-3b": (2560, 20, 32, 4, 50368, 2048),
 }
+
+
 class Spec(NamedTuple):
     """A configuration: trainer.compile, model.loss_fn, trainer.fp8_recipe ("" = bf16), attn_config.attn_impl."""
 

@@ -73,7 +73,9 @@ def measure(size: str, *, device: torch.device, backends: list[str], reps: int) 
     hd = d // heads
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(mb, heads, seq, hd, generator=g).to(device, dtype).requires_grad_() for _ in range(3))
+    q, k, v = (
+        torch.randn(mb, heads, seq, hd, generator=g).to(device, dtype).requires_grad_() for _ in range(3)
+    )
     row: dict[str, Any] = {"case": size, "shape": [mb, heads, seq, hd], "dtype": str(dtype)}
     flops = attention_flops(mb, heads, seq, hd)
     ref = None
@@ -87,7 +89,9 @@ def measure(size: str, *, device: torch.device, backends: list[str], reps: int) 
         if ref is None:
             ref = out
         else:
-            entry["rel_diff_vs_first"] = round(((out.float() - ref.float()).norm() / ref.float().norm()).item(), 5)
+            entry["rel_diff_vs_first"] = round(
+                ((out.float() - ref.float()).norm() / ref.float().norm()).item(), 5
+            )
         row[name] = entry
     timed = {n: r["ms"] for n, r in row.items() if isinstance(r, dict) and "ms" in r}
     if timed:
@@ -98,12 +102,16 @@ def measure(size: str, *, device: torch.device, backends: list[str], reps: int) 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
-    p.add_argument("--sizes", nargs="+", default=["mpt-125m", "mpt-350m", "mpt-1b", "mpt-3b"], choices=list(SIZES))
+    p.add_argument(
+        "--sizes", nargs="+", default=["mpt-125m", "mpt-350m", "mpt-1b", "mpt-3b"], choices=list(SIZES)
+    )
     p.add_argument("--backends", nargs="+", default=["flash", "cudnn", "efficient"], choices=list(BACKENDS))
     p.add_argument("--reps", type=int, default=10)
     args = p.parse_args(argv)
     device = torch.device(args.device)
-    print(json.dumps({"bench": "sdpa_backends", "machine": machine(), "torch": torch.__version__}), flush=True)
+    print(
+        json.dumps({"bench": "sdpa_backends", "machine": machine(), "torch": torch.__version__}), flush=True
+    )
     for size in args.sizes:
         print(json.dumps(measure(size, device=device, backends=args.backends, reps=args.reps)), flush=True)
     return 0

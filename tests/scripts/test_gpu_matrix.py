@@ -86,8 +86,9 @@ def test_gpu_check_commands_parse():
             parsed[name] = fused_loss.parser().parse_args(cmd[2:])
     matrix = parsed["matrix"]
     assert matrix.sizes == ["mpt-1b", "mpt-125m", "mpt-350m", "mpt-3b"]
-    assert matrix.configs == ["eager", "compiled", "fused", "fp8"] and matrix.steps == 50
+    assert matrix.configs == gpu_check.MATRIX_CONFIGS and matrix.steps == 30
     assert matrix.long_steps == 200 and matrix.long_size == "mpt-1b"
+    assert matrix.long_configs == ["cudnn", "fp8-cudnn"]  # what trainer.speed=auto runs at 1b, bf16 and FP8
     ov = parsed["overhead"]
     assert ov.gpu and ov.compile == "blocks" and ov.loss_fn == "chunked_crossentropy"
     loss = parsed["loss"]
@@ -96,34 +97,86 @@ def test_gpu_check_commands_parse():
     warm = [gpu_warm.parser().parse_args(cmd[2:]) for cmd in gpu_check.warm_commands(sys.executable)]
     got = {(a.sizes[0], a.configs[0]) for a in warm}
     want = set(gpu_warm.warm_targets(matrix.sizes, matrix.configs))
-    assert got == want and len(want) == 8
+    assert got == want and len(want) == 11
 
 
 def test_warm_targets_one_per_block_graph():
+    """The loss is outside the block graph; the FP8 recipe, the attention kernel and the micro-batch are not."""
     assert gpu_warm.warm_targets(["mpt-1b"], ["eager", "compiled", "fused", "liger", "fp8"]) == [
-        ("mpt-1b", "fused"),
+        ("mpt-1b", "compiled"),
         ("mpt-1b", "fp8"),
     ]
     assert gpu_warm.warm_targets(["mpt-1b", "mpt-125m"], ["eager", "compiled"]) == [
-        ("mpt-1b", "fused"),
-        ("mpt-125m", "fused"),
+        ("mpt-1b", "compiled"),
+        ("mpt-125m", "compiled"),
     ]
     assert gpu_warm.warm_targets(["mpt-1b"], ["eager"]) == []
+    configs = [
+        "cudnn",
+        "fused-cudnn",
+        "cudnn@x2",
+        "cudnn@16",
+        "fp8-cudnn",
+        "fp8-rowwise",
+        "mpt-125m:fp8-fused-cudnn",
+    ]
+    assert gpu_warm.warm_targets(["mpt-1b", "mpt-125m"], configs) == [
+        ("mpt-1b", "cudnn"),  # fused-cudnn: the same blocks
+        ("mpt-1b", "cudnn@x2"),  # cudnn@16 = cudnn@x2 at 1b (micro-batch 8)
+        ("mpt-1b", "fp8-cudnn"),
+        ("mpt-1b", "fp8-rowwise"),
+        ("mpt-125m", "cudnn"),
+        ("mpt-125m", "cudnn@x2"),
+        ("mpt-125m", "cudnn@16"),
+        ("mpt-125m", "fp8-cudnn"),  # fp8-fused-cudnn: the same blocks
+        ("mpt-125m", "fp8-rowwise"),
+    ]
+
+
+def test_config_names_micro_batches_and_sizes():
+    assert gpu_matrix.micro_batch("mpt-1b", "cudnn") == 8
+    assert (
+        gpu_matrix.micro_batch("mpt-1b", "cudnn@x2") == 16
+        and gpu_matrix.micro_batch("mpt-125m", "cudnn@x2") == 64
+    )
+    assert gpu_matrix.micro_batch("mpt-1b", "mpt-1b:fp8-cudnn@12") == 12
+    assert gpu_matrix.spec("mpt-1b:fp8-rowwise@x2") == gpu_matrix.CONFIGS["fp8-rowwise"]
+    assert gpu_matrix.for_size("mpt-1b", ["cudnn", "mpt-1b:fp8@x2", "mpt-3b:eager"]) == ["cudnn", "fp8@x2"]
+    p = gpu_matrix.parser()
+    for bad in ("fast", "cudnn@0", "cudnn@xx", "mpt-9b:cudnn"):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--configs", bad])
+    assert p.parse_args(["--configs", "mpt-3b:fp8-cudnn@x2"]).configs == ["mpt-3b:fp8-cudnn@x2"]
+
+
+def test_an_out_of_memory_at_a_larger_micro_batch_is_a_measurement_not_a_failure():
+    cuda = torch.device("cuda")
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 3.0 GiB"
+    assert gpu_matrix._expected_error({"config": "cudnn@x2", "error": oom}, cuda)
+    assert not gpu_matrix._expected_error({"config": "cudnn", "error": oom}, cuda)
+    assert not gpu_matrix._expected_error({"config": "fp8-cudnn", "error": "ValueError: x"}, cuda)
+    assert gpu_matrix._expected_error({"config": "fp8-cudnn", "error": "ValueError: x"}, torch.device("cpu"))
 
 
 def test_plan_runs_the_long_halves_inside_the_matrix():
     def plan(*argv: str) -> list:
         return gpu_matrix.plan(gpu_matrix.parser().parse_args(list(argv)))
 
-    assert plan("--sizes", "mpt-1b", "mpt-125m", "--long-steps", "200", "--long-size", "mpt-1b") == [
+    long = ["--long-configs", "fused", "fp8"]
+    assert plan("--sizes", "mpt-1b", "mpt-125m", "--long-steps", "200", "--long-size", "mpt-1b", *long) == [
         ("mpt-1b", [("eager", 50), ("compiled", 50), ("fused", 200), ("fp8", 200)]),
         ("mpt-125m", [("eager", 50), ("compiled", 50), ("fused", 50), ("fp8", 50)]),
     ]
-    assert plan("--sizes", "mpt-125m", "--configs", "eager", "--long-steps", "20", "--steps", "30") == [
+    assert plan(
+        "--sizes", "mpt-125m", "--configs", "eager", "--long-steps", "20", "--steps", "30", *long
+    ) == [
         ("mpt-125m", [("eager", 30)]),
         ("mpt-1b", [("fused", 30), ("fp8", 30)]),  # never fewer than --steps
     ]
-    assert plan("--sizes", "--long-steps", "200") == [("mpt-1b", [("fused", 200), ("fp8", 200)])]
+    assert plan("--sizes", "--long-steps", "200") == [("mpt-1b", [("cudnn", 200), ("fp8-cudnn", 200)])]
+    assert plan(
+        "--sizes", "mpt-1b", "--configs", "mpt-1b:fp8-cudnn@x2", "mpt-3b:eager", "--long-steps", "100"
+    ) == [("mpt-1b", [("fp8-cudnn@x2", 50), ("cudnn", 100), ("fp8-cudnn", 100)])]
     assert plan("--sizes", "mpt-1b", "--configs", "eager") == [("mpt-1b", [("eager", 50)])]
 
 
@@ -138,7 +191,8 @@ def test_a_long_half_that_would_not_fit_runs_the_matrix_steps_and_the_long_line_
         gpu_matrix, "estimate_s", lambda size, config, done, *, steps: 1000.0 if steps > 2 else 0.0
     )
     argv = ["--device", "cpu", "--sizes", "mpt-tiny", "--configs", "eager", "fused", "fp8", "--steps", "2",
-            "--long-steps", "10", "--long-size", "mpt-tiny", "--budget-s", "100"]  # fmt: skip
+            "--long-steps", "10", "--long-size", "mpt-tiny", "--budget-s", "100", "--long-configs", "fused",
+            "fp8"]  # fmt: skip
     assert gpu_matrix.main(argv) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
     rows = {r["config"]: r for r in lines if "config" in r}
@@ -216,7 +270,8 @@ def test_compare_adds_the_loss_check_against_eager():
 def test_cpu_run_reports_every_configuration_and_goes_on_after_errors():
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--device", "cpu", "--sizes", "mpt-tiny", "--steps", "6",
-         "--configs", "eager", "compiled", "fused", "liger", "fp8", "--long-steps", "8", "--long-size", "mpt-tiny"],
+         "--configs", "eager", "compiled", "fused", "liger", "fp8", "--long-steps", "8", "--long-size", "mpt-tiny",
+         "--long-configs", "fused", "fp8"],
         capture_output=True, text=True, timeout=900, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -256,7 +311,7 @@ def test_a_warmed_block_graph_compiles_from_the_cache_in_the_matrix(tmp_path):
         return [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
 
     (warm,) = lines("gpu_warm.py", "--sizes", "mpt-tiny", "--configs", "eager", "compiled")
-    assert warm["warm"] == "mpt-tiny" and warm["config"] == "fused" and warm["fxgraph_cache"]["miss"] > 0
+    assert warm["warm"] == "mpt-tiny" and warm["config"] == "compiled" and warm["fxgraph_cache"]["miss"] > 0
     rows = lines("gpu_matrix.py", "--sizes", "mpt-tiny", "--steps", "4", "--configs", "fused", "compiled")
     fused, compiled = rows[1:]
     assert fused["fxgraph_cache"]["miss"] == 0 and fused["fxgraph_cache"]["hit"] > 0, fused

@@ -47,9 +47,9 @@ from foundry.tasks.resume_message import resume_refusal
 from foundry.tasks.run_record import RunRecord
 from foundry.tokenizers import build_tokenizer
 from foundry.train.float8 import check_float8_device, convert_to_float8
-from foundry.train.speed import apply_speed
 from foundry.train.loop import Trainer
 from foundry.train.metadata import write_run_metadata
+from foundry.train.speed import apply_speed
 from foundry.train.state import seed_all, set_deterministic
 from streaming.storage import redact
 from streaming.world import World
