@@ -1,6 +1,7 @@
 """Package layering rules, computed from the source with `ast` (nothing is imported to check them).
 
-- `streaming` never imports `foundry`; the model never imports `torch.distributed`.
+- `streaming` never imports `foundry`; `stackbase` (the neutral safety layer under both) imports neither; the
+  model never imports `torch.distributed`.
 - The import graph of `src/` has no cycles, between modules or between packages (`foundry.<pkg>` and
   `streaming.<pkg>` as nodes). Every `import` statement counts, function-local ones included: an import
   moved into a function to dodge a cycle still runs, so it is still an edge. Imports under
@@ -23,7 +24,7 @@ from functools import cache
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-ROOTS = ("foundry", "streaming")
+ROOTS = ("foundry", "streaming", "stackbase")
 TOP = "foundry.tasks"
 """The wiring: the one foundry package allowed to import every other (only `train.py`, outside `src/`, imports it)."""
 
@@ -329,6 +330,16 @@ def test_streaming_never_imports_foundry_statically():
         str(p.relative_to(SRC))
         for p in SRC.joinpath("streaming").rglob("*.py")
         if any(m == "foundry" or m.startswith("foundry.") for m in _imported_modules(p))
+    ]
+    assert offenders == []
+
+
+def test_stackbase_imports_neither_package():
+    offenders = [
+        str(p.relative_to(SRC))
+        for p in SRC.joinpath("stackbase").rglob("*.py")
+        for m in _imported_modules(p)
+        if m.split(".")[0] in ("foundry", "streaming")
     ]
     assert offenders == []
 

@@ -29,7 +29,8 @@ def run_train_py(
         text: Decode stdout/stderr (False: bytes, to search for byte strings).
     """
     full_env = {**os.environ, "FOUNDRY_CACHE": str(cwd / "cache"), "WANDB_MODE": "offline", **(env or {})}
-    full_env.pop("RUN_NAME", None)
+    if "RUN_NAME" not in (env or {}):
+        full_env.pop("RUN_NAME", None)
     if full_error:
         full_env["HYDRA_FULL_ERROR"] = "1"
     else:

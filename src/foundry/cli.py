@@ -23,10 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from hydra.errors import CompactHydraException, ConfigCompositionException, MissingConfigException
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    InterpolationResolutionError,
+    OmegaConfBaseException,
+)
 
 from foundry.config import KEY_RULE, group_option_message, unknown_key_message
-from streaming.storage.redact import redact_text
+from stackbase.secrets import redact_text
 
 __all__ = ["USER_ERRORS", "EXIT_USER_ERROR", "run_cli", "user_message"]
 
@@ -61,6 +66,19 @@ def _missing_option_message(err: MissingConfigException) -> str | None:
     return group_option_message(group, choice, options)
 
 
+def _resolver_error(err: BaseException) -> ValueError | None:
+    """The `ValueError` a resolver raised, found along the exception's chain (OmegaConf re-raises it wrapped,
+    `from None`), or None."""
+    seen: set[int] = set()
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, ValueError) and not isinstance(link, OmegaConfBaseException):
+            return link
+        link = link.__cause__ or link.__context__
+    return None
+
+
 def user_message(err: BaseException) -> str:
     """The text printed after `error: `; Hydra's advice to add an undeclared key with `+` is replaced."""
     cause = err.__cause__
@@ -74,6 +92,8 @@ def user_message(err: BaseException) -> str:
         if key and isinstance(schema, type) and is_dataclass(schema):
             given = _APPEND_ADVICE.search(str(err))
             return f"{unknown_key_message(key, schema, given.group(1) if given else None)}\n{KEY_RULE}"
+    if isinstance(err, InterpolationResolutionError) and (own := _resolver_error(err)) is not None:
+        return str(own).strip()  # a resolver's own user error (`run_name=..`): its message alone
     text = str(err).strip()
     if isinstance(err, CompactHydraException) and isinstance(cause, OmegaConfBaseException):
         text += "\n" + str(cause).strip()

@@ -39,7 +39,8 @@ from foundry.run_name import register_run_name_resolver
 from foundry.storage_config import StorageConfig
 from foundry.tokenizers import TokenizerConfig, register_tokenizer_configs
 from foundry.train.config import TrainerConfig
-from streaming.storage.redact import redact_text
+from stackbase.names import check_name
+from stackbase.secrets import redact_text
 
 __all__ = [
     "TASKS",
@@ -150,8 +151,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"task={self.task!r}: choose one of {list(TASKS)}")
-        if not self.run_name or "/" in self.run_name:
-            raise ValueError(f"run_name={self.run_name!r} must be a non-empty name without '/'")
+        check_name(self.run_name, field="run_name")
         if redact_text(self.run_name) != self.run_name:
             raise ValueError(
                 f"run_name={redact_text(self.run_name)!r} holds a credential (the value of a secret environment "

@@ -59,7 +59,7 @@ def run_tool(main: Callable[[], int | None]) -> int:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             traceback.print_exc()
         # imported here: `streaming.storage` costs ~0.15 s, and tools that must start fast import this module
-        from streaming.storage.redact import redact_text
+        from stackbase.secrets import redact_text
 
         message = " ".join(str(err).split()) or type(err).__name__  # one line, however the text was wrapped
         print(f"error: {redact_text(message)}", file=sys.stderr, flush=True)

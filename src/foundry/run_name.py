@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from foundry.errors import ConfigError
+from stackbase.names import check_name
 
 __all__ = [
+    "RUN_DIR_RESOLVER",
     "RUN_NAME_RESOLVER",
     "default_run_name",
     "fresh_run_name",
@@ -31,6 +33,7 @@ __all__ = [
 ]
 
 RUN_NAME_RESOLVER = "foundry.run_name"
+RUN_DIR_RESOLVER = "foundry.run_dir"
 STAMP_FORMAT = "%Y%m%d-%H%M%S"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -103,12 +106,20 @@ def default_run_name(task: str, *, environ: Mapping[str, str] | None = None) -> 
 
 
 def register_run_name_resolver() -> None:
-    """Registers `${foundry.run_name:<task>}` (cached per config: one name per run, see the module note)."""
+    """Registers `${foundry.run_name:<task>}` (cached per config: one name per run, see the module note) and
+    `${foundry.run_dir:<name>}`, the run name checked as one path component (`stackbase.names`) where Hydra
+    makes the run directory from it: `run_name=..` (or `RUN_NAME=..`, or an llm-foundry YAML's) is refused
+    before any folder is created, instead of making `outputs/..` the run directory."""
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver(
         RUN_NAME_RESOLVER, lambda task: default_run_name(str(task)), replace=True, use_cache=True
     )
+    OmegaConf.register_new_resolver(RUN_DIR_RESOLVER, _run_dir_name, replace=True)
+
+
+def _run_dir_name(name: object) -> str:
+    return check_name(name if isinstance(name, str) else str(name), field="run_name")
 
 
 def run_name_given(overrides: Iterable[str], environ: Mapping[str, str] | None = None) -> bool:

@@ -82,3 +82,42 @@ def test_run_name_given_means_an_override_or_the_environment():
     assert run_name_given(["++run_name=x"], {})
     assert run_name_given([], {"RUN_NAME": "x"})
     assert not run_name_given(["a=1", "data.run_name_x=1"], {})
+
+
+LLMFOUNDRY_YAML = (
+    Path(__file__).resolve().parents[2].parent / "shared/data/llmfoundry_yamls/pretrain/mpt-small-cpu.yaml"
+)
+RUN_FILES = ("config.yaml", "run.json", "train.log", ".hydra", "checkpoints", "outputs")
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["run_name=.."], {}), (["run_name=."], {}), (["run_name=a\\b"], {}), ([], {"RUN_NAME": ".."}),
+     (["llmfoundry=YAML"], {})],
+    ids=["dotdot", "dot", "backslash", "env", "llmfoundry-yaml"],
+)  # fmt: skip
+def test_a_run_name_that_is_not_one_folder_is_refused_before_anything_is_written(tmp_path, args, env):
+    """Issue 39: `run_name=..` made `outputs/..` the run directory: config.yaml, run.json, train.log and the
+    checkpoints were written into the caller's folder."""
+    from tests.train_py import run_train_py
+
+    work = tmp_path / "work"
+    work.mkdir()
+    if args == [
+        "llmfoundry=YAML"
+    ]:  # llm-foundry's own CPU YAML with `run_name: ..` (the translator passes it on)
+        if not LLMFOUNDRY_YAML.exists():
+            pytest.fail(
+                f"{LLMFOUNDRY_YAML} is missing: the shared llm-foundry YAMLs are part of the test data"
+            )
+        yaml = tmp_path / "run.yaml"
+        yaml.write_text(LLMFOUNDRY_YAML.read_text().replace("run_name: mpt_causal_lm_cpu", 'run_name: ".."'))
+        args = [f"llmfoundry={yaml}"]
+    else:
+        args = ["model=mpt-tiny", "trainer.max_duration=1ba", *args]
+    proc = run_train_py(args, work, ok=False, full_error=False, env=env)
+    err = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+    assert proc.returncode == 2 and err[-1].startswith("error: run_name="), proc.stderr[-2000:]
+    assert "use a plain name such as my-run-1" in err[-1] and "Traceback" not in proc.stderr
+    assert not [p.name for p in work.iterdir() if p.name in RUN_FILES]
+    assert not (tmp_path / "config.yaml").exists() and not (tmp_path / "run.json").exists()

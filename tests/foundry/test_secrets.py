@@ -193,7 +193,7 @@ def test_a_mistyped_override_does_not_echo_its_password(tmp_path):
 
 
 def test_redaction_by_value_and_the_pw_parameter(monkeypatch):
-    from streaming.storage.redact import redact_text, redact_value
+    from stackbase.secrets import redact_text, redact_value
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", ENV_SECRETS["AWS_SECRET_ACCESS_KEY"])
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/home/me/creds.json")  # a path, not a secret

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 from torch import nn
 
 from foundry.checkpoint.config import CheckpointConfig
-from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, find_latest, open_checkpoint
+from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, find_checkpoints, open_checkpoint
 from foundry.checkpoint.state import (
     COMMON_FILE,
     MODEL_FILE,
@@ -77,9 +78,10 @@ def resolve_start(
     formats, so it never imports `foundry.compat`)."""
     if cfg.resume_enabled:
         folder = cfg.save_folder.replace("{run_name}", run_name)  # type: ignore[union-attr]
-        latest = find_latest(
+        found = find_checkpoints(
             CheckpointStore(folder, policy=transfer_policy(cfg.transfer_budget)), scratch=scratch
         )
+        latest = newest_intact(found, warn=rank() == 0)
         if latest is not None:
             return StartPoint(latest, "autoresume", weights_only=False)
         if rank() == 0:
@@ -123,8 +125,9 @@ def _needed(info: CheckpointInfo, weights_only: bool) -> list[str]:
     return [f for f in files if f not in (STATE_FILE, COMMON_FILE) and not f.startswith("rank")]
 
 
-def _verify(directory: str, info: CheckpointInfo, names: list[str]) -> None:
-    """Checks the local copies of `names` against the manifest's sizes and sha256 (names the bad file)."""
+def _damage(directory: str, info: CheckpointInfo, names: list[str]) -> str | None:
+    """The first of `names` whose local copy differs from the manifest's size or sha256 (the message naming
+    it), or None."""
     for rel in names:
         meta = info.manifest.files.get(rel)
         if meta is None:
@@ -132,11 +135,43 @@ def _verify(directory: str, info: CheckpointInfo, names: list[str]) -> None:
         path = safe_join(directory, rel, source=redact(info.url), field="files")
         size = os.path.getsize(path) if os.path.exists(path) else None
         if size != meta["bytes"] or hash_file(HASH, path) != meta[HASH]:
-            raise ValueError(
+            return (
                 f"{path}: does not match {redact(info.url)}/{MANIFEST} (expected {meta['bytes']} bytes, "
                 f"{HASH} {meta[HASH]}; found {'no file' if size is None else f'{size} bytes'}): the checkpoint "
-                "was modified or damaged after it was saved; load another one"
+                "was modified or damaged after it was saved"
             )
+    return None
+
+
+def _verify(directory: str, info: CheckpointInfo, names: list[str]) -> None:
+    """Checks the local copies of `names` against the manifest's sizes and sha256 (names the bad file)."""
+    damage = _damage(directory, info, names)
+    if damage is not None:
+        raise ValueError(f"{damage}; load another one")
+
+
+def local_damage(info: CheckpointInfo) -> str | None:
+    """For a checkpoint on local disk: why one of its files differs from its manifest (every file's size and
+    sha256 checked), else None. Remote checkpoints are checked as their files are downloaded (None here)."""
+    local = info.store.local_path(info.name)
+    return None if local is None else _damage(local, info, sorted(info.manifest.files))
+
+
+def newest_intact(found: list[CheckpointInfo], *, warn: bool) -> CheckpointInfo | None:
+    """The newest of `found` (oldest first) whose local files match their manifest; each damaged one newer than
+    it is skipped with a warning on stderr naming the file (issue 39: one flipped bit in a local `model.pt`
+    used to be resumed silently)."""
+    for info in reversed(found):
+        damage = local_damage(info)
+        if damage is None:
+            return info
+        if warn:
+            print(
+                f"[foundry] warning: autoresume skips {redact(info.url)}: {damage}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return None
 
 
 def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False, local_rank: int = 0) -> str:
@@ -147,8 +182,8 @@ def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False, 
     process group, local rank 0 of each node downloads and the others wait at a barrier.
     """
     local = info.store.local_path(info.name)
-    if local is not None:
-        _verify(local, info, [DCP_METADATA])
+    if local is not None:  # every file this load reads, as a download is checked
+        _verify(local, info, sorted({DCP_METADATA, *_needed(info, weights_only)}))
         return local
     source = redact(info.url)
     target = safe_join(cache_root, info.name, source=source, field="checkpoint name")

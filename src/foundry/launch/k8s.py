@@ -29,7 +29,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from streaming.storage.redact import is_secret_key, redact_text
+from stackbase.secrets import is_secret_key, redact_text
 
 __all__ = ["K8sConfig", "SecretEnv", "job_name", "load_k8s_config", "main", "render", "validate_manifest"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from streaming.storage.redact import redact_value
+from stackbase.secrets import redact_value
 
 __all__ = ["ConsoleLogger"]
 

@@ -8,7 +8,7 @@ are process-wide state. The same contract as the W&B logger:
   folder: `<run_name>/<job dir>`) and tagged `foundry.run_key` (a hash of that name) so that a resumed training
   run (autoresume from a checkpoint) finds and continues the same MLflow run, on any machine that shares the
   tracking server;
-- hyperparameters (the resolved config and `derived`) are redacted (`streaming.storage.redact`), then logged
+- hyperparameters (the resolved config and `derived`) are redacted (`stackbase.secrets`), then logged
   as flat params (`config.optimizer.lr`) -- MLflow params are immutable strings of at most 6000 characters, so
   longer values are cut (the whole tree is also the `hyperparameters.json` artifact) and a value a resumed run
   changed is recorded as the tag `resumed.<key>`;
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from foundry.events import EVENTS_FILE, read_events
 from foundry.loggers.base import MLflowConfig
 from foundry.loggers.launch_events import LaunchEvents, launch_counters
-from streaming.storage.redact import redact_text, redact_url, redact_value
+from stackbase.secrets import redact_text, redact_url, redact_value
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient

@@ -4,7 +4,7 @@ Design note: event files are written with torch's own `SummaryWriter` (it needs 
 nothing else), one folder per run: `<run_dir>/tensorboard`, so `tensorboard --logdir outputs` lists every run
 and sweep job; a shared `log_dir` gets `<log_dir>/<run folder name>`. The same contract as the W&B logger:
 every metric is a scalar at its optimizer step, and the hyperparameters (resolved config and `derived`,
-redacted by `streaming.storage.redact`) are one text entry each, as JSON in a Markdown code block. Under the
+redacted by `stackbase.secrets`) are one text entry each, as JSON in a Markdown code block. Under the
 supervised launcher, changed `launch/*` counters are scalars at the step they are seen (`LaunchEvents`) and the
 event list is the `launch/events` text at close. A resumed
 run writes a new event file in the same folder with `purge_step = resume_step + 1`: TensorBoard then drops
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from foundry.loggers.base import TensorBoardConfig
 from foundry.loggers.launch_events import LaunchEvents
-from streaming.storage.redact import redact_value
+from stackbase.secrets import redact_value
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter

@@ -3,7 +3,7 @@
 Design note: W&B is just another `Logger`; offline mode (`WANDB_MODE=offline` or `logger.wandb.mode`)
 writes `<run_dir>/wandb/offline-run-*` for a later `wandb sync`, so it works with no network or login.
 The W&B run name is the run's `run_name` and the resolved config is its `config`. Everything W&B records is
-redacted first (`streaming.storage.redact`): the config, the tags and group, and the command line W&B copies
+redacted first (`stackbase.secrets`): the config, the tags and group, and the command line W&B copies
 from `sys.argv` into the run's metadata (swapped for a redacted copy only while `wandb.init` reads it).
 
 Under the supervised launcher (`python -m foundry.launch`, which writes `<run_dir>/events.jsonl`) the launcher's
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from foundry.events import read_events
 from foundry.loggers.base import WandbConfig
 from foundry.loggers.launch_events import LaunchEvents, launch_counters
-from streaming.storage.redact import redact_text, redact_value
+from stackbase.secrets import redact_text, redact_value
 
 if TYPE_CHECKING:
     from wandb import Run

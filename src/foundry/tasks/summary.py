@@ -17,7 +17,7 @@ from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig
 
 from foundry.tasks.run_files import write_text_atomic
-from streaming.storage.redact import redact_text
+from stackbase.secrets import redact_text
 
 __all__ = ["MultirunSummary"]
 

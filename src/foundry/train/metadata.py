@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from streaming.storage.redact import redact_value
+from stackbase.secrets import redact_value
 
 __all__ = ["git_info", "package_versions", "write_run_metadata"]
 

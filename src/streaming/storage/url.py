@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from streaming.storage.redact import redact_url
+from stackbase.secrets import redact_url
 
 __all__ = ["SCHEMES", "is_remote", "join_url", "redact", "scheme_of", "split_bucket"]
 
@@ -59,5 +59,5 @@ def split_bucket(url: str) -> tuple[str, str]:
 
 def redact(url: str) -> str:
     """The URL with user info and secret-looking query parameters masked, safe for logs and errors
-    (`streaming.storage.redact.redact_url`; `redact_text` / `redact_value` cover text and config trees)."""
+    (`stackbase.secrets.redact_url`; `redact_text` / `redact_value` cover text and config trees)."""
     return redact_url(url)

@@ -1,4 +1,5 @@
-"""Credential redaction for anything we print or record: URLs, free text, and whole config trees.
+"""Credential masking for anything we print or record: URLs, free text, and whole config trees (issue 39: the
+one implementation `streaming` and `foundry` share).
 
 What counts as a secret:
 
@@ -9,8 +10,11 @@ What counts as a secret:
   ``session_token``, ``sas_token``, ``account_key``, ``connection_string``, ``credentials``, ...), both as a
   mapping key and as ``key=value`` inside text (Hydra overrides, connection strings, environment dumps).
 
-- by value: the value of every environment variable whose name is a credential name (``AWS_SECRET_ACCESS_KEY``,
-  ``AWS_ACCESS_KEY_ID``, ``HF_TOKEN``, ``WANDB_API_KEY``, ... ``is_secret_env``), wherever it appears, so a
+- by value: the value of every environment variable whose name marks a credential (``is_secret_env``: a word
+  ``KEY``/``TOKEN``/``PASS*``/``PWD`` in its ``_``-separated name, or ``SECRET``, ``WEBHOOK``, ``CREDENTIAL``,
+  ``PASSWORD`` anywhere in it: ``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``, ``DB_PASS``, ``MYSQL_PWD``,
+  ``SLACK_WEBHOOK_URL``; plus the names or patterns listed in ``$FOUNDRY_SECRET_ENV``, comma-separated), never
+  ordinary variables (``PWD``, ``OLDPWD``, ``HOME``, ``PATH``, ...), wherever it appears, raw or URL-encoded, so a
   secret that reached a config through ``${oc.env:...}`` (a tag, a run name, a URL) is masked in any text or
   field, whatever its key. Values shorter than 8 characters are left alone (they would mask ordinary words).
 
@@ -22,14 +26,16 @@ copy. The marker is ``***``. Values that are not strings (numbers, booleans, Non
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 
 __all__ = [
     "MASK",
+    "SECRET_ENV_VAR",
     "is_secret_env",
     "is_secret_key",
     "is_secret_param",
@@ -59,8 +65,36 @@ _SECRET_KEYS = frozenset(
     }
 )
 _MIN_SECRET_VALUE = 8
-# Environment variables named like credentials that hold none.
-_NOT_SECRET_ENV = frozenset({"google_application_credentials", "aws_shared_credentials_file"})
+# Environment variables named like credentials that hold none, and ordinary ones whose names hold a
+# credential word (`PWD` is the working directory: masking it hid every path, issue 39).
+_NOT_SECRET_ENV = frozenset(
+    {
+        "google_application_credentials",
+        "aws_shared_credentials_file",
+        "pwd",
+        "oldpwd",
+        "home",
+        "path",
+        "user",
+        "logname",
+        "shell",
+        "ssh_auth_sock",
+    }
+)
+# Words of an environment variable's `_`-separated name that mark a credential, and parts anywhere in it.
+_SECRET_ENV_WORDS = frozenset({"key", "keys", "token", "tokens", "pass", "pwd", "pw", "auth", "sig"})
+_SECRET_ENV_PARTS = (
+    "secret",
+    "webhook",
+    "credential",
+    "password",
+    "passwd",
+    "passphrase",
+    "apikey",
+    "api_key",
+)
+SECRET_ENV_VAR = "FOUNDRY_SECRET_ENV"
+"""Comma-separated names or shell patterns (`MY_*_SALT`) of more environment variables to treat as secrets."""
 _SECRET_KEY_PARTS = (
     "password",
     "passwd",
@@ -144,18 +178,30 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc if parts.scheme else parts.netloc, parts.path, query, ""))
 
 
+def _user_patterns() -> list[str]:
+    return [p.strip().lower() for p in os.environ.get(SECRET_ENV_VAR, "").split(",") if p.strip()]
+
+
 def is_secret_env(name: str) -> bool:
-    """Whether the environment variable ``name`` holds a credential (``AWS_ACCESS_KEY_ID`` included: half of a
-    key pair; paths to credential files are not)."""
+    """Whether the environment variable ``name`` holds a credential, judged by its name (see the module note):
+    ``AWS_ACCESS_KEY_ID`` (half of a key pair), ``DB_PASS``, ``MYSQL_PWD``, ``SLACK_WEBHOOK_URL`` are;
+    ``PWD``, ``HOME``, ``TOKENIZERS_PARALLELISM`` and paths to credential files are not."""
     low = name.lower()
+    if any(fnmatch.fnmatchcase(low, p) for p in _user_patterns()):
+        return True
     if low in _NOT_SECRET_ENV:
         return False
-    return is_secret_key(low) or low.endswith(("_key_id", "_token", "_key")) or "token" in low.split("_")
+    words = set(low.split("_"))
+    return bool(words & _SECRET_ENV_WORDS) or any(p in low for p in _SECRET_ENV_PARTS) or is_secret_key(low)
 
 
 def secret_env_values() -> list[str]:
-    """The values of this process's credential environment variables (``is_secret_env``), longest first."""
-    values = {v for k, v in os.environ.items() if len(v) >= _MIN_SECRET_VALUE and is_secret_env(k)}
+    """The values of this process's credential environment variables (``is_secret_env``), each with its
+    URL-encoded forms (a secret inside a URL's query), longest first."""
+    values: set[str] = set()
+    for key, value in os.environ.items():
+        if len(value) >= _MIN_SECRET_VALUE and is_secret_env(key):
+            values |= {value, quote(value, safe=""), quote_plus(value), quote(value)}
     return sorted(values, key=len, reverse=True)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from streaming.storage.redact import MASK, is_secret_key, redact_text, redact_value
+from stackbase.secrets import MASK, is_secret_key, redact_text, redact_value
 
 URL = "https://user:tok3n@host/x?sig=SECRET&a=1"
 
