@@ -22,6 +22,7 @@ from typing import Any
 from foundry.errors import ConfigError
 from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root, load_task_configs
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
+from stackbase.bounded import read_text_lines
 from streaming.safepath import private_dir
 from streaming.storage import open_url
 
@@ -52,13 +53,12 @@ def resolve_local(uri: str, data_root: str | Path) -> Path:
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{n}: not a JSON line ({err})") from err
+    for n, line in enumerate(read_text_lines(path), 1):  # a line over 16 MiB: refused, not read whole
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n}: not a JSON line ({err})") from err
     return rows
 
 

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from foundry.checkpoint.safe_dcp import UnsafeCheckpointError
+from stackbase.bounded import read_zip_member
 
 __all__ = ["UnsafeCheckpointError", "is_torch_zip", "load_pt", "load_torch_bytes", "read_pt_bytes"]
 
@@ -230,7 +231,7 @@ _ENUMS = {
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: IO[bytes], *, source: str, storage: Callable[[str], bytes] | None) -> None:
+    def __init__(self, file: IO[bytes], *, source: str, storage: Callable[[str, int], bytes] | None) -> None:
         super().__init__(file)
         self.source, self.storage = source, storage
         self.cache: dict[str, torch.UntypedStorage] = {}
@@ -257,8 +258,8 @@ class _Unpickler(pickle.Unpickler):
         if not isinstance(kind, _StorageType) or not isinstance(key, str) or not isinstance(numel, int):
             raise pickle.UnpicklingError(f"{self.source}: malformed storage record {key!r:.40}")
         if key not in self.cache:
-            raw = self.storage(key)
             itemsize = torch.empty((), dtype=kind.dtype).element_size()
+            raw = self.storage(key, numel * itemsize)  # its declared size checked before it is inflated
             if len(raw) != numel * itemsize:
                 raise pickle.UnpicklingError(
                     f"{self.source}: storage {key} holds {len(raw)} bytes, its record says {numel * itemsize}"
@@ -270,6 +271,10 @@ class _Unpickler(pickle.Unpickler):
             )
             self.cache[key] = buffer.untyped_storage()
         return _Storage(self.cache[key], kind.dtype)
+
+
+MAX_PICKLE_BYTES = 1 << 30
+"""torch's `data.pkl` record holds the structure, not the tensors: megabytes even for a 70B checkpoint."""
 
 
 def is_torch_zip(head: bytes) -> bool:
@@ -297,18 +302,23 @@ def load_torch_bytes(data: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
             raise ValueError(f"{source}: a zip file without torch's data.pkl record")
         prefix = pkls[0][: -len("data.pkl")]
         names = set(archive.namelist())
-        order = archive.read(prefix + "byteorder").decode() if prefix + "byteorder" in names else "little"
+        order = (
+            read_zip_member(archive, prefix + "byteorder", source=source, limit=16).decode()
+            if prefix + "byteorder" in names
+            else "little"
+        )
         if order != "little":
             raise ValueError(f"{source}: big-endian tensors are not supported")
 
-        def storage(key: str) -> bytes:
+        def storage(key: str, expected: int) -> bytes:
             name = f"{prefix}data/{key}"
             if name not in names:
                 raise pickle.UnpicklingError(f"{source}: storage record {key!r:.40} is missing")
-            return archive.read(name)
+            return read_zip_member(archive, name, source=source, expected=expected)
 
+        pickled = read_zip_member(archive, pkls[0], source=source, limit=MAX_PICKLE_BYTES)
         try:
-            obj = _Unpickler(io.BytesIO(archive.read(pkls[0])), source=source, storage=storage).load()
+            obj = _Unpickler(io.BytesIO(pickled), source=source, storage=storage).load()
         except UnsafeCheckpointError:
             raise
         except (pickle.UnpicklingError, EOFError, TypeError, RuntimeError, AttributeError) as err:

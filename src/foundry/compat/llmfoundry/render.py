@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from foundry.compat.llmfoundry.translate import Translation
 from foundry.errors import ConfigError
+from stackbase.bounded import TooLarge, check_yaml_expansion
 
 __all__ = ["OURS", "experiment_yaml", "format_value", "load_yaml", "overrides", "shell_command"]
 
@@ -74,6 +75,10 @@ def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any]
             raise ConfigError(f"override {item!r} is not key=value (e.g. variables.data_local=/data/c4)")
     ours = [o for o in overrides if _is_ours(o)]
     theirs = [o for o in overrides if not _is_ours(o)]
+    try:  # a YAML bomb (anchors x aliases) is refused before OmegaConf expands it
+        check_yaml_expansion(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+    except TooLarge as err:
+        raise ConfigError(str(err)) from None
     try:
         cfg = OmegaConf.load(path)
         if not OmegaConf.is_dict(cfg):
