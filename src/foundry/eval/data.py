@@ -111,12 +111,42 @@ def _load_hf(task: ICLTaskConfig) -> list[dict[str, Any]]:
     return rows
 
 
-def load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, Any]]:
-    """The task's rows (dicts in llm-foundry's jsonl format).
+_CHOICES = {"multiple_choice": "choices", "schema": "context_options"}
+
+
+def check_gold(rows: list[dict[str, Any]], task: ICLTaskConfig) -> list[dict[str, Any]]:
+    """`rows`, once every multiple-choice or schema row's `gold` is an index into its options (issue 39: a row
+    with `gold: -1` was scored against the last choice, silently).
 
     Raises:
-        MissingTaskData: a local file is absent. ValueError: an unknown offline task or a malformed line.
+        ValueError: naming the task, the row and its gold and option count.
     """
+    key = _CHOICES.get(task.icl_task_type)
+    if key is None:
+        return rows
+    for n, row in enumerate(rows, 1):
+        gold, options = row.get("gold"), row.get(key)
+        if not isinstance(options, list) or not options:
+            raise ValueError(f"task {task.label!r}, row {n}: `{key}` must be a non-empty list")
+        if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(options):
+            raise ValueError(
+                f"task {task.label!r}, row {n}: gold={gold!r} is not an index of its {len(options)} {key} "
+                f"(0 to {len(options) - 1})"
+            )
+    return rows
+
+
+def load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, Any]]:
+    """The task's rows (dicts in llm-foundry's jsonl format), multiple-choice and schema golds checked.
+
+    Raises:
+        MissingTaskData: a local file is absent. ValueError: an unknown offline task, a malformed line, or a
+            gold that is not an index of its row's options.
+    """
+    return check_gold(_load_rows(task, data_root=data_root), task)
+
+
+def _load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, Any]]:
     uri = task.dataset_uri
     if uri.startswith("offline://"):
         name = uri.removeprefix("offline://")

@@ -194,3 +194,24 @@ def test_cache_dir_is_per_user_private_and_refuses_a_planted_folder(tmp_path, mo
         monkeypatch.setenv("FOUNDRY_CACHE", str(other))
         with pytest.raises(PermissionError, match="owned by uid 65534"):
             cache_dir()
+
+
+@pytest.mark.parametrize("gold", [-1, 3, "0", 1.0, True, None])
+@pytest.mark.parametrize(("kind", "key"), [("multiple_choice", "choices"), ("schema", "context_options")])
+def test_a_gold_that_is_not_an_index_of_its_options_is_refused(tmp_path, kind, key, gold):
+    """Issue 39: a row with `gold: -1` was scored against the last choice, silently."""
+    import json as _json
+
+    from foundry.eval.config import ICLTaskConfig
+    from foundry.eval.data import load_rows
+
+    path = tmp_path / "t.jsonl"
+    good = {"query": "q", "continuation": "c", key: ["a", "b", "c"], "gold": 2}
+    path.write_text(_json.dumps(good) + "\n" + _json.dumps({**good, "gold": gold}) + "\n")
+    task = ICLTaskConfig(label="t", dataset_uri=str(path), icl_task_type=kind)
+    with pytest.raises(
+        ValueError, match=rf"task 't', row 2: gold={gold!r} is not an index of its 3 {key} \(0 to 2\)"
+    ):
+        load_rows(task, data_root=tmp_path)
+    path.write_text(_json.dumps(good) + "\n")
+    assert load_rows(task, data_root=tmp_path) == [good]

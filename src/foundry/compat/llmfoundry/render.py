@@ -119,7 +119,45 @@ def format_value(value: Any) -> str:  # noqa: ANN401 - any plain YAML value
     text = str(value)
     if _PLAIN.match(text) and text.lower() not in _WORDS and not _number(text):
         return text
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return _quoted(text)
+
+
+_INTERPOLATION = re.compile(r"(\\*)\$\{")
+_BEFORE_QUOTE_OR_END = re.compile(r'(\\*)("|$)')
+
+
+class _Dumper(yaml.SafeDumper):
+    """Quotes every string OmegaConf's loader would read as something else (`1e3`, `0E0` are floats to it,
+    though PyYAML writes them plain)."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    quote = _number(text) or text.lower() in {*_WORDS, "~", "yes", "no", "on", "off", ""}
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"' if quote else None)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _literal(value: Any) -> Any:  # noqa: ANN401 - any plain YAML value
+    """`value` with every `${` in its strings escaped for OmegaConf (a YAML value that was literal stays so)."""
+    if isinstance(value, str):
+        return _INTERPOLATION.sub(lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", value)
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _literal(v) for k, v in value.items()}
+    return value
+
+
+def _quoted(text: str) -> str:
+    """`text` as a quoted override that reads back as exactly `text` (issue 39: `C:\\data` arrived doubled and an
+    escaped `${...}` came back live). Two levels: OmegaConf reads `${` as an interpolation, so a literal one
+    gets an escaping backslash (and the backslashes before it are doubled); Hydra's quoted strings escape only
+    quotes and the backslashes before a quote or the end, so only those are doubled."""
+    text = _literal(text)
+    text = _BEFORE_QUOTE_OR_END.sub(lambda m: m.group(1) * 2 + ('\\"' if m.group(2) else ""), text)
+    return f'"{text}"'
 
 
 def overrides(tr: Translation) -> list[str]:
@@ -155,7 +193,7 @@ def experiment_yaml(tr: Translation, *, source: str) -> str:
         *parents, last = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[last] = value
+        node[last] = _literal(value)
     head = [
         "# @package _global_",
         f"# Translated from {source} by `python -m foundry.compat.llmfoundry` (llm-foundry 0.22 keys).",
@@ -163,5 +201,5 @@ def experiment_yaml(tr: Translation, *, source: str) -> str:
     ]
     if tr.passthrough:
         head.append("# also given on the command line: " + " ".join(tr.passthrough))
-    text = yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=110)
+    text = yaml.dump(body, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=110)
     return "\n".join(head) + "\n" + text
