@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import traceback
 from collections.abc import Callable
 from dataclasses import is_dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from omegaconf.errors import (
 )
 
 from foundry.config import KEY_RULE, group_option_message, unknown_key_message
-from stackbase.secrets import redact_text
+from stackbase.secrets import install_masked_excepthook, masked_traceback, redact_text
 
 __all__ = ["USER_ERRORS", "EXIT_USER_ERROR", "run_cli", "user_message"]
 
@@ -106,13 +105,14 @@ def run_cli(main: Callable[[], Any]) -> int:
     Returns:
         0 on success, `EXIT_USER_ERROR` (2) after printing a user error; bugs raise (traceback, exit 1).
     """
+    install_masked_excepthook()  # a bug's traceback (raised on from here) is printed with secrets masked
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its own report; we report
     try:
         main()
     except USER_ERRORS as err:
         if user_full_error == "1":
-            traceback.print_exc()
+            print(masked_traceback(err), end="", file=sys.stderr)
         print(f"error: {redact_text(user_message(err))}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
     finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,13 +52,14 @@ def run_tool(main: Callable[[], int | None]) -> int:
         user error (`ValueError`, `ConfigError`, `OSError`); `HYDRA_FULL_ERROR=1` adds the traceback. Any
         other exception is a bug and propagates with its traceback.
     """
+    from stackbase.secrets import install_masked_excepthook, masked_traceback, redact_text
+
+    install_masked_excepthook()  # a bug's traceback (raised on from here) is printed with secrets masked
     try:
         return main() or 0
     except (ValueError, OSError) as err:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            traceback.print_exc()
-        # imported here: `streaming.storage` costs ~0.15 s, and tools that must start fast import this module
-        from stackbase.secrets import redact_text
+            print(masked_traceback(err), end="", file=sys.stderr)
 
         message = " ".join(str(err).split()) or type(err).__name__  # one line, however the text was wrapped
         print(f"error: {redact_text(message)}", file=sys.stderr, flush=True)

@@ -29,12 +29,17 @@ import dataclasses
 import fnmatch
 import os
 import re
+import sys
+import threading
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, quote_plus, urlsplit, urlunsplit
 
 __all__ = [
     "MASK",
+    "install_masked_excepthook",
+    "masked_traceback",
     "SECRET_ENV_VAR",
     "is_secret_env",
     "is_secret_key",
@@ -266,3 +271,29 @@ def redact_value(obj: Any, *, key: object = None) -> Any:  # noqa: ANN401 - any 
     if isinstance(obj, Sequence) and not isinstance(obj, bytes | bytearray):
         return [redact_value(v) for v in obj]
     return obj
+
+
+def masked_traceback(err: BaseException) -> str:
+    """`err`'s traceback as Python prints it, every secret masked (`redact_text`): exception messages carry URLs,
+    overrides and environment values (a `TransientStorageError` printed a `data.remote` URL with its key)."""
+    return redact_text("".join(traceback.format_exception(err)))
+
+
+def _hook(kind: type[BaseException], err: BaseException, tb: Any) -> None:  # noqa: ANN401 - a traceback
+    if err.__traceback__ is None:
+        err = err.with_traceback(tb)
+    sys.stderr.write(masked_traceback(err))
+    sys.stderr.flush()
+
+
+def _thread_hook(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is not None and not isinstance(args.exc_value, SystemExit):
+        sys.stderr.write(f"Exception in thread {args.thread.name if args.thread else '?'}:\n")
+        _hook(args.exc_type, args.exc_value, args.exc_traceback)
+
+
+def install_masked_excepthook() -> None:
+    """Every uncaught exception of this process (main thread and threads) is printed through `masked_traceback`.
+    Called once by each entry point (`train.py`'s `run_cli`, the tools' `run_tool`); idempotent."""
+    sys.excepthook = _hook
+    threading.excepthook = _thread_hook

@@ -66,3 +66,22 @@ def test_the_user_names_more_secret_variables(monkeypatch):
     monkeypatch.setenv(SECRET_ENV_VAR, "gh_pat, MY_*_SALT")
     assert is_secret_env("GH_PAT") and is_secret_env("MY_APP_SALT") and not is_secret_env("MY_APP")
     assert redact_text(f"x {SECRET} y") == f"x {MASK} y"
+
+
+@pytest.mark.parametrize("entry", ["foundry.cli:run_cli", "foundry.errors:run_tool"])
+def test_a_bugs_traceback_at_an_entry_point_is_masked(entry):
+    """Issue 39: a raw traceback printed a `data.remote` URL holding a secret while the lines above were masked."""
+    import subprocess
+    import sys
+
+    module, func = entry.split(":")
+    code = (
+        f"import os, sys; from {module} import {func}\n"
+        "def main():\n"
+        "    raise RuntimeError('retries exhausted for s3://bucket/' + os.environ['DB_PASS'] + '/shard.mds')\n"
+        f"sys.exit({func}(main))\n"
+    )
+    env = {**__import__("os").environ, "DB_PASS": SECRET}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "RuntimeError" in proc.stderr
+    assert SECRET not in proc.stderr and "s3://bucket/***/shard.mds" in proc.stderr, proc.stderr[-1000:]
