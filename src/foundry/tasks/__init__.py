@@ -32,6 +32,7 @@ from foundry.tasks.evaluate import eval_task
 from foundry.tasks.finetune import finetune
 from foundry.tasks.pretrain import pretrain
 from foundry.tasks.run_files import write_text_atomic
+from foundry.tasks.run_lock import RunLock
 from foundry.tasks.run_record import RunRecord
 
 __all__ = ["TASK_RUNNERS", "eval_task", "finetune", "pretrain", "run_task", "write_text_atomic"]
@@ -80,21 +81,33 @@ def run_task(cfg: DictConfig) -> float | None:
     run_dir = _run_dir()
     main = process_world().rank == 0  # before the process group exists: the launcher's environment says
     record = _record(cfg, run_dir, main=main)
+    lock: RunLock | None = None
     try:
         check_group_choices()  # experiment=typo: Hydra skips a missing option of an optional group silently
         train_cfg = to_train_config(cfg)
+        if main:  # one process per run: a second command on this run is refused here, naming the holder
+            lock = RunLock(run_dir, run_name=train_cfg.run_name)
+            lock.acquire()
         apply_storage(train_cfg.storage)  # before anything opens a URL: data, checkpoints, workers
         if train_cfg.task == "eval" and train_cfg.eval is not None:
             check_task_data(train_cfg.eval)  # no data for any task: refused before anything is written
         run_dir.mkdir(parents=True, exist_ok=True)
         metrics = TASK_RUNNERS[train_cfg.task](train_cfg, run_dir, record)
     except BaseException:
-        record.refuse()  # refused (or crashed) before the run was accepted: nothing of it stays
+        record.refuse(
+            lock_held=lock is not None and lock.held
+        )  # refused before it was accepted: nothing stays
+        if lock is not None:
+            lock.release()
         raise
-    if main:
-        write_text_atomic(run_dir / "final_metrics.json", json.dumps(metrics, indent=2))
-        if train_cfg.task != "eval":  # the training run's closed loggers may take the file too (MLflow)
-            attach_final_metrics(train_cfg.logger, run_dir)
+    try:
+        if main:
+            write_text_atomic(run_dir / "final_metrics.json", json.dumps(metrics, indent=2))
+            if train_cfg.task != "eval":  # the training run's closed loggers may take the file too (MLflow)
+                attach_final_metrics(train_cfg.logger, run_dir)
+    finally:
+        if lock is not None:
+            lock.release()
     for key in OBJECTIVES:
         if key in metrics and math.isfinite(metrics[key]):
             return float(metrics[key])

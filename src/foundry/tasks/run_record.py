@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from foundry.run_log import discard_run_logs, release_run_logs
+from foundry.tasks.run_lock import LOCK_FILE
 
 __all__ = ["RunRecord"]
 
@@ -60,8 +61,9 @@ class RunRecord:
             self.write_files()
         release_run_logs()
 
-    def refuse(self) -> None:
-        """The command was refused before `open()`: its log lines are dropped and a folder it created removed."""
+    def refuse(self, *, lock_held: bool = False) -> None:
+        """The command was refused before `open()`: its log lines are dropped and a folder it created removed
+        (with its run lock file, when this command holds the lock)."""
         if self.state != "pending":
             return
         self.state = "refused"
@@ -70,6 +72,8 @@ class RunRecord:
             return
         for name in SCRATCH:
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
+        if lock_held:
+            (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
         try:
             self.run_dir.rmdir()  # only when empty: never removes what another process wrote meanwhile
         except OSError:
