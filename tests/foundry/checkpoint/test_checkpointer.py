@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import asdict
@@ -211,6 +212,7 @@ def test_pickled_objects_are_refused_unless_allowed(tmp_path):
     manifest = tmp_path / "ckpts" / "ep0-ba1" / "manifest.json"
     m = json.loads(manifest.read_text())
     m["files"]["model.pt"]["bytes"] = os.path.getsize(model_pt)
+    m["files"]["model.pt"]["sha256"] = hashlib.sha256(model_pt.read_bytes()).hexdigest()  # a crafted manifest
     manifest.write_text(json.dumps(m))
     model = build_model(MODEL)
     with pytest.raises(ValueError, match="allow_pickle"):
