@@ -94,9 +94,8 @@ def run_task(cfg: DictConfig) -> float | None:
         run_dir.mkdir(parents=True, exist_ok=True)
         metrics = TASK_RUNNERS[train_cfg.task](train_cfg, run_dir, record)
     except BaseException:
-        record.refuse(
-            lock_held=lock is not None and lock.held
-        )  # refused before it was accepted: nothing stays
+        # refused (or crashed) before the run was accepted: nothing of it stays
+        record.refuse(lock_held=lock is not None and lock.held)
         if lock is not None:
             lock.release()
         raise
