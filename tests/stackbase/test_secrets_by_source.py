@@ -85,3 +85,12 @@ def test_a_bugs_traceback_at_an_entry_point_is_masked(entry):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "RuntimeError" in proc.stderr
     assert SECRET not in proc.stderr and "s3://bucket/***/shard.mds" in proc.stderr, proc.stderr[-1000:]
+
+
+def test_a_secret_in_a_checkpoint_paths_is_masked_where_urls_are_printed(monkeypatch):
+    """Issue 39: `[foundry] checkpoint .../<secret>/ep0-ba2 complete` printed the secret."""
+    from streaming.storage import redact
+
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", "hooksecret-123456")
+    assert redact("s3://bucket/hooksecret-123456/ep0-ba2") == "s3://bucket/***/ep0-ba2"
+    assert redact("/data/runs/hooksecret-123456/ep0-ba2") == "/data/runs/***/ep0-ba2"

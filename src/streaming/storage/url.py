@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from stackbase.secrets import redact_url
+from stackbase.secrets import redact_text, redact_url
 
 __all__ = ["SCHEMES", "is_remote", "join_url", "redact", "scheme_of", "split_bucket"]
 
@@ -58,6 +58,7 @@ def split_bucket(url: str) -> tuple[str, str]:
 
 
 def redact(url: str) -> str:
-    """The URL with user info and secret-looking query parameters masked, safe for logs and errors
-    (`stackbase.secrets.redact_url`; `redact_text` / `redact_value` cover text and config trees)."""
-    return redact_url(url)
+    """The URL with user info and secret-looking query parameters masked, and the value of any credential
+    environment variable anywhere in it (a `${oc.env:...}` secret in a save folder's path: issue 39), safe for
+    logs and errors (`stackbase.secrets`; `redact_text` / `redact_value` cover text and config trees)."""
+    return redact_text(redact_url(url))
