@@ -187,12 +187,13 @@ def _user_patterns() -> list[str]:
     return [p.strip().lower() for p in os.environ.get(SECRET_ENV_VAR, "").split(",") if p.strip()]
 
 
-def is_secret_env(name: str) -> bool:
+def is_secret_env(name: str, *, patterns: list[str] | None = None) -> bool:
     """Whether the environment variable ``name`` holds a credential, judged by its name (see the module note):
     ``AWS_ACCESS_KEY_ID`` (half of a key pair), ``DB_PASS``, ``MYSQL_PWD``, ``SLACK_WEBHOOK_URL`` are;
-    ``PWD``, ``HOME``, ``TOKENIZERS_PARALLELISM`` and paths to credential files are not."""
+    ``PWD``, ``HOME``, ``TOKENIZERS_PARALLELISM`` and paths to credential files are not. `patterns`: the user's
+    list (``$FOUNDRY_SECRET_ENV``, read when not given)."""
     low = name.lower()
-    if any(fnmatch.fnmatchcase(low, p) for p in _user_patterns()):
+    if any(fnmatch.fnmatchcase(low, p) for p in (_user_patterns() if patterns is None else patterns)):
         return True
     if low in _NOT_SECRET_ENV:
         return False
@@ -204,8 +205,9 @@ def secret_env_values() -> list[str]:
     """The values of this process's credential environment variables (``is_secret_env``), each with its
     URL-encoded forms (a secret inside a URL's query), longest first."""
     values: set[str] = set()
+    patterns = _user_patterns()  # once per call: this runs for every line printed
     for key, value in os.environ.items():
-        if len(value) >= _MIN_SECRET_VALUE and is_secret_env(key):
+        if len(value) >= _MIN_SECRET_VALUE and is_secret_env(key, patterns=patterns):
             values |= {value, quote(value, safe=""), quote_plus(value), quote(value)}
     return sorted(values, key=len, reverse=True)
 

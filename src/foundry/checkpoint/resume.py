@@ -174,7 +174,14 @@ def newest_intact(found: list[CheckpointInfo], *, warn: bool) -> CheckpointInfo 
     return None
 
 
-def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False, local_rank: int = 0) -> str:
+def fetch(
+    info: CheckpointInfo,
+    *,
+    cache_root: str,
+    weights_only: bool = False,
+    local_rank: int = 0,
+    verified: bool = False,
+) -> str:
     """A local directory holding the checkpoint's files (downloaded and digest-checked when remote).
 
     Every manifest file name is joined with `streaming.safepath.safe_join` (it never leaves the folder), and
@@ -182,8 +189,9 @@ def fetch(info: CheckpointInfo, *, cache_root: str, weights_only: bool = False, 
     process group, local rank 0 of each node downloads and the others wait at a barrier.
     """
     local = info.store.local_path(info.name)
-    if local is not None:  # every file this load reads, as a download is checked
-        _verify(local, info, sorted({DCP_METADATA, *_needed(info, weights_only)}))
+    if local is not None:  # every file this load reads, as a download is checked (unless `newest_intact` did)
+        if not verified:
+            _verify(local, info, sorted({DCP_METADATA, *_needed(info, weights_only)}))
         return local
     source = redact(info.url)
     target = safe_join(cache_root, info.name, source=source, field="checkpoint name")
@@ -244,7 +252,13 @@ def load_into(
     t0 = time.perf_counter()
     if m.adapters_only:
         _load_base(trainer.model, start, cfg=cfg, cache_root=cache_root, local_rank=local_rank)
-    directory = fetch(info, cache_root=cache_root, weights_only=start.weights_only, local_rank=local_rank)
+    directory = fetch(  # an autoresumed checkpoint's files were all checked when it was chosen
+        info,
+        cache_root=cache_root,
+        weights_only=start.weights_only,
+        local_rank=local_rank,
+        verified=start.source == "autoresume",
+    )
     optimizer = None if start.weights_only else trainer.optimizer
     strict, allow_pickle, this_rank = cfg.load_strict, cfg.allow_pickle, rank()
     try:

@@ -18,6 +18,8 @@ from foundry.checkpoint.config import CheckpointConfig
 from foundry.parallel.config import ParallelismConfig
 from foundry.time import parse_duration
 from foundry.train.compile import normalize_compile
+from foundry.train.float8 import FP8_RECIPES
+from foundry.train.speed import SPEEDS
 from foundry.train.spike_guard import SpikeGuardConfig
 
 __all__ = ["CheckpointConfig", "ParallelismConfig", "SpikeGuardConfig", "TrainerConfig", "PRECISIONS"]
@@ -100,9 +102,9 @@ class TrainerConfig:
         _check_duration("max_duration", self.max_duration)
         _check_duration("eval_interval", self.eval_interval)
         self.compile = normalize_compile(self.compile)
-        if self.speed not in ("off", "auto"):
+        if self.speed not in SPEEDS:
             raise ValueError(f"trainer.speed={self.speed!r}: use auto or off")
-        if self.fp8_recipe not in ("tensorwise", "rowwise"):
+        if self.fp8_recipe not in FP8_RECIPES:
             raise ValueError(f"trainer.fp8_recipe={self.fp8_recipe!r}: use tensorwise or rowwise")
         if self.fp8_min_dim < 16:
             raise ValueError(f"trainer.fp8_min_dim={self.fp8_min_dim}: must be >= 16 (FP8 matmul tiles)")

@@ -64,7 +64,7 @@ HOPPER = (9, 0)
 
 
 def pick_speed(
-    non_embedding_params: float, *, gpu: str, capability: tuple[int, int], fp8_available: bool
+    non_embedding_params: float, *, capability: tuple[int, int], fp8_available: bool
 ) -> SpeedChoice:
     """The table's row for a model of this size on this GPU: FP8 only with FP8 tensor cores (>= 8.9) and
     torchao; cuDNN attention on Hopper (elsewhere SDPA's flash kernel first)."""
@@ -109,7 +109,6 @@ def apply_speed(
     d, layers = model.d_model, model.n_layers
     choice = pick_speed(
         12.0 * layers * d * d,
-        gpu=name,
         capability=capability,
         fp8_available=_fp8_available() if fp8_available is None else fp8_available,
     )

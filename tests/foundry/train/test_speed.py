@@ -34,17 +34,17 @@ def _params(d: int, layers: int) -> float:
      (2560, 32, "mpt-3b", True), (4096, 32, "mpt-3b", True)],
 )  # fmt: skip
 def test_each_matrix_size_gets_its_own_row(d, layers, size, fp8):
-    row = pick_speed(_params(d, layers), gpu=H100[0], capability=H100[1], fp8_available=True)
+    row = pick_speed(_params(d, layers), capability=H100[1], fp8_available=True)
     assert row.size == size and row.fp8 is fp8
     assert row.compile == "blocks" and row.attn_impl == "cudnn" and row.measured
 
 
 def test_no_fp8_without_fp8_tensor_cores_or_torchao_and_flash_first_before_hopper():
     one_b = _params(2048, 24)
-    assert not pick_speed(one_b, gpu=A100[0], capability=A100[1], fp8_available=True).fp8
-    assert pick_speed(one_b, gpu=A100[0], capability=A100[1], fp8_available=True).attn_impl == "flash"
-    assert not pick_speed(one_b, gpu=H100[0], capability=H100[1], fp8_available=False).fp8
-    assert pick_speed(one_b, gpu="NVIDIA L4", capability=(8, 9), fp8_available=True).fp8
+    assert not pick_speed(one_b, capability=A100[1], fp8_available=True).fp8
+    assert pick_speed(one_b, capability=A100[1], fp8_available=True).attn_impl == "flash"
+    assert not pick_speed(one_b, capability=H100[1], fp8_available=False).fp8
+    assert pick_speed(one_b, capability=(8, 9), fp8_available=True).fp8
 
 
 def test_the_table_is_ordered_by_size_and_covers_every_model():
