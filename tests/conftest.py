@@ -24,6 +24,17 @@ def neox_tokenizer_path(shared_data: Path) -> Path:
     return shared_data / "tokenizers" / "gpt-neox-20b" / "tokenizer.json"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_process_registry(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Processes the tests start claim their runs (`stackbase.process`) in a registry of the session's own,
+    not in the user's `$XDG_RUNTIME_DIR`; children inherit it through the environment."""
+    import os
+
+    folder = tmp_path_factory.mktemp("procs")
+    folder.chmod(0o700)
+    os.environ["FOUNDRY_PROC_DIR"] = str(folder)
+
+
 def _free_port() -> int:
     import socket
 

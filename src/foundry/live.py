@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-__all__ = ["LIVE_FILE", "Live", "process_token", "read_live", "same_process", "stale_after"]
+__all__ = ["LIVE_FILE", "Live", "read_live", "stale_after"]
 
 LIVE_FILE = "live.json"
 
@@ -34,29 +34,9 @@ class Live:
     interval_s: float = 10.0
     """How often the record is refreshed while training (readers derive staleness from it)."""
     token: str | None = None
-    """`process_token(pid)` when written: tells this process from a later one that reuses its pid."""
-
-
-def process_token(pid: int) -> str | None:
-    """An identity of process `pid` that a reused pid does not share: the boot's id and the process's start
-    time in clock ticks since boot (Linux procfs); None where procfs is missing or the process is gone."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return f"{boot}:{fields[19]}"  # field 22 of stat: starttime (fields[0] is field 3, the state)
-    except (OSError, IndexError):
-        return None
-
-
-def same_process(pid: int, token: str | None) -> bool:
-    """Whether `pid` is still the process a record with `token` was written by. A record without a token is
-    trusted only where tokens cannot be read at all (no procfs): a pid alone may name anyone's process now."""
-    current = process_token(pid)
-    if current is None:
-        return token is None
-    return token == current
+    """`stackbase.process.start_token(pid)` when written: tells this process from a later one reusing its pid."""
+    proof: str | None = None
+    """`stackbase.process.claim(...).proof`: what `runs stop` checks before it signals `pid` (issue 39)."""
 
 
 def stale_after(interval_s: float) -> float:

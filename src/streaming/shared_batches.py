@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from streaming.cache.space import pid_alive
+from stackbase.process import pid_alive
 
 __all__ = ["ArenaRegistry", "SharedBatch", "SharedBatchCollate", "SlotArena"]
 

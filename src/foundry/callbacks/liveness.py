@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from foundry.callbacks.base import Callback
-from foundry.live import LIVE_FILE, Live, process_token
+from foundry.live import LIVE_FILE, Live
+from stackbase.process import Claim, claim
 
 __all__ = ["Liveness"]
 
@@ -40,17 +41,19 @@ class Liveness(Callback):
         self.rank = rank
         self.started = time.time()
         self.last_write = 0.0
-        self.token = process_token(os.getpid())
+        self.claim: Claim | None = None
 
     def _write(self, trainer: Any, phase: str) -> None:  # noqa: ANN401 - Trainer
         if self.rank != 0:
             return
         now = time.time()
+        if self.claim is None or self.claim.pid != os.getpid():  # claimed by the writing process itself
+            self.claim = claim(self.path.parent, "rank0")
         live = Live(
             pid=os.getpid(), host=socket.gethostname(), step=int(trainer.state.step),
             max_steps=int(trainer.max_steps), phase=phase, time=round(now, 3), started=round(self.started, 3),
             attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), interval_s=self.interval_s,
-            token=self.token,
+            token=self.claim.token, proof=self.claim.proof,
         )  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{LIVE_FILE}.{os.getpid()}.tmp")

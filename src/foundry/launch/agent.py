@@ -30,7 +30,7 @@ from foundry.events import append_event
 from foundry.launch.watchdog import STARTUP_PHASES, Progress, stuck_phase
 from foundry.launch.worker import STACK_SIGNAL, ExitNote, read_exit_notes, stacks_path
 from foundry.train.preemption import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE
-from streaming.cache.space import pid_alive
+from stackbase.process import pid_alive
 
 __all__ = ["STOP_SIGNAL", "Supervisor"]
 

@@ -27,9 +27,9 @@ from foundry.launch.compose import compose_run_name
 from foundry.launch.nodes import NODE_EXCLUDED_EXIT, NodeGuard, check_node, elastic_nodes, exclude_node
 from foundry.launch.watchdog import Progress
 from foundry.launch.worker import LAUNCH_ENV, WorkerSettings
-from foundry.live import process_token
 from foundry.loggers.mlflow import publish_launch_events
 from foundry.loggers.wandb import publish_launch_summary
+from stackbase.process import claim
 
 __all__ = ["build_parser", "main", "split_command"]
 
@@ -114,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.executable, "-m", "torch.distributed.run", f"--max-restarts={args.max_restarts}", *torchrun_opts,
         "-m", "foundry.launch.worker", job[0], *overrides,
     ]  # fmt: skip
+    ident = claim(run_dir, "launcher")  # what `runs stop` checks before it signals this process
     append_event(run_dir, "start", launch_id=launch_id, run_name=run_name, max_restarts=args.max_restarts,
                  torchrun_options=torchrun_opts, script=job[0], pid=os.getpid(), host=socket.gethostname(),
-                 token=process_token(os.getpid()))  # fmt: skip
+                 token=ident.token, proof=ident.proof)  # fmt: skip
     elastic = elastic_nodes(torchrun_opts)  # --nnodes=MIN:MAX: a node failing a node-local check leaves
     if elastic and (bad := check_node(settings)) is not None:
         exclude_node(run_dir, launch_id, check=bad.check, detail=bad.detail, when="before_join")

@@ -41,7 +41,7 @@ from omegaconf import OmegaConf
 
 from foundry.launch.rendezvous import placement_from_env, torchrun_options
 from foundry.train.preemption import REQUEUE_EXIT_CODE
-from streaming.cache.space import pid_alive
+from stackbase.process import pid_alive
 
 __all__ = ["NodeCommandConfig", "NodeRunner", "node_command", "prepare_params", "run_names"]
 

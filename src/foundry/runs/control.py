@@ -23,10 +23,9 @@ from typing import Any
 import yaml
 
 from foundry.events import append_event
-from foundry.live import same_process
 from foundry.runs.state import RunFiles
 from foundry.runs.store import RunRoot
-from streaming.cache.space import pid_alive
+from stackbase.process import pid_alive, verify
 
 __all__ = ["StopTarget", "resume_command", "stop_run", "stop_target"]
 
@@ -55,28 +54,26 @@ def _launcher_pid(start: dict[str, Any]) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _check_identity(name: str, what: str, pid: int, host: str | None, token: str | None) -> None:
-    """Refuse to signal `pid` unless it is the recorded process: on this host, alive, and with the recorded
-    `process_token` (a folder synced from a bucket, or a pid reused after a crash, names someone else's)."""
+def _check_identity(
+    files: RunFiles, folder: str, what: str, pid: object, host: str | None, proof: object
+) -> None:
+    """Refuse to signal `pid` unless it proves it is this run's process (`stackbase.process.verify`: a claim
+    in this user's registry for this folder, same start time and command line). A run folder is untrusted:
+    one synced from a bucket, forged in a shared `outputs/`, or naming a pid reused after a crash, names
+    someone else's process."""
     here = socket.gethostname()
     if host is not None and host != here:
         raise ProcessLookupError(
-            f"{name}: its {what} runs on host {host!r}; run `runs stop` there (signals are local)"
+            f"{files.name}: its {what} runs on host {host!r}; run `runs stop` there (signals are local)"
         )
-    if not pid_alive(pid) or not same_process(pid, token):
-        why = (
-            "is gone"
-            if not pid_alive(pid)
-            else "is now another process (or the record cannot prove it is this run's)"
-        )
-        raise ProcessLookupError(
-            f"{name}: not running here: the {what}'s pid {pid} {why}; nothing was signalled"
-        )
+    why = verify(pid, folder, proof)
+    if why is not None:
+        raise ProcessLookupError(f"{files.name}: not running here: the {what}'s {why}; nothing was signalled")
 
 
-def stop_target(files: RunFiles) -> StopTarget:
-    """Which process to signal; raises ProcessLookupError naming why there is none (finished, elsewhere, or a
-    pid that is not the recorded process: host, pid and process start time are all checked)."""
+def stop_target(files: RunFiles, folder: str) -> StopTarget:
+    """Which process to signal (the run's local `folder`); raises ProcessLookupError naming why there is none
+    (finished, elsewhere, or a pid that cannot prove it is the run's process)."""
     start, ended = _launch(files.events)
     if start is not None and not ended:
         pid = _launcher_pid(start)
@@ -85,14 +82,14 @@ def stop_target(files: RunFiles) -> StopTarget:
             and start.get("host", socket.gethostname()) == socket.gethostname()
             and pid_alive(pid)
         ):
-            _check_identity(files.name, "launcher", pid, start.get("host"), start.get("token"))
+            _check_identity(files, folder, "launcher", pid, start.get("host"), start.get("proof"))
             return StopTarget(pid=pid, what="launcher")
     live = files.live
     if live is None:
         raise ProcessLookupError(f"{files.name}: no live.json and no running launcher: nothing to stop")
     if live.phase in ("done", "preempted"):
         raise ProcessLookupError(f"{files.name}: not running (live.json: phase {live.phase}, pid {live.pid})")
-    _check_identity(files.name, "rank 0", live.pid, live.host, live.token)
+    _check_identity(files, folder, "rank 0", live.pid, live.host, live.proof)
     return StopTarget(pid=live.pid, what="rank 0")
 
 
@@ -100,7 +97,7 @@ def stop_run(root: RunRoot, files: RunFiles) -> StopTarget:
     """Records a `stop` event and sends SIGTERM (checkpoint at the next step, exit 75); local runs only."""
     if root.remote:
         raise ValueError(f"{root.root}: `runs stop` needs the run's local folder on the machine running it")
-    target = stop_target(files)
+    target = stop_target(files, root.url(files.name))
     append_event(root.url(files.name), "stop", pid=target.pid, target=target.what, signal="SIGTERM")
     os.kill(target.pid, signal.SIGTERM)
     return target

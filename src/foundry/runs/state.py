@@ -22,7 +22,7 @@ from typing import Any
 
 from foundry.live import LIVE_FILE, Live, read_live, stale_after
 from foundry.runs.store import RunRoot
-from streaming.cache.space import pid_alive
+from stackbase.process import pid_alive
 
 __all__ = ["STATES", "RunFiles", "RunSummary", "decide_state", "load_run", "parse_jsonl", "summarize"]
 

@@ -26,8 +26,8 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from stackbase.process import pid_alive  # re-exported: the streaming modules' one liveness probe
 from streaming.cache.locks import LOCK_DIR, file_lock, prep_lock, use_lock
 from streaming.safepath import refuse_links
 from streaming.sizes import format_bytes
@@ -55,27 +55,6 @@ _TMP = re.compile(r"^(?P<base>.+)\.tmp-(?P<pid>\d+)-[^/]+$")
 
 class CacheTooSmallError(ValueError):
     """``cache_limit`` is below what the epoch plan (or the readers sharing the cache) need resident at once."""
-
-
-def pid_alive(pid: int) -> bool:
-    """True while process ``pid`` runs on this machine (signal 0 probe; a foreign user's process counts).
-
-    A zombie (exited, not yet reaped by its parent) counts as dead: it holds no files and will never run again.
-    The one liveness probe of the project (cache reservations, worker batch arenas, the launcher, `foundry.runs`).
-    """
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no procfs (or it just exited): trust the probe
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @dataclass(frozen=True)

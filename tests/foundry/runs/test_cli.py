@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from foundry.live import LIVE_FILE, process_token
+from foundry.live import LIVE_FILE
+from stackbase.process import start_token
 from foundry.runs.cli import main
 from foundry.runs.show import config_diff, default_config
 from foundry.sync import sync
@@ -85,17 +86,36 @@ def test_resume_command(sweep_dir: Path, capsys) -> None:
     assert cmd[10] == f'hydra.run.dir="{run.resolve()}"'
 
 
+_FAKE_RANK0 = (
+    "import json, signal, sys, time\n"
+    "from stackbase.process import claim\n"
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))\n"
+    "c = claim(sys.argv[1], 'rank0')\n"
+    "print(json.dumps({'token': c.token, 'proof': c.proof}), flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def _fake_rank0(run: Path) -> tuple[subprocess.Popen, dict]:
+    """A real process standing in for rank 0: it claims `run` (as the Liveness callback does) and exits 75 on
+    SIGTERM, as the trainer's preemption path does. Returns it and its claim."""
+    proc = subprocess.Popen([sys.executable, "-c", _FAKE_RANK0, str(run)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, json.loads(proc.stdout.readline())
+
+
+def _write_live(run: Path, pid: int, **fields) -> None:
+    live = {"pid": pid, "host": socket.gethostname(), "step": 3, "max_steps": 30, "phase": "step",
+            "time": time.time(), "started": time.time() - 5, **fields}  # fmt: skip
+    (run / LIVE_FILE).write_text(json.dumps(live))
+
+
 def test_stop_signals_rank0_of_a_run_without_launcher(sweep_dir: Path, capsys) -> None:
-    """A real process stands in for rank 0: it exits 75 on SIGTERM, as the trainer's preemption path does."""
     run = sweep_dir / "0_optimizer.lr=0.01"
     (run / "final_metrics.json").unlink()
-    code = "import signal,sys,time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(75)); print('ok', flush=True); time.sleep(60)"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    proc, claimed = _fake_rank0(run)
     try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ok\n"
-        live = {"pid": proc.pid, "host": socket.gethostname(), "step": 3, "max_steps": 30, "phase": "step",
-                "time": time.time(), "started": time.time() - 5, "token": process_token(proc.pid)}  # fmt: skip
-        (run / LIVE_FILE).write_text(json.dumps(live))
+        _write_live(run, proc.pid, **claimed)
         assert main(["list", str(run)]) == 0 and " running " in capsys.readouterr().out
         assert main(["stop", str(run)]) == 0
         assert f"rank 0 (pid {proc.pid})" in capsys.readouterr().out
@@ -179,32 +199,66 @@ def test_list_of_a_folder_that_does_not_exist_is_an_error(tmp_path: Path, capsys
 
 
 @pytest.mark.parametrize(
-    "record", ["no token", "another process", "another host", "launcher, another process"]
-)
-def test_stop_never_signals_a_process_the_run_did_not_record(sweep_dir: Path, capsys, record: str) -> None:
-    """Issue 27: `runs stop` signalled whatever pid a folder named (a folder synced from a bucket, a pid reused
-    after a crash): it killed an unrelated process. Host, pid and process start time must all match."""
+    "record",
+    ["no proof", "start token only", "another host", "launcher, no proof", "another run's proof",
+     "copied into another folder", "another user's registry"],
+)  # fmt: skip
+def test_stop_never_signals_a_process_the_run_did_not_record(
+    sweep_dir: Path, tmp_path: Path, capsys, monkeypatch, record: str
+) -> None:
+    """Issues 27 and 39: `runs stop` signalled whatever pid a folder named; then whatever pid matched the boot id
+    and start time the folder recorded, both world-readable in /proc, so a forged folder (a shared `outputs/`, a
+    synced bucket) got SIGTERM sent to any process its reader may signal. The process must prove it claimed
+    this folder through the user's private registry (`stackbase.process`)."""
     run = sweep_dir / "0_optimizer.lr=0.01"
     (run / "final_metrics.json").unlink()
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    other = sweep_dir / "1_optimizer.lr=0.03"
+    bystander, claimed = _fake_rank0(other)  # one of our own runs, in another folder
     try:
-        token = {"no token": None, "another host": process_token(bystander.pid)}.get(record, "boot:12345")
-        host = "elsewhere" if record == "another host" else socket.gethostname()
-        live = {"pid": bystander.pid, "host": host, "step": 3, "max_steps": 30, "phase": "step",
-                "time": time.time(), "started": time.time() - 5, "token": token}  # fmt: skip
-        (run / LIVE_FILE).write_text(json.dumps(live))
+        fields = {
+            "no proof": {"token": start_token(bystander.pid)},
+            "start token only": {"token": start_token(bystander.pid), "proof": None},
+            "another host": {**claimed, "host": "elsewhere"},
+            "launcher, no proof": {"token": start_token(bystander.pid)},
+            "another run's proof": {"token": claimed["token"], "proof": "0" * 64},
+            "copied into another folder": claimed,
+            "another user's registry": claimed,
+        }[record]
+        _write_live(run, bystander.pid, **fields)
         if record.startswith("launcher"):
             with open(run / "events.jsonl", "a") as f:
                 f.write(json.dumps({"event": "start", "time": time.time(), "pid": bystander.pid,
-                                    "host": socket.gethostname(), "token": "boot:1"}) + "\n")  # fmt: skip
+                                    "host": socket.gethostname(), "token": start_token(bystander.pid)}) + "\n")  # fmt: skip
+        if record == "another user's registry":  # the bystander's claim is not in the reader's registry
+            (tmp_path / "mine").mkdir(mode=0o700)
+            monkeypatch.setenv("FOUNDRY_PROC_DIR", str(tmp_path / "mine"))
         assert main(["stop", str(run)]) == 2
         err = capsys.readouterr().err
         assert ("host 'elsewhere'" in err) if record == "another host" else ("not running here" in err), err
+        assert len(err.splitlines()) == 1, err
         time.sleep(0.2)
         assert bystander.poll() is None, "an unrelated process was signalled"
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_stop_refuses_a_registry_others_can_write(sweep_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """The registry is the one thing trusted: a folder or entry anyone else could write proves nothing."""
+    run = sweep_dir / "0_optimizer.lr=0.01"
+    (run / "final_metrics.json").unlink()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("FOUNDRY_PROC_DIR", str(shared))
+    proc, claimed = _fake_rank0(run)  # the child cannot register in a shared folder: its claim is unbacked
+    try:
+        _write_live(run, proc.pid, **claimed)
+        assert main(["stop", str(run)]) == 2 and "never claimed" in capsys.readouterr().err
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_show_is_fast_and_light_without_diff(sweep_dir: Path, tmp_path: Path) -> None:
