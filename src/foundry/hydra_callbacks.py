@@ -89,7 +89,10 @@ def write_hydra_files(out: Path, task_cfg: DictConfig) -> None:
     hydra_node = OmegaConf.to_container(hydra_cfg, resolve=False, enum_to_str=True)
     _write(out / "config.yaml", redacted_yaml(task))
     _write(out / "hydra.yaml", redacted_yaml({"hydra": hydra_node}))
-    _write(out / "overrides.yaml", redacted_yaml(list(hydra_cfg.overrides.task)))
+    # as typed: iterating the ListConfig would resolve a quoted `'${oc.env:X}'` into the value (issue 39)
+    _write(
+        out / "overrides.yaml", redacted_yaml(OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False))
+    )
 
 
 class RedactedHydraFiles(HydraCallback):

@@ -481,6 +481,20 @@ class StreamingDataset(IterableDataset):
         Raises:
             ValueError: the state is not from this library/version, or does not match this dataset.
         """
+        before = self._plan.spec_args.get("upstream_order")
+        try:
+            self._load_state(obj, on_mixture_change)
+        except (
+            BaseException
+        ):  # a refused state leaves the dataset as it was (issue 39: its order stayed switched)
+            if before is None:
+                self._plan.spec_args.pop("upstream_order", None)
+            else:
+                self._plan.spec_args["upstream_order"] = before
+            self._plan.orders.clear()
+            raise
+
+    def _load_state(self, obj: dict[str, Any], on_mixture_change: str) -> None:
         upstream = is_upstream_state(obj)
         if upstream or (isinstance(obj, dict) and obj.get("order") == UPSTREAM_ORDER):
             self._follow_upstream_order(obj)

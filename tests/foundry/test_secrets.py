@@ -173,7 +173,45 @@ def test_secrets_from_the_environment_are_masked_by_value_everywhere(tmp_path, m
     assert not any(v.encode() in proc.stdout + proc.stderr for v in ENV_SECRETS.values())
     assert _env_leaks(tmp_path / "outputs") == []
     run = json.loads((tmp_path / "outputs" / "envsec" / "run.json").read_text())
-    assert run["config"]["variables"]["creds"] == "***" and run["config"]["tags"] == ["smoke", "***"]
+    assert run["config"]["variables"]["creds"] == "${oc.env:AWS_SECRET_ACCESS_KEY}"  # issue 39: by source
+    assert run["config"]["tags"] == ["smoke", "${oc.env:HF_TOKEN}"]  # issue 39: recorded by source
+
+
+@pytest.mark.slow
+def test_records_keep_environment_interpolations_whatever_the_variables_name(tmp_path, monkeypatch):
+    """Issue 39 item 3: `${oc.env:DB_PASS}`, `MYSQL_PWD`, `SLACK_WEBHOOK_URL` (and any name: masking by value
+    needs a credential-like one) landed resolved in config.yaml, run.json and the loggers' parameters. Records
+    now keep the interpolation itself; the run still uses the value."""
+    values = {
+        "DB_PASS": "pg-Zq81x",
+        "SLACK_WEBHOOK_URL": "https://hooks.example/T0/B0/xyzzy",
+        "SITE": "corp-7h2",
+    }
+    for k, v in values.items():
+        monkeypatch.setenv(k, v)
+    args = [
+        "experiment=smoke-cpu", "run_name=bysource", *TINY, "logger=tensorboard",
+        "+variables.db='${oc.env:DB_PASS}'", "+variables.hook='${oc.env:SLACK_WEBHOOK_URL}'",
+        "+variables.site='dc-${oc.env:SITE}'", "+variables.copy='${variables.site}'",
+        "tags=[smoke,'${oc.env:SITE}']",
+    ]  # fmt: skip
+    _train(args, tmp_path)
+    run_dir = tmp_path / "outputs" / "bysource"
+    leaks = [
+        str(p)
+        for p in run_dir.rglob("*")
+        if p.is_file()
+        for v in values.values()
+        if v.encode() in p.read_bytes()
+    ]
+    assert leaks == []
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"), resolve=False)
+    assert config["variables"] == {"db": "${oc.env:DB_PASS}", "hook": "${oc.env:SLACK_WEBHOOK_URL}",
+                                   "site": "dc-${oc.env:SITE}", "copy": "dc-${oc.env:SITE}"}  # fmt: skip
+    assert "+variables.db='${oc.env:DB_PASS}'" in (run_dir / ".hydra/rank0/overrides.yaml").read_text()
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["config"]["tags"] == ["smoke", "${oc.env:SITE}"]
+    assert run["config"]["variables"]["copy"] == "dc-${oc.env:SITE}"
 
 
 def test_a_run_name_holding_a_secret_is_refused_without_printing_it(tmp_path, monkeypatch):

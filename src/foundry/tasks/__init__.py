@@ -22,6 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from foundry.config import TrainConfig, check_group_choices, to_train_config
+from foundry.env_refs import env_refs, record_container
 from foundry.eval.data import check_task_data
 from foundry.hydra_callbacks import redacted_yaml, write_hydra_files
 from foundry.loggers import attach_final_metrics
@@ -58,12 +59,12 @@ def _record(cfg: DictConfig, run_dir: Path, *, main: bool) -> RunRecord:
     """The job's `RunRecord`: on `open()` rank 0 writes `config.yaml` and, under Hydra, `.hydra/rank<R>/`."""
 
     def write_files() -> None:
-        write_text_atomic(run_dir / "config.yaml", redacted_yaml(cfg, resolve=True))
+        write_text_atomic(run_dir / "config.yaml", redacted_yaml(record_container(cfg)))  # ${oc.env:} kept
         if HydraConfig.initialized():
             write_hydra_files(run_dir / ".hydra" / f"rank{process_world().rank}", cfg)
 
     named = run_name_given(HydraConfig.get().overrides.task) if HydraConfig.initialized() else True
-    return RunRecord(run_dir, named=named, is_main=main, write_files=write_files)
+    return RunRecord(run_dir, named=named, is_main=main, write_files=write_files, env_refs=env_refs(cfg))
 
 
 def run_task(cfg: DictConfig) -> float | None:

@@ -24,6 +24,7 @@ from foundry.config import TrainConfig
 from foundry.data.documents import DocumentRule
 from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
 from foundry.data.text import TextDataConfig, build_text_dataloader, missing_data
+from foundry.env_refs import keep_env_refs
 from foundry.errors import ConfigError, ResumeMismatch
 from foundry.eval.callback import icl_callbacks
 from foundry.eval.config import load_task_configs
@@ -159,7 +160,9 @@ def _pretrain(
     if start is not None:  # every check of the checkpoint against this config, before the run is accepted
         _resume(trainer, cfg, start=start, run_dir=run_dir, ctx=ctx, named=record.named)
     record.open()  # accepted: from here on the run's files are written
-    loggers = build_observers(cfg, plan, model=stack.model, start=start, run_dir=run_dir, ctx=ctx)
+    loggers = build_observers(
+        cfg, plan, model=stack.model, start=start, run_dir=run_dir, ctx=ctx, record=record
+    )
     trainer.loggers = loggers
     attach_checkpointing(
         trainer,
@@ -282,14 +285,17 @@ def build_observers(
     start: StartPoint | None,
     run_dir: Path,
     ctx: DistContext,
+    record: RunRecord | None = None,
 ) -> list[Logger]:
-    """Rank 0: writes `run.json` and returns the loggers (resuming the step count and W&B run); others: []."""
+    """Rank 0: writes `run.json` and returns the loggers (resuming the step count and W&B run); others: [].
+    Both record the config with its environment values as `${oc.env:...}` (`record.env_refs`)."""
     if not ctx.is_main:
         return []
+    config = keep_env_refs(asdict(cfg), record.env_refs if record is not None else {})
     derived = plan.derived(n_params=sum(p.numel() for p in model.parameters()))
     if (line := trainable_summary(model)) is not None:
         print(f"[foundry] {line}", flush=True)
-    write_run_metadata(run_dir, config=cfg, derived=derived, device=ctx.device)
+    write_run_metadata(run_dir, config=config, derived=derived, device=ctx.device)
     resumed = start.info.manifest if start is not None and not start.weights_only else None
     loggers = build_loggers(
         cfg.logger,
@@ -301,7 +307,7 @@ def build_observers(
         wandb_run_id=resumed.extra.get("wandb_run_id") if resumed is not None else None,
     )
     for logger in loggers:
-        logger.log_hyperparameters({"config": asdict(cfg), "derived": derived})
+        logger.log_hyperparameters({"config": config, "derived": derived})
     return loggers
 
 

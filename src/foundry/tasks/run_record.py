@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from foundry.run_log import discard_run_logs, release_run_logs
 from foundry.tasks.run_lock import LOCK_FILE
@@ -37,12 +38,15 @@ class RunRecord:
             a named run may be told to continue with a changed mixture (`foundry.tasks.resume_message`).
         is_main: Rank 0 writes the files; every rank releases its own log.
         write_files: Writes the run's record of its config (`config.yaml`, `.hydra/rank<R>/`) on rank 0.
+        env_refs: The config's values that come from the environment (`foundry.env_refs.env_refs`): records
+            built from the typed config (`run.json`, logger parameters) keep them as `${oc.env:...}`.
     """
 
     run_dir: Path
     named: bool = True
     is_main: bool = True
     write_files: Callable[[], None] = lambda: None
+    env_refs: dict[str, tuple[Any, str]] = field(default_factory=dict)
     created: bool = field(init=False)
     """The folder was empty when the task started: this command made it (removed again if refused)."""
     state: str = field(init=False, default="pending")

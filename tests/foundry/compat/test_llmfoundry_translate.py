@@ -57,7 +57,7 @@ global_train_batch_size: 8
 def test_every_fixture_translates_composes_and_accounts_for_every_key(conf, path):
     tr = translate_file(path)
     cfg = _compose(overrides(tr))
-    resolved, _ = load_yaml(path)
+    resolved, _, _ = load_yaml(path)
     noted = {n.key.split(".")[0] for n in tr.notes}
     assert all(k in keys.TOP or k in noted for k in resolved), set(resolved) - set(keys.TOP) - noted
     assert cfg.task == ("finetune" if resolved["train_loader"]["name"] == "finetuning" else "pretrain")
@@ -207,6 +207,27 @@ def test_the_experiment_file_composes_to_the_same_config(conf, tmp_path):
     from_file = _compose([f"hydra.searchpath=[file://{tmp_path}]", "experiment=lf", "run_name=x"])
     from_args = _compose([*overrides(tr), "run_name=x"])
     assert from_file == from_args
+
+
+def test_values_from_the_environment_are_printed_as_interpolations(conf, tmp_path, monkeypatch, capsys):
+    """Issue 39 item 3: the translator printed resolved `${oc.env:...}` values in the command and the
+    experiment file; they stay interpolations, which `train.py` resolves when it runs."""
+    monkeypatch.setenv("DATA_ROOT", "/mnt/corp-Zq81x")
+    monkeypatch.setenv("RUN_TAG", "tag-Q7")
+    text = MINIMAL.replace("local: /data/c4", "local: '${oc.env:DATA_ROOT}/c4'") + "run_name: ${oc.env:RUN_TAG}\n"
+    path = _yaml(tmp_path, text)
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "corp-Zq81x" not in out and "tag-Q7" not in out, out
+    assert "${oc.env:DATA_ROOT}/c4" in out and "${oc.env:RUN_TAG}" in out
+    tr = translate_file(path)
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "lf.yaml").write_text(experiment_yaml(tr, source="run.yaml"))
+    assert "corp-Zq81x" not in (tmp_path / "experiment" / "lf.yaml").read_text()
+    from_file = _compose([f"hydra.searchpath=[file://{tmp_path}]", "experiment=lf"])
+    from_args = _compose(overrides(tr))
+    assert from_file == from_args and from_args.run_name == "tag-Q7"
+    assert from_args.data.local == "/mnt/corp-Zq81x/c4"  # resolved when train.py runs
 
 
 @pytest.mark.parametrize(

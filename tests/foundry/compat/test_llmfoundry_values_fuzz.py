@@ -69,6 +69,7 @@ def test_the_experiment_file_keeps_literal_text_literal(text):
         values = {"variables.note": text}
         notes: list = []
         passthrough: list = []
+        from_env: dict = {}
 
     cfg = OmegaConf.create(experiment_yaml(_Tr(), source="x.yaml").split("\n", 3)[-1])
     assert OmegaConf.to_container(cfg, resolve=True)["variables"]["note"] == text

@@ -49,6 +49,17 @@ def test_an_upstream_state_with_another_seed_is_refused_naming_it(dataset):
         StreamingDataset(local=str(dataset), **ARGS).load_state_dict(state)
 
 
+def test_a_refused_upstream_state_leaves_the_order_as_it_was(dataset):
+    """Issue 39 item 9: after `load_state_dict` refused a mosaicml-shaped state, the dataset had switched to
+    upstream's shuffle for good: the same dataset then iterated in another order than a fresh one."""
+    native = _ours(dataset)
+    ds = StreamingDataset(local=str(dataset), **ARGS)
+    bad = {"epoch": 0, "sample_in_epoch": TAKEN, "num_canonical_nodes": 2, "shuffle_seed": 8}
+    with pytest.raises(ValueError, match="shuffle_seed=8"):
+        ds.load_state_dict(bad)
+    assert [int(s["id"]) for s in ds] == native
+
+
 _UPSTREAM = """
     import json
     from streaming import StreamingDataset

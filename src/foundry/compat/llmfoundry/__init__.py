@@ -27,9 +27,9 @@ def translate_file(path: Path, extra: Sequence[str] = ()) -> Translation:
     Raises:
         ConfigError: Naming the file and the key that cannot be translated, and the fix.
     """
-    cfg, ours = load_yaml(path, extra)
+    cfg, ours, from_env = load_yaml(path, extra)
     tr = translate(cfg, source=str(path))
-    tr.passthrough = ours
+    tr.passthrough, tr.from_env = ours, from_env
     return tr
 
 

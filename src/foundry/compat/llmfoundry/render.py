@@ -5,14 +5,16 @@ with the user's `key=value` overrides merged first, as `composer train.py YAML k
 whose first key is one of ours and not llm-foundry's (`trainer.device=cpu`, `data.num_workers=0`,
 `parallelism=none`, `+x=y`) is passed to `train.py` after the translation instead, so it wins. Values are
 written in Hydra's override grammar (strings quoted when they would parse as anything else), and the
-command line is shell-quoted, so the printed command pastes as is.
+command line is shell-quoted, so the printed command pastes as is. A string the YAML took from the
+environment (`${oc.env:NAME}`) is printed as that interpolation, not its value (issue 39: the printed command
+and the experiment file are records too), and `train.py` resolves it when it runs.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from foundry.compat.llmfoundry.translate import Translation
+from foundry.env_refs import env_refs
 from foundry.errors import ConfigError
 from stackbase.bounded import TooLarge, check_yaml_expansion
 
@@ -58,7 +61,7 @@ def _is_ours(override: str) -> bool:
     return key[:1] in "+~" or "@" in key or "/" in key or key.split(".", 1)[0] in OURS
 
 
-def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any], list[str]]:
+def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     """The YAML at `path` as plain data with the llm-foundry overrides merged and interpolations resolved.
 
     Returns:
@@ -85,6 +88,7 @@ def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any]
             raise ConfigError(f"{path}: not a mapping of llm-foundry keys")
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(theirs))
         plain = OmegaConf.to_container(cfg, resolve=True)
+        from_env = {str(v): text for v, text in env_refs(cfg).values() if isinstance(v, str)}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
     except OmegaConfBaseException as err:
@@ -93,7 +97,7 @@ def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any]
             f"{path}: {key or 'config'}: {' '.join(str(err).splitlines()[0].split())}"
         ) from None
     assert isinstance(plain, dict)
-    return {str(k): v for k, v in plain.items()}, ours
+    return {str(k): v for k, v in plain.items()}, ours, from_env
 
 
 def _number(text: str) -> bool:
@@ -104,8 +108,11 @@ def _number(text: str) -> bool:
     return True
 
 
-def format_value(value: Any) -> str:  # noqa: ANN401 - any plain YAML value
-    """`value` in Hydra's override grammar (`null`, `true`, `6e-4`, `[0.9,0.95]`, `{a:1}`, `"./{run_name}"`)."""
+def format_value(value: Any, env: Mapping[str, str] | None = None) -> str:  # noqa: ANN401 - plain YAML
+    """`value` in Hydra's override grammar (`null`, `true`, `6e-4`, `[0.9,0.95]`, `{a:1}`, `"./{run_name}"`).
+    A string in `env` (resolved value -> its `${oc.env:...}` text) is written as that live interpolation."""
+    if isinstance(value, str) and env and value in env:
+        return _quoted(env[value], live=True)
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -113,9 +120,9 @@ def format_value(value: Any) -> str:  # noqa: ANN401 - any plain YAML value
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, list | tuple):
-        return "[" + ",".join(format_value(v) for v in value) + "]"
+        return "[" + ",".join(format_value(v, env) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ",".join(f"{k}:{format_value(v, env)}" for k, v in value.items()) + "}"
     text = str(value)
     if _PLAIN.match(text) and text.lower() not in _WORDS and not _number(text):
         return text
@@ -139,23 +146,27 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _represent_str)
 
 
-def _literal(value: Any) -> Any:  # noqa: ANN401 - any plain YAML value
-    """`value` with every `${` in its strings escaped for OmegaConf (a YAML value that was literal stays so)."""
+def _literal(value: Any, env: Mapping[str, str] | None = None) -> Any:  # noqa: ANN401 - plain YAML
+    """`value` with every `${` in its strings escaped for OmegaConf (a YAML value that was literal stays so);
+    a string in `env` becomes its live `${oc.env:...}` text."""
     if isinstance(value, str):
+        if env and value in env:
+            return env[value]
         return _INTERPOLATION.sub(lambda m: "\\" * (2 * len(m.group(1)) + 1) + "${", value)
     if isinstance(value, list):
-        return [_literal(v) for v in value]
+        return [_literal(v, env) for v in value]
     if isinstance(value, dict):
-        return {k: _literal(v) for k, v in value.items()}
+        return {k: _literal(v, env) for k, v in value.items()}
     return value
 
 
-def _quoted(text: str) -> str:
+def _quoted(text: str, *, live: bool = False) -> str:
     """`text` as a quoted override that reads back as exactly `text` (issue 39: `C:\\data` arrived doubled and an
     escaped `${...}` came back live). Two levels: OmegaConf reads `${` as an interpolation, so a literal one
     gets an escaping backslash (and the backslashes before it are doubled); Hydra's quoted strings escape only
-    quotes and the backslashes before a quote or the end, so only those are doubled."""
-    text = _literal(text)
+    quotes and the backslashes before a quote or the end, so only those are doubled. `live`: `text`'s
+    interpolations stay live (an `${oc.env:...}` the YAML read)."""
+    text = text if live else _literal(text)
     text = _BEFORE_QUOTE_OR_END.sub(lambda m: m.group(1) * 2 + ('\\"' if m.group(2) else ""), text)
     return f'"{text}"'
 
@@ -170,7 +181,7 @@ def overrides(tr: Translation) -> list[str]:
             isinstance(value, list) and any(isinstance(v, dict) for v in value)
         )
         # Hydra cannot replace a mapping field from the command line; `++` (add or override) can
-        out.append(f"{'++' if nested else ''}{key}={format_value(value)}")
+        out.append(f"{'++' if nested else ''}{key}={format_value(value, tr.from_env)}")
     return out + list(tr.passthrough)
 
 
@@ -193,7 +204,7 @@ def experiment_yaml(tr: Translation, *, source: str) -> str:
         *parents, last = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[last] = _literal(value)
+        node[last] = _literal(value, tr.from_env)
     head = [
         "# @package _global_",
         f"# Translated from {source} by `python -m foundry.compat.llmfoundry` (llm-foundry 0.22 keys).",

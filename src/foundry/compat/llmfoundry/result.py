@@ -39,6 +39,8 @@ class Translation:
     notes: list[Note] = field(default_factory=list)
     passthrough: list[str] = field(default_factory=list)
     """`train.py` overrides given by the user after the YAML (applied last, so they win)."""
+    from_env: dict[str, str] = field(default_factory=dict)
+    """String values the YAML took from the environment -> their `${oc.env:...}` text (printed instead)."""
 
 
 class Out:
