@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from foundry.live import LIVE_FILE
-from stackbase.process import start_token
 from foundry.runs.cli import main
 from foundry.runs.show import config_diff, default_config
 from foundry.sync import sync
+from stackbase.process import start_token
 from tests.foundry.runs.dom import check_against_metrics
 
 
@@ -243,7 +243,9 @@ def test_stop_never_signals_a_process_the_run_did_not_record(
         bystander.wait()
 
 
-def test_stop_refuses_a_registry_others_can_write(sweep_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_stop_refuses_a_registry_others_can_write(
+    sweep_dir: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
     """The registry is the one thing trusted: a folder or entry anyone else could write proves nothing."""
     run = sweep_dir / "0_optimizer.lr=0.01"
     (run / "final_metrics.json").unlink()
