@@ -15,9 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from foundry.rundir import layout
+
 __all__ = ["EVENTS_FILE", "append_event", "read_events"]
 
-EVENTS_FILE = "events.jsonl"
+EVENTS_FILE = layout.EVENTS
 
 
 def append_event(run_dir: str | Path, event: str, **fields: Any) -> dict[str, Any]:  # noqa: ANN401

@@ -4,7 +4,7 @@ Hydra records the composed config, its own config and the command-line overrides
 `multirun.yaml`) and names sweep job folders after the overrides (`hydra.job.override_dirname`); a signed URL or
 a token given on the command line would land verbatim in all of them. `conf/hydra/default.yaml` therefore sets
 `output_subdir: null` (Hydra writes no `.hydra/`); `write_hydra_files` writes the same three files through
-`stackbase.secrets.redact_value` once the run is accepted (`foundry.tasks.run_record`: a refused command
+`stackbase.secrets.redact_value` once the run is accepted (`foundry.rundir.record`: a refused command
 writes nothing), `RedactedHydraFiles` redacts the sweep's `multirun.yaml`, and sweep job folders are named with the
 `${foundry.redact:...}` resolver. `RedactingFilter` masks every log line the job and Hydra itself log (the
 console and `<run_dir>/train.log`; Hydra's launcher logs each job's overrides). The task itself never reads

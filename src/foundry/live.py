@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from foundry.rundir import layout
+
 __all__ = ["LIVE_FILE", "Live", "read_live", "stale_after"]
 
-LIVE_FILE = "live.json"
+LIVE_FILE = layout.LIVE
 
 
 @dataclass(kw_only=True)

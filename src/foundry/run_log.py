@@ -4,7 +4,7 @@ Design note: Hydra opens the job's log file (`<run_dir>/train.log`) before the t
 is then refused (a bad value, missing data, a checkpoint it cannot resume) would leave lines in the log of the
 run it names. `conf/hydra/default.yaml` therefore makes the file handler a `DeferredFileHandler`: it keeps the
 records in memory (a few dozen lines: the data build) and opens the file only when `release_run_logs` says
-the run was accepted (`foundry.tasks.run_record`), or drops them on `discard_run_logs`. Hydra attaches it to
+the run was accepted (`foundry.rundir.record`), or drops them on `discard_run_logs`. Hydra attaches it to
 the root logger, which is where these functions look.
 """
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from foundry.rundir import layout
+
 __all__ = [
     "TokenizerConfig",
     "build_tokenizer",
@@ -157,7 +159,7 @@ def run_tokenizer_config(checkpoint: str) -> TokenizerConfig | None:
         return None
     path = Path(checkpoint).expanduser().resolve()
     for parent in [path, *path.parents][:4]:
-        run = parent / "run.json"
+        run = parent / layout.RUN
         if run.is_file():
             tok = (json.loads(run.read_text()).get("config") or {}).get("tokenizer") or {}
             if not tok.get("name"):

@@ -15,6 +15,7 @@ from foundry.callbacks.base import Callback
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.checkpoint.resume import LoadPathAdapter, StartPoint, load_into, resolve_start
 from foundry.checkpoint.saver import Checkpointer, resolve_format
+from foundry.rundir import layout
 
 __all__ = ["CheckpointCallback", "attach_checkpointing", "find_start"]
 
@@ -69,7 +70,7 @@ def attach_checkpointing(
             trainer,
             start,
             cfg=cfg,
-            cache_root=os.path.join(run_dir, ".checkpoint-cache"),
+            cache_root=os.path.join(run_dir, layout.CHECKPOINT_CACHE),
             model_config=model_dict,
             global_batch_size=global_batch_size,
             local_rank=local_rank,
@@ -100,5 +101,5 @@ def find_start(
     """The checkpoint this run starts from (autoresume first, then `load_path`), or None."""
     if not (cfg.save_folder or cfg.load_path):
         return None
-    scratch = os.path.join(run_dir, ".checkpoint-scratch")
+    scratch = os.path.join(run_dir, layout.CHECKPOINT_SCRATCH)
     return resolve_start(cfg, run_name=run_name, scratch=scratch, adapt_load_path=adapt_load_path)

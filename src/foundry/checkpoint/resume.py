@@ -32,6 +32,7 @@ from foundry.checkpoint.store import CheckpointStore, transfer_policy
 from foundry.errors import ConfigError, ResumeMismatch
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.rng import set_rng_state
+from foundry.rundir import layout
 from streaming.format.hashing import hash_file
 from streaming.safepath import safe_join
 from streaming.storage import redact
@@ -366,7 +367,7 @@ def load_weights(
     *,
     strict: bool = True,
     allow_pickle: bool = False,
-    cache_root: str = ".checkpoint-cache",
+    cache_root: str = layout.CHECKPOINT_CACHE,
     local_rank: int = 0,
     base_loaded: bool = False,
 ) -> CheckpointInfo:

@@ -47,6 +47,7 @@ from foundry.checkpoint.state import collect, save_full, save_sharded, snapshot
 from foundry.checkpoint.store import CheckpointStore, transfer_policy
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.rng import rng_state
+from foundry.rundir import layout
 from streaming.format.hashing import hash_file
 from streaming.storage import redact
 
@@ -114,7 +115,7 @@ class Checkpointer:
         self.every_steps = every_steps
         self.model_config = model_config
         self.extra = dict(extra or {})
-        self.scratch = os.path.join(run_dir, ".checkpoint-scratch")
+        self.scratch = os.path.join(run_dir, layout.CHECKPOINT_SCRATCH)
         self.staging_root = cfg.staging_folder or os.path.join(run_dir, ".checkpoint-staging")
         self.rank, self.world = rank(), world_size()
         self.last_saved_step = -1

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from foundry.eval.gauntlet import gauntlet_markdown
+from foundry.rundir import layout
 
 __all__ = ["results_markdown", "write_report"]
 
@@ -64,7 +65,7 @@ def write_report(
         text += "\nSkipped:\n" + "".join(f"- {s}\n" for s in skipped)
     if gauntlet is not None:
         text += "\n## Eval Gauntlet\n\n" + gauntlet_markdown(gauntlet) + "\n"
-    (out / "icl_results.md").write_text(text)
+    (out / layout.ICL_RESULTS).write_text(text)
     ex_dir = out / "icl_examples"
     ex_dir.mkdir(exist_ok=True)
     for r in results:

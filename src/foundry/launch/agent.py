@@ -29,6 +29,7 @@ from foundry.callbacks.heartbeat import Beat, read_beats
 from foundry.events import append_event
 from foundry.launch.watchdog import STARTUP_PHASES, Progress, stuck_phase
 from foundry.launch.worker import STACK_SIGNAL, ExitNote, read_exit_notes, stacks_path
+from foundry.rundir.layout import RunDir
 from foundry.train.preemption import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE
 from stackbase.process import pid_alive
 
@@ -112,7 +113,7 @@ class Supervisor:
 
     @property
     def heartbeats(self) -> Path:
-        return self.run_dir / "heartbeat"
+        return RunDir(self.run_dir).heartbeat
 
     def watch(self, proc: subprocess.Popen) -> int:
         """Polls until torchrun exits; returns the launcher's verdict or else torchrun's exit code.

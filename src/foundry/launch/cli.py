@@ -29,6 +29,8 @@ from foundry.launch.watchdog import Progress
 from foundry.launch.worker import LAUNCH_ENV, WorkerSettings
 from foundry.loggers.mlflow import publish_launch_events
 from foundry.loggers.wandb import publish_launch_summary
+from foundry.rundir import layout
+from foundry.rundir.layout import RunDir
 from stackbase.process import claim
 
 __all__ = ["build_parser", "main", "split_command"]
@@ -100,13 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     before, job = split_command(argv)
     args, torchrun_opts = build_parser().parse_known_args(before)
     run_name, overrides = run_name_of(job[1:], generate=new_run_name(job[0]))
-    run_dir = Path.cwd() / "outputs" / run_name
+    run_dir = RunDir.named(run_name, outputs=Path.cwd() / layout.OUTPUTS).root
     launch_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     settings = WorkerSettings(
         run_dir=str(run_dir), launch_id=launch_id, cuda=args.cuda, min_free_gb=args.min_free_gb,
         check_urls=args.check_url, health_timeout_s=args.health_timeout, all_reduce=not args.no_all_reduce_check,
     )  # fmt: skip
-    for stale in (run_dir / "heartbeat").glob(
+    for stale in RunDir(run_dir).heartbeat.glob(
         "rank*.json"
     ):  # a previous launch's beats (attempts restart at 0)
         stale.unlink()
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = sup.watch(proc)
     guard.stop()
     rc = NODE_EXCLUDED_EXIT if guard.excluded else rc
-    _drop_empty_dumps(run_dir / "stacks")
+    _drop_empty_dumps(RunDir(run_dir).stacks)
     append_event(
         run_dir, "summary", ok=rc == 0, exit_code=rc, failures=sup.failures, restarts=sup.progress.attempt,
         final_step=sup.final_step, time_lost_s=round(sup.time_lost_s, 3), wall_s=round(time.time() - started, 3),

@@ -40,6 +40,7 @@ from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQu
 from omegaconf import OmegaConf
 
 from foundry.launch.rendezvous import placement_from_env, torchrun_options
+from foundry.rundir.layout import OUTPUTS, RunDir
 from foundry.train.preemption import REQUEUE_EXIT_CODE
 from stackbase.process import pid_alive
 
@@ -172,7 +173,7 @@ class NodeRunner:
         self._proc = subprocess.Popen(cmd, cwd=self.cwd)
         while (rc := self._proc.poll()) is None:
             time.sleep(0.2)
-        run_dir = str(Path(self.cwd) / "outputs" / name)
+        run_dir = str(RunDir.named(name, outputs=Path(self.cwd) / OUTPUTS).root)
         if rc == REQUEUE_EXIT_CODE:
             self._ask_for_requeue(global_rank)
         ret = JobReturn(overrides=cmd[cmd.index("--") + 2 :], working_dir=run_dir, task_name="train")

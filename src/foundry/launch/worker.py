@@ -32,6 +32,7 @@ from foundry.callbacks.heartbeat import HEARTBEAT_ENV, beat_now, read_beats, wri
 from foundry.cli import EXIT_USER_ERROR
 from foundry.events import append_event
 from foundry.launch.health import HealthError, check_all_reduce, check_devices, check_disk, check_store
+from foundry.rundir.layout import RunDir
 from foundry.train.preemption import PREEMPTION_SIGNALS, REQUEUE_EXIT_CODE
 
 __all__ = [
@@ -116,7 +117,7 @@ def read_exit_notes(directory: str | Path) -> dict[int, ExitNote]:
 
 def stacks_path(run_dir: str | Path, launch_id: str, attempt: int, rank: int) -> Path:
     """Where rank `rank` of `attempt` dumps its stacks on SIGUSR2."""
-    return Path(run_dir) / "stacks" / f"{launch_id}-attempt{attempt}-rank{rank}.txt"
+    return RunDir(Path(run_dir)).stack_dump(launch_id, attempt=attempt, rank=rank)
 
 
 def run_checks(settings: WorkerSettings, *, attempt: int) -> object:
@@ -168,7 +169,7 @@ def main(argv: list[str]) -> None:
     settings = WorkerSettings.from_env()
     run_dir = Path(settings.run_dir)
     start = beat_now("start", 0)
-    heartbeats = run_dir / "heartbeat"
+    heartbeats = RunDir(run_dir).heartbeat
     dump = stacks_path(run_dir, settings.launch_id, start.attempt, start.rank)
     dump.parent.mkdir(parents=True, exist_ok=True)
     dump_file = dump.open("w")  # stays open: faulthandler writes to its descriptor from the signal handler

@@ -16,6 +16,7 @@ from foundry.loggers.jsonl import JsonlLogger, read_metrics
 from foundry.loggers.mlflow import MLflowLogger
 from foundry.loggers.mlflow import attach_final_metrics as _attach_mlflow_final_metrics
 from foundry.loggers.tensorboard import TensorBoardLogger
+from foundry.rundir import layout
 
 __all__ = [
     "ConsoleLogger",
@@ -59,7 +60,7 @@ def build_loggers(
     if cfg.console:
         loggers.append(ConsoleLogger(max_steps=max_steps, progress_bar=progress_bar))
     if cfg.jsonl:
-        loggers.append(JsonlLogger(run_dir / "metrics.jsonl", resume_step=resume_step))
+        loggers.append(JsonlLogger(run_dir / layout.METRICS, resume_step=resume_step))
     if cfg.wandb is not None:
         from foundry.loggers.wandb import WandbLogger
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from foundry.events import EVENTS_FILE, read_events
 from foundry.loggers.base import MLflowConfig
 from foundry.loggers.launch_events import LaunchEvents, launch_counters
+from foundry.rundir import layout
 from stackbase.secrets import redact_text, redact_url, redact_value
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ __all__ = [
 
 RUN_FILE = "mlflow_run.json"
 """Written to the run directory: which MLflow run this training run logs to (for `attach_final_metrics`)."""
-ARTIFACTS = ("run.json", "config.yaml", "icl_results.md", EVENTS_FILE)
+ARTIFACTS = (layout.RUN, layout.CONFIG, layout.ICL_RESULTS, EVENTS_FILE)
 """Run-directory files uploaded at close when they exist (`final_metrics.json` comes after the close)."""
 MAX_KEY = 250
 MAX_VALUE = 6000
@@ -242,7 +243,7 @@ def _write_run_record(run_dir: Path, run_id: str, experiment_id: str, tracking_u
 def attach_final_metrics(cfg: MLflowConfig, run_dir: str | Path) -> None:
     """Uploads `<run_dir>/final_metrics.json` to the MLflow run `<run_dir>/mlflow_run.json` names (if both exist)."""
     run_dir = Path(run_dir)
-    record, final = run_dir / RUN_FILE, run_dir / "final_metrics.json"
+    record, final = run_dir / RUN_FILE, run_dir / layout.FINAL_METRICS
     if not cfg.artifacts or not record.is_file() or not final.is_file():
         return
     run_id = json.loads(record.read_text())["run_id"]

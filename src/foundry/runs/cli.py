@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from foundry.rundir import layout
 from foundry.runs.control import format_command, resume_command, stop_run
 from foundry.runs.report import write_report
 from foundry.runs.show import (
@@ -32,7 +33,7 @@ __all__ = ["build_parser", "format_list", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m foundry.runs", description=__doc__.split("\n")[0])
-    p.add_argument("--root", default="outputs", help="where runs live: a folder or s3:// / gs:// prefix")
+    p.add_argument("--root", default=layout.OUTPUTS, help="where runs live: a folder or s3:// / gs:// prefix")
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("list", help="one line per run under ROOT")
     ls.add_argument("root_arg", nargs="?", metavar="ROOT", help="overrides --root")
@@ -95,16 +96,16 @@ def format_list(rows: list[RunSummary]) -> str:
 
 
 def _logs(root: RunRoot, rel: str, *, follow: bool) -> int:
-    text = root.read_text(rel, "train.log")
+    text = root.read_text(rel, layout.TRAIN_LOG)
     if text is None:
         raise FileNotFoundError(
-            f"{root.url(rel, 'train.log')}: no train.log (Hydra writes it in the run dir)"
+            f"{root.url(rel, layout.TRAIN_LOG)}: no {layout.TRAIN_LOG} (Hydra writes it in the run dir)"
         )
     print(text, end="", flush=True)
     seen = len(text)
     while follow:
         time.sleep(1.0)
-        text = root.read_text(rel, "train.log") or ""
+        text = root.read_text(rel, layout.TRAIN_LOG) or ""
         print(text[seen:], end="", flush=True)
         seen = len(text)
     return 0
@@ -139,7 +140,11 @@ def run(args: argparse.Namespace) -> int:
     """Runs one parsed subcommand; returns the exit code."""
     if args.command == "list":
         root = RunRoot(args.root_arg or args.root)
-        if (args.root_arg or args.root != "outputs") and not root.remote and not Path(root.root).is_dir():
+        if (
+            (args.root_arg or args.root != layout.OUTPUTS)
+            and not root.remote
+            and not Path(root.root).is_dir()
+        ):
             raise FileNotFoundError(
                 f"{root.root}: no such folder; pass the folder the runs are in (default outputs) or a URL"
             )

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from foundry.events import append_event
+from foundry.rundir import layout
 from foundry.runs.state import RunFiles
 from foundry.runs.store import RunRoot
 from stackbase.process import pid_alive, verify
@@ -146,7 +147,7 @@ def resume_command(
     if store:
         overrides = _set(overrides, "checkpoint.save_folder", store)
     here = Path(root.url(files.name)).resolve()
-    if not root.remote and here != Path("outputs", run_name).resolve():  # a sweep job, or a moved folder
+    if not root.remote and here != Path(layout.OUTPUTS, run_name).resolve():  # a sweep job, or a moved folder
         overrides = _set(overrides, "hydra.run.dir", _hydra_quote(str(here)))
     start, _ = _launch(files.events)
     if start is not None:

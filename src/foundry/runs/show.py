@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from foundry.rundir import layout
 from foundry.runs.state import RunFiles
 from foundry.runs.store import RunRoot
 
@@ -96,8 +97,8 @@ def checkpoint_folder(root: RunRoot, rel: str, config: dict[str, Any]) -> tuple[
     A relative save_folder is taken from the current directory (where `train.py` ran: the repository root).
     """
     folder = (config.get("checkpoint") or {}).get("save_folder")
-    if root.files(rel, "checkpoints") or not folder or "{run_dir}" in str(folder):
-        return root, rel + "/checkpoints" if rel != "." else "checkpoints"
+    if root.files(rel, layout.CHECKPOINTS) or not folder or "{run_dir}" in str(folder):
+        return root, f"{rel}/{layout.CHECKPOINTS}" if rel != "." else layout.CHECKPOINTS
     return RunRoot(str(folder).rstrip("/")), "."
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from foundry.live import LIVE_FILE, Live, read_live, stale_after
+from foundry.rundir import layout
 from foundry.runs.store import RunRoot
 from stackbase.process import pid_alive
 
@@ -104,19 +105,19 @@ class RunFiles:
 
 def load_run(root: RunRoot, rel: str) -> RunFiles:
     """Reads `run.json`, `metrics.jsonl`, `events.jsonl`, `live.json` and `final_metrics.json` of run `rel`."""
-    run_text, live_text = root.read_text(rel, "run.json"), root.read_text(rel, LIVE_FILE)
-    final_text = root.read_text(rel, "final_metrics.json")
+    run_text, live_text = root.read_text(rel, layout.RUN), root.read_text(rel, LIVE_FILE)
+    final_text = root.read_text(rel, layout.FINAL_METRICS)
     ends = [
-        t for t in (root.mtime(rel, "metrics.jsonl"), root.mtime(rel, "final_metrics.json")) if t is not None
+        t for t in (root.mtime(rel, layout.METRICS), root.mtime(rel, layout.FINAL_METRICS)) if t is not None
     ]
     return RunFiles(
         name=rel,
         run=json.loads(run_text) if run_text else {},
-        metrics=parse_jsonl(root.read_text(rel, "metrics.jsonl")),
-        events=parse_jsonl(root.read_text(rel, "events.jsonl")),
+        metrics=parse_jsonl(root.read_text(rel, layout.METRICS)),
+        events=parse_jsonl(root.read_text(rel, layout.EVENTS)),
         live=read_live(live_text) if live_text else None,
         final=json.loads(final_text) if final_text else None,
-        written=(root.mtime(rel, "config.yaml"), max(ends) if ends else None),
+        written=(root.mtime(rel, layout.CONFIG), max(ends) if ends else None),
     )
 
 

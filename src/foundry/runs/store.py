@@ -14,18 +14,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from foundry.rundir import layout
 from streaming.storage import is_remote, list_files, open_url
 
 __all__ = ["RUN_MARKERS", "RunRoot", "resolve_run"]
 
-RUN_MARKERS = ("run.json", "events.jsonl", "config.yaml")
+RUN_MARKERS = layout.MARKERS
 """A folder holding one of these is a run directory."""
 _PRUNE = {
-    "checkpoints",
-    ".checkpoint-scratch",
-    ".hydra",
-    "heartbeat",
-    "stacks",
+    *layout.UNLISTED,
     "wandb",
     "icl_examples",
     "hf",

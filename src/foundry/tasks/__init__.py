@@ -28,13 +28,14 @@ from foundry.hydra_callbacks import redacted_yaml, write_hydra_files
 from foundry.loggers import attach_final_metrics
 from foundry.parallel.dist import process_world
 from foundry.run_name import run_name_given
+from foundry.rundir import layout
+from foundry.rundir.files import write_text_atomic
+from foundry.rundir.lock import RunLock
+from foundry.rundir.record import RunRecord
 from foundry.storage_config import apply_storage
 from foundry.tasks.evaluate import eval_task
 from foundry.tasks.finetune import finetune
 from foundry.tasks.pretrain import pretrain
-from foundry.tasks.run_files import write_text_atomic
-from foundry.tasks.run_lock import RunLock
-from foundry.tasks.run_record import RunRecord
 
 __all__ = ["TASK_RUNNERS", "eval_task", "finetune", "pretrain", "run_task", "write_text_atomic"]
 
@@ -52,16 +53,16 @@ def _run_dir() -> Path:
     """Hydra's output directory for this job (`outputs/<run_name>`), or `outputs/dev` outside Hydra."""
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
-    return Path("outputs") / "dev"
+    return Path(layout.OUTPUTS) / "dev"
 
 
 def _record(cfg: DictConfig, run_dir: Path, *, main: bool) -> RunRecord:
     """The job's `RunRecord`: on `open()` rank 0 writes `config.yaml` and, under Hydra, `.hydra/rank<R>/`."""
 
     def write_files() -> None:
-        write_text_atomic(run_dir / "config.yaml", redacted_yaml(record_container(cfg)))  # ${oc.env:} kept
+        write_text_atomic(run_dir / layout.CONFIG, redacted_yaml(record_container(cfg)))  # ${oc.env:} kept
         if HydraConfig.initialized():
-            write_hydra_files(run_dir / ".hydra" / f"rank{process_world().rank}", cfg)
+            write_hydra_files(layout.RunDir(run_dir).hydra(process_world().rank), cfg)
 
     named = run_name_given(HydraConfig.get().overrides.task) if HydraConfig.initialized() else True
     return RunRecord(run_dir, named=named, is_main=main, write_files=write_files, env_refs=env_refs(cfg))
@@ -102,7 +103,7 @@ def run_task(cfg: DictConfig) -> float | None:
         raise
     try:
         if main:
-            write_text_atomic(run_dir / "final_metrics.json", json.dumps(metrics, indent=2))
+            write_text_atomic(run_dir / layout.FINAL_METRICS, json.dumps(metrics, indent=2))
             if train_cfg.task != "eval":  # the training run's closed loggers may take the file too (MLflow)
                 attach_final_metrics(train_cfg.logger, run_dir)
     finally:

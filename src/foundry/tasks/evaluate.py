@@ -21,8 +21,9 @@ from foundry.eval.data import check_task_data
 from foundry.eval.progress import print_line
 from foundry.models.build import build_model_on
 from foundry.parallel.dist import resolve_device
-from foundry.tasks.run_files import write_text_atomic
-from foundry.tasks.run_record import RunRecord
+from foundry.rundir import layout
+from foundry.rundir.files import write_text_atomic
+from foundry.rundir.record import RunRecord
 from foundry.tokenizers import build_tokenizer
 from streaming.storage import redact
 
@@ -64,7 +65,7 @@ def eval_task(cfg: TrainConfig, run_dir: Path, *, record: RunRecord | None = Non
             cfg.checkpoint.load_path,
             strict=cfg.checkpoint.load_strict,
             allow_pickle=cfg.checkpoint.allow_pickle,
-            cache_root=str(run_dir / ".checkpoint-cache"),
+            cache_root=str(run_dir / layout.CHECKPOINT_CACHE),
         )
         print(f"[foundry] evaluating checkpoint {redact(info.url)} (step {info.manifest.step})", flush=True)
     else:
@@ -75,7 +76,7 @@ def eval_task(cfg: TrainConfig, run_dir: Path, *, record: RunRecord | None = Non
     )
     write_text_atomic(run_dir / "eval_results.json", json.dumps(results, indent=2, default=str))
     print(
-        (run_dir / "icl_results.md").read_text() + f"\n[foundry] ICL results in {run_dir.resolve()}",
+        (run_dir / layout.ICL_RESULTS).read_text() + f"\n[foundry] ICL results in {run_dir.resolve()}",
         flush=True,
     )
     return {k: float(v) for k, v in results.items() if isinstance(v, int | float)}

@@ -39,9 +39,9 @@ from foundry.models import ModelConfig
 from foundry.models.hf_causal_lm import HFCausalLMConfig
 from foundry.models.mpt.schema import MPTModelConfig
 from foundry.parallel.dist import barrier, rank, world_size
+from foundry.rundir.record import RunRecord
 from foundry.tasks.plan import batch_plan, resolve_max_seq_len
 from foundry.tasks.pretrain import RunData, pretrain
-from foundry.tasks.run_record import RunRecord
 from foundry.tokenizers import build_tokenizer
 from streaming.world import World
 

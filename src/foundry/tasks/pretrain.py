@@ -42,10 +42,11 @@ from foundry.parallel.dist import (
 )
 from foundry.parallel.wrap import wrap_model
 from foundry.precision import resolve_precision
+from foundry.rundir import layout
+from foundry.rundir.record import RunRecord
 from foundry.tasks.memory import check_memory
 from foundry.tasks.plan import RunPlan, batch_plan, plan_run, resolve_max_seq_len
 from foundry.tasks.resume_message import resume_refusal
-from foundry.tasks.run_record import RunRecord
 from foundry.tokenizers import build_tokenizer
 from foundry.train.float8 import check_float8_device, convert_to_float8
 from foundry.train.loop import Trainer
@@ -188,7 +189,7 @@ def _resume(
             trainer,
             start,
             cfg=cfg.checkpoint,
-            cache_root=str(run_dir / ".checkpoint-cache"),
+            cache_root=str(run_dir / layout.CHECKPOINT_CACHE),
             model_config=asdict(cfg.model),
             global_batch_size=trainer.plan.global_batch_size,
             local_rank=ctx.local_rank,

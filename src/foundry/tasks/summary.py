@@ -16,7 +16,8 @@ from typing import Any
 from hydra.experimental.callback import Callback as HydraCallback
 from omegaconf import DictConfig
 
-from foundry.tasks.run_files import write_text_atomic
+from foundry.rundir import layout
+from foundry.rundir.files import write_text_atomic
 from stackbase.secrets import redact_text
 
 __all__ = ["MultirunSummary"]
@@ -58,7 +59,7 @@ class MultirunSummary(HydraCallback):
         else:
             try:
                 out_dir = Path(job_return.hydra_cfg.hydra.runtime.output_dir)
-                values = {**json.loads((out_dir / "final_metrics.json").read_text()), "status": "ok"}
+                values = {**json.loads((out_dir / layout.FINAL_METRICS).read_text()), "status": "ok"}
             except (OSError, ValueError, AttributeError) as err:  # a job without metrics still gets a row
                 values = {"status": f"no final_metrics.json ({type(err).__name__})"}
         self.rows.append((overrides, values))

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from foundry.rundir import layout
 from stackbase.secrets import redact_value
 
 __all__ = ["git_info", "package_versions", "write_run_metadata"]
@@ -92,5 +93,5 @@ def write_run_metadata(run_dir: Path, *, config: Any, derived: dict[str, Any], d
         "packages": package_versions(),
         "device": _device_info(device),
     }
-    (run_dir / "run.json").write_text(json.dumps(content, indent=2, default=str))
+    (run_dir / layout.RUN).write_text(json.dumps(content, indent=2, default=str))
     return content

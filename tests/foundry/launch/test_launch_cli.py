@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,10 +32,15 @@ def test_help_prints_every_option_and_exits_0(tmp_path):
         ((), "no training command"),
         (("--max-restarts", "1"), "-- train.py"),
         (("--", "nosuch.py"), "nosuch.py"),
+        (
+            ("--", "{train.py}", "run_name=.."),
+            "run_name='..'",
+        ),  # issue 39: the launcher wrote into outputs/..
     ],
 )
 def test_a_bad_command_is_one_error_line_and_exit_2(tmp_path, args, needle):
-    proc = _launch(*args, cwd=str(tmp_path))
+    train_py = str(Path(__file__).resolve().parents[3] / "train.py")
+    proc = _launch(*(train_py if a == "{train.py}" else a for a in args), cwd=str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("error: ") and len(proc.stderr.splitlines()) == 1 and needle in proc.stderr
     assert not (tmp_path / "outputs").exists()

@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_dir
 from foundry.config import register_configs, to_train_config
 from foundry.errors import ConfigError
 from foundry.run_log import DeferredFileHandler, discard_run_logs, release_run_logs
+from foundry.rundir.record import RunRecord
 from foundry.tasks.pretrain import pretrain
-from foundry.tasks.run_record import RunRecord
 from tests.train_py import run_train_py
 
 CONF = Path(__file__).resolve().parents[3] / "conf"

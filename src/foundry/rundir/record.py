@@ -20,12 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from foundry.run_log import discard_run_logs, release_run_logs
-from foundry.tasks.run_lock import LOCK_FILE
+from foundry.rundir.layout import LOCK, SCRATCH
 
 __all__ = ["RunRecord"]
-
-SCRATCH = (".checkpoint-scratch", ".checkpoint-cache")
-"""Folders a task may fill under the run directory before it is accepted (reading a remote checkpoint)."""
 
 
 @dataclass
@@ -77,7 +74,7 @@ class RunRecord:
         for name in SCRATCH:
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
         if lock_held:
-            (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
+            (self.run_dir / LOCK).unlink(missing_ok=True)
         try:
             self.run_dir.rmdir()  # only when empty: never removes what another process wrote meanwhile
         except OSError:

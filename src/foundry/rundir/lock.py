@@ -23,17 +23,16 @@ import sys
 from pathlib import Path
 
 from foundry.errors import ConfigError
+from foundry.rundir.layout import LOCK
 
-__all__ = ["LOCK_FILE", "RunLock"]
-
-LOCK_FILE = ".lock"
+__all__ = ["RunLock"]
 
 
 class RunLock:
     """The run directory's lock, held by this process from `acquire()` to `release()` (or its exit)."""
 
     def __init__(self, run_dir: Path, *, run_name: str) -> None:
-        self.path = Path(run_dir) / LOCK_FILE
+        self.path = Path(run_dir) / LOCK
         self.run_name = run_name
         self._fd: int | None = None
 

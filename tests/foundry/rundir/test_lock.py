@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from foundry.errors import ConfigError
-from foundry.tasks.run_lock import LOCK_FILE, RunLock
+from foundry.rundir.layout import LOCK as LOCK_FILE
+from foundry.rundir.lock import RunLock
 from tests.train_py import REPO, run_train_py
 
 
@@ -36,7 +37,7 @@ def test_a_second_holder_is_refused_naming_the_first(tmp_path):
 
 def test_the_lock_goes_with_a_killed_process(tmp_path):
     code = (
-        "import sys, time; from pathlib import Path; from foundry.tasks.run_lock import RunLock\n"
+        "import sys, time; from pathlib import Path; from foundry.rundir.lock import RunLock\n"
         f"RunLock(Path({str(tmp_path)!r}), run_name='x').acquire(); print('held', flush=True); time.sleep(120)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
