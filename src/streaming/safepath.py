@@ -42,6 +42,8 @@ __all__ = [
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MAX_COMPONENT = 255
+"""Bytes in one path component (NAME_MAX on Linux, macOS and Windows file systems)."""
 
 
 class UnsafePathError(ValueError):
@@ -63,11 +65,17 @@ def _problem(name: object) -> str | None:
         return "it starts with a drive letter"
     if "://" in name:
         return "it is a URL, not a relative name"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it is not valid Unicode (a lone surrogate)"
     parts = name.split("/")
     if ".." in parts:
         return "it has a '..' component"
     if not [p for p in parts if p not in ("", ".")]:
         return "it names no file"
+    if any(len(p.encode("utf-8")) > _MAX_COMPONENT for p in parts):
+        return f"a component is longer than {_MAX_COMPONENT} bytes, the file system's limit"
     return None
 
 
@@ -98,7 +106,7 @@ def safe_relpath(name: object, *, source: str, field: str) -> str:
     problem = _problem(name)
     if problem is not None:
         raise UnsafePathError(
-            f"{source}: {field}={name!r} is not a safe relative file name ({problem}); names in this file must "
+            f"{source}: {field}={name!r:.300} is not a safe relative file name ({problem}); names in this file must "
             "be relative paths inside its folder, without '..', absolute paths, drive letters or backslashes"
         )
     assert isinstance(name, str)

@@ -4,6 +4,7 @@ checked: zip records (a Composer `.pt` bomb), YAML aliases (a translator bomb), 
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import zipfile
@@ -12,7 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from stackbase.bounded import TooLarge, check_yaml_expansion, read_text_lines, read_zip_member
+from stackbase.bounded import (
+    NotJSON,
+    TooLarge,
+    check_yaml_expansion,
+    json_depth,
+    parse_json,
+    read_json,
+    read_text_lines,
+    read_zip_member,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,3 +120,53 @@ def test_an_icl_task_file_with_a_20_mb_line_is_refused(tmp_path):
     path.write_bytes(b'{"context": "' + b"y" * (20 << 20) + b'", "continuation": " z"}\n')
     with pytest.raises(TooLarge, match=r"task.jsonl:1: a line longer than 16,777,216 bytes"):
         _read_jsonl(path)
+
+
+# ---------------------------------------------------------------------------------------------------- JSON
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        (b"0", 0),
+        (b'"[[["', 0),
+        (b"[]", 1),
+        (b'{"a": [1, {"b": "]]"}]}', 3),
+        (b'["\\\\", ["\\"[", [[]]]]', 4),
+        (b"[" * 7 + b"]" * 7, 6),  # counted to limit + 1
+        (b"[[]", -1),
+    ],
+)
+def test_json_depth_is_measured_on_the_text(text, depth):
+    assert json_depth(text, limit=5) == depth
+
+
+@pytest.mark.parametrize("deep", ["[" * 100_000 + "]" * 100_000, '{"a":' * 5000 + "0" + "}" * 5000])
+def test_json_nested_past_the_limit_is_refused_before_parsing(deep):
+    with pytest.raises(TooLarge, match=r"x\.json: JSON nested deeper than 100 levels"):
+        parse_json(deep, source="x.json")
+    assert parse_json("[" * 100 + "]" * 100, source="x.json") is not None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"\xff{}", r"x\.json: not UTF-8 text \(byte 0\)"),
+        (b'{"a": 1,}', r"x\.json: not valid JSON \(Expecting property name .*: line 1 column 9\)"),
+        (b"1" * 5000, r"x\.json: not valid JSON \(Exceeds the limit"),
+        (b"", r"x\.json: not valid JSON"),
+    ],
+)
+def test_what_is_not_json_is_one_error_naming_the_file(raw, message):
+    with pytest.raises(NotJSON, match=message):
+        parse_json(raw, source="x.json")
+
+
+def test_read_json_stops_reading_at_the_limit(tmp_path):
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"a": "x" * 1000}))
+    assert read_json(path)["a"] == "x" * 1000
+    with pytest.raises(TooLarge, match=r"big\.json: over 100 bytes"):
+        read_json(path, max_bytes=100)
+    with pytest.raises(FileNotFoundError):
+        read_json(tmp_path / "absent.json")

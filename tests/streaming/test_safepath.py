@@ -93,3 +93,18 @@ def test_private_dir_creates_0700_and_refuses_what_others_could_plant_into(tmp_p
     with pytest.raises(UnsafeFolderError, match="not a plain directory"):
         private_dir(link, what="cache folder", fix="pass local=")
     assert private_dir(tmp_path / "absent", what="x", fix="y", create=False) == str(tmp_path / "absent")
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("a" * 256, "a component is longer than 255 bytes"),  # the fuzz suite's: ENAMETOOLONG when opened
+        ("sub/" + "é" * 128, "a component is longer than 255 bytes"),
+        ("x\ud800.mds", "not valid Unicode"),  # JSON's "\ud800": UnicodeEncodeError when opened
+    ],
+)
+def test_names_the_file_system_cannot_hold_are_refused(name, problem):
+    with pytest.raises(UnsafePathError, match=problem) as err:
+        safe_relpath(name, source="/data/index.json", field="shards[0].raw_data.basename")
+    assert len(str(err.value)) < 700  # the value is cut in the message
+    assert safe_relpath("a" * 255, source="f", field="x") == "a" * 255

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stackbase.bounded import NotJSON, TooLarge, parse_json
 from streaming.safepath import UnsafePathError, safe_relpath
 
 __all__ = [
@@ -35,6 +36,10 @@ __all__ = [
 ]
 
 INDEX_FILENAME = "index.json"
+MAX_SHARD_SAMPLES = 2**32 - 1
+"""Samples in one shard: MDS headers and split-format meta files count them in uint32."""
+MAX_FILE_BYTES = 2**48
+"""Bytes of one shard file (256 TiB, far above any shard; sums over 500k shards still fit int64)."""
 INDEX_VERSION = 2
 FORMATS = ("mds", "json", "csv", "tsv", "xsv")
 
@@ -147,8 +152,11 @@ class FileInfo:
             raise IndexError_(
                 f"{where}: a file entry must have exactly the keys basename, bytes, hashes; got {obj!r}"
             )
-        if not isinstance(obj["basename"], str) or not isinstance(obj["bytes"], int) or obj["bytes"] < 0:
-            raise IndexError_(f"{where}: bad file entry {obj!r}")
+        size = obj["bytes"]
+        if not isinstance(obj["basename"], str) or type(size) is not int or not 0 <= size <= MAX_FILE_BYTES:
+            raise IndexError_(
+                f"{where}: bad file entry {obj!r:.300} (bytes: an int from 0 to {MAX_FILE_BYTES})"
+            )
         if not isinstance(obj["hashes"], dict):
             raise IndexError_(f"{where}: 'hashes' must be an object of algorithm -> hex digest")
         try:
@@ -271,11 +279,15 @@ class ShardInfo:
         if obj["version"] != INDEX_VERSION:
             raise IndexError_(f"{where}: unsupported shard version {obj['version']!r} (this library reads 2)")
         samples = obj["samples"]
-        if not isinstance(samples, int) or samples < 0:
-            raise IndexError_(f"{where}: 'samples' must be an int >= 0, got {samples!r}")
+        if type(samples) is not int or not 0 <= samples <= MAX_SHARD_SAMPLES:
+            raise IndexError_(
+                f"{where}: 'samples' must be an int from 0 to {MAX_SHARD_SAMPLES} (shards count samples in "
+                f"uint32), got {samples!r:.100}"
+            )
         size_limit = obj["size_limit"]
         if size_limit is not None and (not isinstance(size_limit, int) or size_limit < 0):
             raise IndexError_(f"{where}: 'size_limit' must be null or an int >= 0, got {size_limit!r}")
+        _check_config(obj, fmt, where)
         if fmt != "json" and len(obj["column_names"]) != len(obj["column_encodings"]):
             raise IndexError_(f"{where}: column_names and column_encodings differ in length")
         split = fmt != "mds"
@@ -297,6 +309,35 @@ class ShardInfo:
         if samples == 0:
             _check_empty(info, where)
         return info
+
+
+def _strings(value: Any) -> bool:  # noqa: ANN401
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _check_config(obj: dict[str, Any], fmt: str, where: str) -> None:
+    """The types of a shard object's config keys (readers index, hash and join them as such)."""
+    problems = []
+    if fmt == "json":
+        columns = obj["columns"]
+        if not isinstance(columns, dict) or not all(isinstance(v, str) for v in columns.values()):
+            problems.append("'columns' must be an object of column name -> encoding string")
+    else:
+        for key in ("column_names", "column_encodings"):
+            if not _strings(obj[key]):
+                problems.append(f"{key!r} must be a list of strings")
+    sizes = obj.get("column_sizes", [])
+    if not isinstance(sizes, list) or not all(s is None or (type(s) is int and s >= 0) for s in sizes):
+        problems.append("'column_sizes' must be a list of null or ints >= 0")
+    if obj["compression"] is not None and not isinstance(obj["compression"], str):
+        problems.append("'compression' must be null or a string")
+    if obj["hashes"] is not None and not _strings(obj["hashes"]):
+        problems.append("'hashes' must be a list of algorithm names")
+    for key in ("newline", "separator"):
+        if key in obj and not isinstance(obj[key], str):
+            problems.append(f"{key!r} must be a string")
+    if problems:
+        raise IndexError_(f"{where}: {'; '.join(problems)}")
 
 
 def _check_empty(info: ShardInfo, where: str) -> None:
@@ -398,7 +439,7 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
     """
     path = index_path(dirname, split)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         folder = os.path.dirname(path)
         if not os.path.isdir(folder):
@@ -410,9 +451,13 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
             f"the index from its shards with `python -m streaming rebuild-index {folder}`"
         ) from None
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise IndexJSONError(f"{source or path}: not valid JSON ({err})", err) from None
+        obj = parse_json(raw, source=source or path)  # nesting capped: a deep value is one error, not a crash
+    except NotJSON as err:
+        if isinstance(err.__cause__, json.JSONDecodeError):
+            raise IndexJSONError(str(err), err.__cause__) from None
+        raise IndexError_(str(err)) from None
+    except TooLarge as err:
+        raise IndexError_(str(err)) from None
     return parse_index(obj, path=path, source=source)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stackbase.bounded import NotJSON, TooLarge, parse_json
 from streaming.format.encodings import EncodingError, encode_value, get_encoding
 
 __all__ = [
@@ -57,13 +58,16 @@ class MDSSchema:
         return cls(names=names, encodings=encodings, sizes=sizes)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> MDSSchema:
-        """Build from a shard config (``column_names``/``column_encodings``/``column_sizes``)."""
+    def from_config(cls, config: Mapping[str, Any], *, source: str = "shard config") -> MDSSchema:
+        """Build from a shard config (``column_names``/``column_encodings``/``column_sizes``); ``source`` (the
+        shard's path) names it in errors."""
         names, encodings = tuple(config["column_names"]), tuple(config["column_encodings"])
         sizes = tuple(get_encoding(e).size for e in encodings)
         declared = tuple(config.get("column_sizes") or sizes)
         if declared != sizes:
-            raise ShardFormatError(f"column_sizes {list(declared)} do not match encodings {list(encodings)}")
+            raise ShardFormatError(
+                f"{source}: column_sizes {list(declared)} do not match encodings {list(encodings)}"
+            )
         return cls(names=names, encodings=encodings, sizes=sizes)
 
     @property
@@ -203,7 +207,8 @@ def parse_mds_header(
             f"{path}: {reason} MDS shard: offsets span [{first}, {last}) but the file has {size} bytes"
         )
     try:
-        config = json.loads(bytes(view[table_end:first]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ShardFormatError(f"{path}: corrupt MDS shard: embedded config is not JSON ({err})") from None
+        config = parse_json(bytes(view[table_end:first]), source="config")
+    except (NotJSON, TooLarge) as err:
+        reason = str(err).removeprefix("config: ")
+        raise ShardFormatError(f"{path}: corrupt MDS shard: embedded config is not JSON ({reason})") from None
     return n, offsets, config

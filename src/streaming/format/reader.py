@@ -231,7 +231,7 @@ def _mds_reader(dirname: str, info: ShardInfo, files: Mapping[str, memoryview] |
     path = os.path.join(dirname, info.raw_data.basename)
     buf = read_file_bytes(dirname, info.raw_data, info.zip_data, info.compression, files=files)
     n, offsets, _ = parse_mds_header(buf, path=path, expected_samples=info.samples)
-    schema = MDSSchema.from_config(info.config)
+    schema = MDSSchema.from_config(info.config, source=path)
     decode = schema.decoder()
 
     def slice_fn(i: int) -> memoryview:

@@ -43,8 +43,9 @@ log = logging.getLogger("streaming.storage")
 _counter = itertools.count()
 
 
-class HashMismatchError(OSError):
-    """A downloaded file's digest differs from the index after a re-download."""
+class HashMismatchError(OSError, ValueError):
+    """A downloaded file's digest differs from the index after a re-download (a `ValueError` too: a corrupt
+    dataset is the user's to fix, and `train.py` reports it as one error line)."""
 
 
 DEFAULT_BUDGET = 300.0
