@@ -5,7 +5,9 @@ User errors are what the person at the keyboard fixes in the command line or the
 composition errors (a bad override, an unknown group option, a parse error: `CompactHydraException`),
 OmegaConf's (a wrong type, a missing `???` value, an unresolvable interpolation), `ValueError` (every schema's
 `__post_init__` check, `foundry.errors.ConfigError`, a tokenizer that cannot be found) and
-`FileNotFoundError` (a dataset that has not been created yet). Everything else is a bug and propagates with
+`FileNotFoundError` (a dataset that has not been created yet), and the operating system's errors the user
+fixes (a full disk, a read-only or unwritable folder, a file where a folder goes: `foundry.errors.os_error_message`).
+Everything else is a bug and propagates with
 its traceback. `HYDRA_FULL_ERROR=1` shows the traceback of user errors too.
 The command-line tools (`scripts/*.py`, `python -m foundry.launch|runs|sync`) report the same way through
 `foundry.errors.run_tool`, which imports neither Hydra nor torch.
@@ -30,6 +32,7 @@ from omegaconf.errors import (
 )
 
 from foundry.config import KEY_RULE, group_option_message, unknown_key_message
+from foundry.errors import os_error_message
 from stackbase.secrets import install_masked_excepthook, masked_traceback, redact_text
 
 __all__ = ["USER_ERRORS", "EXIT_USER_ERROR", "run_cli", "user_message"]
@@ -110,10 +113,13 @@ def run_cli(main: Callable[[], Any]) -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its own report; we report
     try:
         main()
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, OSError) as err:
+        message = os_error_message(err) if isinstance(err, OSError) and err.errno is not None else None
+        if message is None and not isinstance(err, USER_ERRORS):
+            raise  # an OSError that is not the user's (a broken connection): a bug's traceback, masked
         if user_full_error == "1":
             print(masked_traceback(err), end="", file=sys.stderr)
-        print(f"error: {redact_text(user_message(err))}", file=sys.stderr, flush=True)
+        print(f"error: {redact_text(message or user_message(err))}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
     finally:
         if user_full_error is None:

@@ -10,12 +10,21 @@ cannot be reached). This module imports nothing heavy, so a tool that must start
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["EXIT_USER_ERROR", "ConfigError", "ResumeMismatch", "is_url", "require_path", "run_tool"]
+__all__ = [
+    "EXIT_USER_ERROR",
+    "ConfigError",
+    "ResumeMismatch",
+    "is_url",
+    "os_error_message",
+    "require_path",
+    "run_tool",
+]
 
 EXIT_USER_ERROR = 2
 
@@ -44,6 +53,34 @@ class ResumeMismatch(ConfigError):
         self.mixture_changed = mixture_changed
 
 
+_WRITE_ADVICE = "write elsewhere: run from another folder or set hydra.run.dir=..., checkpoint.save_folder=... or $FOUNDRY_CACHE"
+_OS_ADVICE = {
+    errno.ENOSPC: ("no space left on the device", "free space there, or " + _WRITE_ADVICE),
+    errno.EDQUOT: ("disk quota exceeded", "free space there, or " + _WRITE_ADVICE),
+    errno.EROFS: ("read-only file system", _WRITE_ADVICE),
+    errno.EACCES: ("permission denied", "make it writable by this user, or " + _WRITE_ADVICE),
+    errno.EPERM: ("operation not permitted", "make it writable by this user, or " + _WRITE_ADVICE),
+    errno.ENOTDIR: ("a file stands where a folder is needed", "move that file away, or " + _WRITE_ADVICE),
+    errno.EISDIR: ("is a folder where a file is needed", "remove or rename that folder"),
+    errno.ENAMETOOLONG: ("file name too long", "choose a shorter run_name or folder"),
+    errno.ENOENT: ("no such file or folder", "check the path"),
+}
+"""Operating-system errors a user fixes (a full disk, a read-only `outputs/`, a file where a folder goes): what
+they mean and the fix. Any other `OSError` (a broken connection, a bad file descriptor) is not the user's."""
+
+
+def os_error_message(err: BaseException) -> str | None:
+    """One line for an `OSError` the user fixes (`_OS_ADVICE`): `<path>: <what>: <fix>`; else None.
+
+    Issue 39: a full disk during the quick-start build or a read-only `outputs/` ended in a raw traceback."""
+    if not isinstance(err, OSError) or err.errno not in _OS_ADVICE:
+        return None
+    what, fix = _OS_ADVICE[err.errno]
+    where = err.filename if err.filename is not None else "a file of this run"
+    other = f" -> {err.filename2}" if err.filename2 is not None else ""
+    return f"{where}{other}: {what} ([Errno {err.errno}]); {fix}"
+
+
 def run_tool(main: Callable[[], int | None]) -> int:
     """Calls a command-line tool's `main` and returns its exit code (`sys.exit(run_tool(...))`).
 
@@ -61,7 +98,7 @@ def run_tool(main: Callable[[], int | None]) -> int:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             print(masked_traceback(err), end="", file=sys.stderr)
 
-        message = " ".join(str(err).split()) or type(err).__name__  # one line, however the text was wrapped
+        message = os_error_message(err) or " ".join(str(err).split()) or type(err).__name__  # one line
         print(f"error: {redact_text(message)}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
 

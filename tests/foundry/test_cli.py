@@ -3,6 +3,7 @@ traceback unless `HYDRA_FULL_ERROR=1`; bugs keep their traceback."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from pathlib import Path
@@ -49,6 +50,32 @@ def test_hydra_full_error_adds_the_traceback(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and err.endswith("error: bad value\n")
     assert os.environ["HYDRA_FULL_ERROR"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("err", "needle"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device", "/data/cache/shard.mds"), "no space left"),
+        (OSError(errno.EROFS, "Read-only file system", "outputs/run"), "read-only file system"),
+        (PermissionError(errno.EACCES, "Permission denied", "outputs"), "permission denied"),
+        (NotADirectoryError(errno.ENOTDIR, "Not a directory", "outputs/run"), "a file stands where a folder"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded", "/ck/ep0"), "disk quota exceeded"),
+    ],
+)
+def test_a_full_disk_or_an_unwritable_folder_is_one_error_line(err, needle, capsys, monkeypatch):
+    """Issue 39 item 10: a full disk during the quick-start build or a read-only `outputs/` ended in a raw
+    `OSError` traceback."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    assert run_cli(_raiser(err)) == 2
+    out = capsys.readouterr().err
+    assert out.startswith(f"error: {err.filename}: {needle}") and len(out.splitlines()) == 1, out
+    assert "write elsewhere" in out or "folder" in out
+
+
+def test_other_os_errors_are_bugs(monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(ConnectionResetError):
+        run_cli(_raiser(ConnectionResetError(errno.ECONNRESET, "reset")))
 
 
 def test_bugs_keep_their_traceback(monkeypatch):
@@ -109,6 +136,13 @@ def test_train_py_rejects_a_plus_typo_with_exit_2_and_no_traceback(tmp_path):
     proc = _train(["+modle=mpt-125m", "run_name=bad"], tmp_path)
     _assert_user_error(proc, "unknown config key 'modle'", "did you mean 'model'?")
     assert not (tmp_path / "outputs" / "bad" / "config.yaml").exists()
+
+
+def test_train_py_with_a_file_where_outputs_goes_is_one_error_line(tmp_path):
+    (tmp_path / "outputs").write_text("not a folder")
+    proc = _train(["experiment=smoke-cpu", "run_name=r"], tmp_path)
+    _assert_user_error(proc, "outputs/r: a file stands where a folder is needed", "move that file away")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_train_py_leaves_the_running_jobs_config_alone(tmp_path):
