@@ -44,6 +44,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
 )
 EXIT_USER_ERROR = 2
+_REPORTED: tuple[type[BaseException], ...] = (*USER_ERRORS, OSError)
+"""What `run_cli` looks at: the user errors, and `OSError`s (`os_error_message` says which are the user's)."""
 _APPEND_ADVICE = re.compile(r"use \+\S+?=(\S+)")
 _GROUP_OPTIONS = re.compile(r"Available options in '([^']+)'")
 _SEARCH_PATH = re.compile(r"provider=\S+, path=file://(\S+)")
@@ -113,7 +115,7 @@ def run_cli(main: Callable[[], Any]) -> int:
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its own report; we report
     try:
         main()
-    except (*USER_ERRORS, OSError) as err:
+    except _REPORTED as err:
         message = os_error_message(err) if isinstance(err, OSError) and err.errno is not None else None
         if message is None and not isinstance(err, USER_ERRORS):
             raise  # an OSError that is not the user's (a broken connection): a bug's traceback, masked
