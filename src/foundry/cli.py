@@ -44,6 +44,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
 )
 EXIT_USER_ERROR = 2
+INTERRUPT_EXIT_CODE = 130
+"""128 + SIGINT (as `foundry.train.preemption`, not imported here: it pulls in torch)."""
 _REPORTED: tuple[type[BaseException], ...] = (*USER_ERRORS, OSError)
 """What `run_cli` looks at: the user errors, and `OSError`s (`os_error_message` says which are the user's)."""
 _APPEND_ADVICE = re.compile(r"use \+\S+?=(\S+)")
@@ -123,6 +125,14 @@ def run_cli(main: Callable[[], Any]) -> int:
             print(masked_traceback(err), end="", file=sys.stderr)
         print(f"error: {redact_text(message or user_message(err))}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    except KeyboardInterrupt:  # Ctrl-C outside training steps (those stop with a checkpoint: preemption.py)
+        print(
+            "\n[foundry] interrupted (Ctrl-C); a rerun with the same run_name= resumes from the run's last "
+            "complete checkpoint, if it has one",
+            file=sys.stderr,
+            flush=True,
+        )
+        return INTERRUPT_EXIT_CODE
     finally:
         if user_full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)

@@ -51,6 +51,7 @@ from foundry.tokenizers import build_tokenizer
 from foundry.train.float8 import check_float8_device, convert_to_float8
 from foundry.train.loop import Trainer
 from foundry.train.metadata import write_run_metadata
+from foundry.train.preemption import Preempted
 from foundry.train.speed import apply_speed
 from foundry.train.state import seed_all, set_deterministic
 from streaming.storage import redact
@@ -354,12 +355,26 @@ def run_training(
         )
     try:
         metrics = trainer.fit()
+    except Preempted as stopped:
+        if ctx.is_main and stopped.signal_name == "SIGINT":  # a preemption's requeue reruns the same command
+            print(f"[foundry] {_resume_line(cfg)}", flush=True)
+        raise
     finally:
         for logger in loggers:
             logger.close()
     if ctx.is_main:
         print(f"[foundry] run directory: {run_dir.resolve()}", flush=True)
     return broadcast_object(metrics)  # identical final metrics (and final_metrics.json bytes) on every rank
+
+
+def _resume_line(cfg: TrainConfig) -> str:
+    """What to run to continue a run stopped by Ctrl-C."""
+    if not cfg.checkpoint.save_folder:
+        return "no checkpoint was saved (checkpoint.save_folder is not set): a rerun starts over"
+    return (
+        f"to resume: rerun the same command with run_name={cfg.run_name} (`python -m foundry.runs resume "
+        f"{cfg.run_name}` prints it)"
+    )
 
 
 def _finished_message(cfg: TrainConfig, url: str, *, step: int, max_steps: int) -> str:

@@ -1,4 +1,4 @@
-"""Preemption: SIGTERM/SIGUSR1 make every rank checkpoint at the next step boundary and exit for a requeue.
+"""Preemption: SIGTERM/SIGUSR1 (and Ctrl-C) make every rank checkpoint at the next step boundary and exit.
 
 Design note: the signal handler only records which signal came and when (no I/O, no collectives, no
 allocation of tensors: a handler runs between two bytecodes of whatever the main thread was doing). The
@@ -20,11 +20,19 @@ restored afterwards. DataLoader workers must survive the signal too (Slurm signa
 step): torch installs a SIGTERM handler in each worker that exits it, and the rank then fails on its next
 batch, so `shield_workers` chains a `worker_init_fn` that ignores the preemption signals (a worker still
 exits when its parent does: torch's watchdog checks).
+
+Ctrl-C (SIGINT) is handled the same way (issue 40: it printed a 22-frame `KeyboardInterrupt` traceback and, with
+the default save-at-the-end, lost the whole run): the step finishes, the checkpoint is written, the line that
+resumes is printed, and the process exits 130 (128 + SIGINT, the shell's code for Ctrl-C; not a requeue). A
+second Ctrl-C while that happens stops at once (`Interrupted`, a `SystemExit`: no traceback) and the previous
+checkpoint stays the one autoresume takes. A terminal's Ctrl-C reaches the data workers too (one process group),
+so they ignore SIGINT like the preemption signals.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,23 +44,54 @@ import torch
 
 from foundry.parallel.dist import all_reduce_sum, world_size
 
-__all__ = ["PREEMPTION_SIGNALS", "REQUEUE_EXIT_CODE", "Preempted", "PreemptionWatch", "shield_workers"]
+__all__ = [
+    "INTERRUPT_EXIT_CODE",
+    "PREEMPTION_SIGNALS",
+    "REQUEUE_EXIT_CODE",
+    "STOP_SIGNALS",
+    "Interrupted",
+    "Preempted",
+    "PreemptionWatch",
+    "shield_workers",
+]
 
 REQUEUE_EXIT_CODE = 75
 """`EX_TEMPFAIL`: the exit code of a run stopped by a preemption signal after its checkpoint (requeue it)."""
+INTERRUPT_EXIT_CODE = 130
+"""128 + SIGINT: the exit code of a run stopped by Ctrl-C (after its checkpoint, or at once on a second one)."""
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (*PREEMPTION_SIGNALS, signal.SIGINT)
+"""Every signal that stops the run at the next step boundary with a checkpoint."""
+
+
+class Interrupted(SystemExit):
+    """A second Ctrl-C: the run stops at once, without its stop checkpoint (exit 130, no traceback)."""
+
+    def __init__(self) -> None:
+        super().__init__(INTERRUPT_EXIT_CODE)
+
+    def __str__(self) -> str:
+        return (
+            "interrupted again (Ctrl-C): stopped at once, without a checkpoint of this step; rerun the same "
+            "command with the run's run_name= to resume from its last complete checkpoint"
+        )
 
 
 class Preempted(SystemExit):
     """Raised by `Trainer.fit` after the preemption checkpoint; exits the process with `REQUEUE_EXIT_CODE`."""
 
     def __init__(self, *, step: int, signal_name: str, seconds: float) -> None:
-        super().__init__(REQUEUE_EXIT_CODE)
+        super().__init__(INTERRUPT_EXIT_CODE if signal_name == "SIGINT" else REQUEUE_EXIT_CODE)
         self.step = step
         self.signal_name = signal_name
         self.seconds = seconds
 
     def __str__(self) -> str:
+        if self.signal_name == "SIGINT":
+            return (
+                f"interrupted (Ctrl-C) at step {self.step}: stopped {self.seconds:.1f} s after it, this step "
+                f"checkpointed (unless checkpoint=none); exit code {INTERRUPT_EXIT_CODE}"
+            )
         return (
             f"preempted by {self.signal_name} at step {self.step}: stopped {self.seconds:.1f} s after the "
             f"signal; exit code {REQUEUE_EXIT_CODE} (requeue); rerun the same command to resume, with the run's "
@@ -79,7 +118,7 @@ class PreemptionWatch:
     # ---------------------------------------------------------------- handlers
     def __enter__(self) -> PreemptionWatch:
         if self.grace > 0 and threading.current_thread() is threading.main_thread():
-            for sig in PREEMPTION_SIGNALS:
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -91,7 +130,11 @@ class PreemptionWatch:
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        """Only records the signal (the first one wins); the step loop does the work."""
+        """Only records the signal (the first one wins); the step loop does the work. A Ctrl-C after a first
+        stop signal raises `Interrupted` at once."""
+        if signum == signal.SIGINT and self.received_at is not None:
+            print(f"\n[foundry] {Interrupted()}", file=sys.stderr, flush=True)
+            raise Interrupted()
         if self.received_at is None:
             self.signal_name = signal.Signals(signum).name
             self.received_at = time.monotonic()
@@ -131,14 +174,14 @@ class PreemptionWatch:
 
 
 def _ignore_preemption_signals(worker_id: int, *, previous: Callable[[int], None] | None) -> None:
-    for sig in PREEMPTION_SIGNALS:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     if previous is not None:
         previous(worker_id)
 
 
 def shield_workers(*loaders: Any) -> None:  # noqa: ANN401 - torch DataLoaders (or any iterables, or None)
-    """Makes the loaders' worker processes ignore SIGTERM/SIGUSR1 (chained before their `worker_init_fn`).
+    """Makes the loaders' worker processes ignore SIGTERM/SIGUSR1/SIGINT (chained before their `worker_init_fn`).
 
     Call before the first `iter(loader)`; a no-op for loaders without workers and when already shielded.
     Harmless with the handling off: the rank then dies of the signal and its workers follow it.

@@ -12,7 +12,14 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from foundry.callbacks.base import Callback
 from foundry.train.config import TrainerConfig
-from foundry.train.preemption import REQUEUE_EXIT_CODE, Preempted, PreemptionWatch, shield_workers
+from foundry.train.preemption import (
+    INTERRUPT_EXIT_CODE,
+    REQUEUE_EXIT_CODE,
+    Interrupted,
+    Preempted,
+    PreemptionWatch,
+    shield_workers,
+)
 from tests.foundry.train.test_loop import _batches, _model, _trainer
 
 
@@ -49,6 +56,32 @@ def test_a_signal_stops_at_the_next_step_boundary_and_handlers_are_restored(sig,
     assert "exit code 75 (requeue); rerun the same command to resume" in capsys.readouterr().out
 
 
+def test_ctrl_c_stops_at_the_next_step_boundary_like_a_preemption_and_exits_130(capsys):
+    """Issue 40 item 2: Ctrl-C printed a 22-frame KeyboardInterrupt traceback and, with the default checkpoint
+    settings (save at the end), lost the whole run."""
+    before = signal.getsignal(signal.SIGINT)
+    cb = _SignalAt(signal.SIGINT, at=3)
+    trainer = _trainer(_model(), microbatch=8, loader=_batches(10), max_steps=10)
+    trainer.callbacks.append(cb)
+    with pytest.raises(Preempted) as info:
+        trainer.fit()
+    assert info.value.code == INTERRUPT_EXIT_CODE == 130 and info.value.signal_name == "SIGINT"
+    assert cb.seen[-1] == (4, True)  # the checkpoint callback sees the stop, as for a preemption
+    assert signal.getsignal(signal.SIGINT) == before
+    assert "interrupted (Ctrl-C) at step 4" in capsys.readouterr().out
+
+
+def test_a_second_ctrl_c_stops_at_once_without_a_traceback(capsys):
+    with PreemptionWatch(30, device=torch.device("cpu")) as watch:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert watch.should_stop()
+        with pytest.raises(Interrupted) as info:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs at the next bytecode
+    assert info.value.code == 130 and isinstance(info.value, SystemExit)
+    assert "interrupted again (Ctrl-C): stopped at once" in capsys.readouterr().err
+
+
 def test_grace_zero_installs_no_handler():
     cb = _SignalAt(signal.SIGTERM, at=-1)
     before = signal.getsignal(signal.SIGTERM)
@@ -83,8 +116,10 @@ class _Endless(IterableDataset):
             i += 1
 
 
-def test_shielded_workers_survive_sigterm():
-    """torch's worker SIGTERM handler would exit the worker (and fail the rank's next batch)."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_shielded_workers_survive_sigterm(sig):
+    """torch's worker SIGTERM handler would exit the worker (and fail the rank's next batch); a terminal's
+    Ctrl-C reaches the workers too (one process group), and a worker ends on KeyboardInterrupt."""
     loader = DataLoader(_Endless(), batch_size=2, num_workers=1, persistent_workers=True)
     shield_workers(loader, None, [])
     shield_workers(loader)  # idempotent: chained once
@@ -92,7 +127,7 @@ def test_shielded_workers_survive_sigterm():
     it = iter(loader)
     next(it)
     (worker,) = it._workers
-    os.kill(worker.pid, signal.SIGTERM)
+    os.kill(worker.pid, sig)
     time.sleep(0.3)
     for _ in range(5):
         next(it)
