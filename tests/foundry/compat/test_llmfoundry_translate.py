@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from foundry.compat.llmfoundry import expand_train_args, keys, translate_file
-from foundry.compat.llmfoundry.__main__ import main
+from foundry.compat.llmfoundry.__main__ import main, parse_args
 from foundry.compat.llmfoundry.render import experiment_yaml, format_value, load_yaml, overrides
 from foundry.config import TrainConfig, register_configs, to_train_config
 from foundry.errors import run_tool
@@ -209,12 +209,33 @@ def test_the_experiment_file_composes_to_the_same_config(conf, tmp_path):
     assert from_file == from_args
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["run.yaml", "--run", "max_duration=5ba", "trainer.device=cpu"], ["--run", "run.yaml", "max_duration=5ba",
+     "trainer.device=cpu"], ["run.yaml", "max_duration=5ba", "--run", "trainer.device=cpu"]],
+)  # fmt: skip
+def test_options_and_overrides_come_in_any_order(argv):
+    """Issue 40 item 3: `YAML --run key=value` was refused by argparse (`unrecognized arguments`)."""
+    args = parse_args(argv)
+    assert args.run and str(args.yaml) == "run.yaml"
+    assert args.overrides == ["max_duration=5ba", "trainer.device=cpu"]
+
+
+def test_an_experiment_before_the_overrides_is_written_with_them(tmp_path, capsys):
+    out = tmp_path / "experiment" / "x.yaml"
+    assert main([str(_yaml(tmp_path, MINIMAL)), "--experiment", str(out), "max_duration=5ba"]) == 0
+    assert "max_duration: 5ba" in out.read_text()
+
+
 def test_values_from_the_environment_are_printed_as_interpolations(conf, tmp_path, monkeypatch, capsys):
     """Issue 39 item 3: the translator printed resolved `${oc.env:...}` values in the command and the
     experiment file; they stay interpolations, which `train.py` resolves when it runs."""
     monkeypatch.setenv("DATA_ROOT", "/mnt/corp-Zq81x")
     monkeypatch.setenv("RUN_TAG", "tag-Q7")
-    text = MINIMAL.replace("local: /data/c4", "local: '${oc.env:DATA_ROOT}/c4'") + "run_name: ${oc.env:RUN_TAG}\n"
+    text = (
+        MINIMAL.replace("local: /data/c4", "local: '${oc.env:DATA_ROOT}/c4'")
+        + "run_name: ${oc.env:RUN_TAG}\n"
+    )
     path = _yaml(tmp_path, text)
     assert main([str(path)]) == 0
     out = capsys.readouterr().out

@@ -54,8 +54,14 @@ def _experiment_hint(out: Path) -> str:
     return f"python train.py --config-dir {conf} experiment={out.stem}"
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options and the YAML and `key=value` overrides in any order (issue 40: `YAML --run key=value` was
+    refused as `unrecognized arguments`, though `--run` last worked)."""
+    return _parser().parse_intermixed_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     if args.table:
         print(markdown_table())
         return 0
