@@ -175,7 +175,21 @@ def export_hf(
         hf_model.save_pretrained(out)
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
+        _standard_tokenizer_class(out)
     return fmt
+
+
+def _standard_tokenizer_class(out: Path) -> None:
+    """Names the tokenizer `PreTrainedTokenizerFast` in `tokenizer_config.json` (issue 40): transformers 5 writes
+    its internal `TokenizersBackend`, which transformers 4 cannot load; the `tokenizer.json` beside it is the
+    standard form both read."""
+    path = out / "tokenizer_config.json"
+    if not (out / "tokenizer.json").is_file() or not path.is_file():
+        return
+    config = json.loads(path.read_text())
+    if config.get("tokenizer_class") in (None, "TokenizersBackend"):
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 def describe_export(out_dir: str | Path, *, requested: str = "auto") -> str:

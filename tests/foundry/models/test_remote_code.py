@@ -105,7 +105,7 @@ for name in ("foundry", "streaming"):
         continue
     raise SystemExit(f"{name} is importable: the check would not be isolated")
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 export, ref = sys.argv[2], torch.load(sys.argv[3])
 model = AutoModelForCausalLM.from_pretrained(export, trust_remote_code=True).eval()
@@ -113,7 +113,9 @@ assert type(model).__module__.startswith("transformers_modules."), type(model)._
 with torch.no_grad():
     logits = model(ref["ids"]).logits
     generated = model.generate(ref["ids"][:1, :5], max_new_tokens=8, do_sample=False, pad_token_id=0)
-tokens = AutoTokenizer.from_pretrained(export)("def main():", add_special_tokens=False)["input_ids"]
+# transformers 5 reads the model's config before the tokenizer's: the flag that the model needs, nothing else
+tokens = AutoTokenizer.from_pretrained(export, trust_remote_code=True)("def main():", add_special_tokens=False)["input_ids"]
+assert PreTrainedTokenizerFast.from_pretrained(export)("def main():", add_special_tokens=False)["input_ids"] == tokens
 torch.save({"logits": logits, "generated": generated, "tokens": tokens}, sys.argv[4])
 """
 
@@ -152,6 +154,12 @@ def test_plain_transformers_without_this_project_loads_the_export(tmp_path, buil
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "Do you wish to run the custom code" not in proc.stdout + proc.stderr  # issue 40: it asked
+    assert "to instantiate a model of type" not in proc.stdout + proc.stderr
+    assert (
+        json.loads((export / "tokenizer_config.json").read_text())["tokenizer_class"]
+        == "PreTrainedTokenizerFast"
+    )
     got = torch.load(tmp_path / "got.pt")
     torch.testing.assert_close(got["logits"], expected, atol=1e-5, rtol=1e-5)
     assert torch.equal(got["generated"], generated)
