@@ -25,7 +25,7 @@ from pathlib import Path
 from foundry.errors import ConfigError
 from foundry.rundir.layout import LOCK
 
-__all__ = ["RunLock"]
+__all__ = ["RunLock", "lock_held"]
 
 
 class RunLock:
@@ -84,3 +84,21 @@ def _describe(fd: int) -> str:
         return f"pid {int(info['pid'])} on {str(info['host'])[:64]} since {str(info['started'])[:32]}"
     except (OSError, ValueError, KeyError, TypeError):
         return "by another process"
+
+
+def lock_held(run_dir: str | Path) -> bool | None:
+    """Whether a process holds the run's lock now (`runs list` tells a run still starting from one killed before
+    its first step), read from `/proc/locks` without touching the lock (taking it, even for an instant, could
+    refuse a run starting at that moment). None where that cannot be told: no lock file (a run of an older
+    version, a bucket) or no `/proc/locks`."""
+    try:
+        st = os.stat(Path(run_dir) / LOCK)
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == ident:
+            return True
+    return False

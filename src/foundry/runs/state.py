@@ -8,8 +8,9 @@ preempted (exit 75, or a `stop` event from `runs stop` before it) or failed; a l
 last failure/restart is newer than its last `resumed` (and than a fresh live record of the new attempt)
 is restarting; a fresh live record is running (on this host only while its pid is alive); a live record
 in phase `done`/`preempted` says so; a stale one in any other phase is a run that died (failed); without
-records, `final_metrics.json` means finished. Anything else is `unknown` (a run made before live.json
-existed, or a folder that only has a config).
+records, a run whose lock a process holds is running (still starting), `final_metrics.json` means finished,
+and a local run whose lock nobody holds is a run killed before its first step (failed; issue 40: it showed as
+`unknown 0/?`). Anything else is `unknown` (a run on a bucket, or one made before the lock existed).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from foundry.live import LIVE_FILE, Live, read_live, stale_after
 from foundry.rundir import layout
+from foundry.rundir.lock import lock_held
 from foundry.runs.store import RunRoot
 from stackbase.process import pid_alive
 
@@ -51,9 +53,17 @@ def _last_launch(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def decide_state(
-    *, events: list[dict[str, Any]], live: Live | None, has_final: bool, now: float, pid_alive: bool | None
+    *,
+    events: list[dict[str, Any]],
+    live: Live | None,
+    has_final: bool,
+    now: float,
+    pid_alive: bool | None,
+    lock_held: bool | None = None,
 ) -> str:
-    """One of `STATES` (rules in the module note). `pid_alive`: None when the pid cannot be checked here."""
+    """One of `STATES` (rules in the module note). `pid_alive`: None when the pid cannot be checked here.
+    `lock_held`: whether a process holds the run's lock (`foundry.rundir.lock.lock_held`; None: cannot tell),
+    which tells a run still starting (no live.json yet) from one killed before its first step."""
     launch = _last_launch(events)
     kinds = [e.get("event") for e in launch]
     if "summary" in kinds:
@@ -76,9 +86,11 @@ def decide_state(
         if live.phase == "preempted" and not fresh:
             return "preempted"
         return "running" if fresh else "failed"
+    if lock_held:
+        return "running"
     if has_final:
         return "finished"
-    return "unknown"
+    return "failed" if lock_held is False else "unknown"
 
 
 def _resumed_live(trouble: dict[str, Any], live: Live | None, *, fresh: bool) -> bool:
@@ -101,6 +113,8 @@ class RunFiles:
     written: tuple[float | None, float | None] = (None, None)
     """Local runs: when `config.yaml` and the newest of metrics.jsonl/final_metrics.json were written (the
     start and end of a run without events or live.json); (None, None) for a bucket."""
+    lock_held: bool | None = None
+    """Local runs: whether a process holds the run's lock now (None: a bucket, or no lock file)."""
 
 
 def load_run(root: RunRoot, rel: str) -> RunFiles:
@@ -118,6 +132,7 @@ def load_run(root: RunRoot, rel: str) -> RunFiles:
         live=read_live(live_text) if live_text else None,
         final=json.loads(final_text) if final_text else None,
         written=(root.mtime(rel, layout.CONFIG), max(ends) if ends else None),
+        lock_held=None if root.remote else lock_held(root.url(rel)),
     )
 
 
@@ -158,7 +173,7 @@ def summarize(files: RunFiles, *, now: float | None = None, local: bool = True) 
     live = files.live
     state = decide_state(
         events=files.events, live=live, has_final=files.final is not None, now=now,
-        pid_alive=pid_alive_here(live) if local else None,
+        pid_alive=pid_alive_here(live) if local else None, lock_held=files.lock_held if local else None,
     )  # fmt: skip
     steps = [int(r["step"]) for r in files.metrics if isinstance(r.get("step"), int)]
     step = max([*steps, live.step if live else 0, 0])

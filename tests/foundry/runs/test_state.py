@@ -61,6 +61,28 @@ def test_decide_state(events, lv, final, alive, want) -> None:
     assert decide_state(events=events, live=lv, has_final=bool(final), now=NOW, pid_alive=alive) == want
 
 
+@pytest.mark.parametrize(
+    ("lock", "final", "want"),
+    [(True, False, "running"), (False, False, "failed"), (False, True, "finished"), (None, False, "unknown")],
+)
+def test_a_run_without_live_record_is_told_by_its_lock(lock, final, want) -> None:
+    """Issue 40 item 6: a run killed before its first step (no live.json) showed as `unknown 0/?`."""
+    assert (
+        decide_state(events=[], live=None, has_final=final, now=NOW, pid_alive=None, lock_held=lock) == want
+    )
+
+
+def test_lock_held_reads_the_kernels_lock_table(tmp_path) -> None:
+    from foundry.rundir.lock import RunLock, lock_held
+
+    assert lock_held(tmp_path) is None  # no lock file: cannot tell
+    lock = RunLock(tmp_path, run_name="r")
+    lock.acquire()
+    assert lock_held(tmp_path) is True
+    lock.release()
+    assert lock_held(tmp_path) is False
+
+
 @given(
     events=st.lists(
         st.builds(
