@@ -158,8 +158,9 @@ class Supervisor:
         if attempt in self.failed:
             return
         dead = sorted(r for r, b in current.items() if b.phase != "done" and not pid_alive(b.pid))
-        if dead:
-            b = current[dead[0]]  # several dead at the first look: torchrun already stopped the others
+        if dead:  # several dead at the first look: the one that did not fail because a peer died is blamed
+            blamed = [r for r in dead if getattr(notes.get(r), "kind", "") != "peer"] or dead
+            b = current[blamed[0]]
             self._failure(attempt, now, cause="exited", rank=b.rank, pid=b.pid, step=b.step, ranks=dead)
         elif self.progress.hung(now, done=done):
             p = self.progress

@@ -13,6 +13,11 @@ launcher does so within `hold_s` does it exit with the code. A failed all-reduce
 note: a peer that was late or died is what a restart fixes. The launcher starts torchrun with SIGTERM and
 SIGUSR1 ignored (so a scheduler signalling every process cannot make torchrun tear the ranks down mid-save);
 the worker puts them back to their default first thing, so each rank handles them itself.
+
+When a rank dies (kill -9, out of memory), the others fail in their next collective ("Connection closed by
+peer"). Such an error is not this rank's fault: the worker prints one line instead of its traceback (issue 40:
+a 50-line `[rank0]:` traceback came before the restart line) and leaves a `peer` exit note, so the launcher
+names the rank that died first, not the lowest rank that is gone by the time it looks.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ __all__ = [
     "ExitNote",
     "WorkerSettings",
     "main",
+    "peer_failure",
     "read_exit_notes",
     "stacks_path",
     "write_exit_note",
@@ -85,9 +91,9 @@ class ExitNote:
     attempt: int
     code: int
     kind: str
-    """fatal | preempted."""
+    """fatal | preempted | peer (this rank failed because another one died: not acted on, only not blamed)."""
     cause: str
-    """config | health | preempted."""
+    """config | health | preempted | peer."""
     step: int = 0
     detail: str = ""
     check: str = ""
@@ -151,6 +157,25 @@ def exit_note_for(
     )  # fmt: skip
 
 
+PEER_LOST = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "socket closed",
+    "communicator was aborted",
+    "nccl communicator",
+)
+"""Lower-case parts of the messages gloo and NCCL raise in a rank whose peer died mid-collective."""
+
+
+def peer_failure(err: BaseException) -> str | None:
+    """The first line of `err` when it says a peer rank went away mid-collective, else None."""
+    text = str(err)
+    if not any(part in text.lower() for part in PEER_LOST):
+        return None
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(err).__name__)[:300]
+
+
 def _exit(code: int, note: ExitNote | None, heartbeats: Path, hold_s: float) -> None:
     """Exits with `code`; with a note, writes it and holds first so torchrun does not restart the group."""
     if note is None:
@@ -198,6 +223,19 @@ def main(argv: list[str]) -> None:
     sys.path.insert(0, str(Path(argv[0]).resolve().parent))  # as `python train.py` would
     try:
         runpy.run_path(argv[0], run_name="__main__")
+    except Exception as e:  # noqa: BLE001 - only a peer's death is handled here; anything else is re-raised
+        lost = peer_failure(e)
+        if lost is None:
+            raise
+        step = getattr(read_beats(heartbeats).get(start.rank), "step", 0)
+        print(
+            f"[foundry.launch] rank {start.rank}: stopped, a peer rank went away ({lost})",
+            file=sys.stderr,
+            flush=True,
+        )
+        write_exit_note(heartbeats, ExitNote(rank=start.rank, pid=os.getpid(), attempt=start.attempt, code=1,
+                                             kind="peer", cause="peer", step=step, detail=lost))  # fmt: skip
+        raise SystemExit(1) from None
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if code != 0:

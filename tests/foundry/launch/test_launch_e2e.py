@@ -124,7 +124,8 @@ def test_kill_one_rank_restarts_and_matches(tmp_path, cache, reference):
     out = _finish(proc)
     events = _check_events(run_dir, "exited")
     (failure,) = [e for e in events if e["event"] == "failure"]
-    assert 1 in failure["ranks"]
+    assert 1 in failure["ranks"] and failure["rank"] == 1  # issue 40 item 5: the killed rank, not rank 0
+    assert "Traceback" not in out, out[-4000:]  # rank 0's peer error is one line, not a traceback
     _check_same_run(run_dir, reference)
     # issue 26 item 11: one console line per failure, restart and resumption
     said = [line for line in out.splitlines() if line.startswith("[foundry.launch] ")]

@@ -10,7 +10,7 @@ import sys
 from foundry.callbacks.heartbeat import Beat
 from foundry.launch import Progress, read_events
 from foundry.launch.agent import STOP_SIGNAL, Supervisor
-from foundry.launch.worker import exit_note_for, write_exit_note
+from foundry.launch.worker import ExitNote, exit_note_for, peer_failure, write_exit_note
 from streaming.cache.space import pid_alive as alive
 
 
@@ -44,6 +44,29 @@ def test_dead_rank_then_restart_then_resume(tmp_path):
     assert resumed["resumed_step"] == 9 and resumed["steps_lost"] == 2
     assert resumed["time_lost_s"] == (15.0 - 11.0) + 2 * 0.5
     assert sup.failures == 1 and sup.final_step == 11
+
+
+def test_the_rank_that_died_is_blamed_not_the_one_its_death_stopped(tmp_path, capsys):
+    """Issue 40 item 5: after kill -9 of rank 1, rank 0 failed in its next collective; both were gone at the
+    launcher's next look and it named rank 0 (the lowest). Rank 0 left a `peer` note: rank 1 is blamed."""
+    sup = Supervisor(tmp_path, "L", Progress(k=10, floor=5))
+    me, dead0, dead1 = os.getpid(), _dead_pid(), _dead_pid()
+    sup.tick({0: _beat(0, 241, me), 1: _beat(1, 241, me)}, now=10.0)
+    write_exit_note(tmp_path / "heartbeat", ExitNote(rank=0, pid=dead0, attempt=0, code=1, kind="peer",
+                                                     cause="peer", step=242, detail="Connection closed by peer"))  # fmt: skip
+    sup.tick({0: _beat(0, 242, dead0), 1: _beat(1, 242, dead1)}, now=11.0)
+    (failure,) = read_events(tmp_path)
+    assert (failure["rank"], failure["ranks"]) == (1, [0, 1])
+    assert "rank 1 exited at step 242" in capsys.readouterr().err
+
+
+def test_errors_that_say_a_peer_went_away():
+    assert peer_failure(RuntimeError("[pair.cc:534] Connection closed by peer [127.0.0.1]:1234\nmore")) == (
+        "[pair.cc:534] Connection closed by peer [127.0.0.1]:1234"
+    )
+    assert peer_failure(RuntimeError("NCCL communicator was aborted on rank 0")) is not None
+    assert peer_failure(RuntimeError("CUDA error: an illegal memory access")) is None
+    assert peer_failure(ValueError("bad config")) is None
 
 
 def test_restart_seen_before_the_dead_rank_still_counts(tmp_path):
