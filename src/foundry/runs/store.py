@@ -10,6 +10,7 @@ system only (object listings carry no sizes; checkpoint sizes come from their ma
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,7 +135,13 @@ def resolve_run(arg: str, *, root: str) -> tuple[RunRoot, str]:
     ]  # a unique prefix (`runs list` shortens long names)
     if len(matches) == 1:
         return base, matches[0]
-    known = ", ".join(base.runs()[:20]) or "none"
+    runs = base.runs()
+    close = difflib.get_close_matches(rel, runs, n=1, cutoff=0.6) or difflib.get_close_matches(
+        rel, [r.rsplit("/", 1)[-1] for r in runs], n=1, cutoff=0.6
+    )
+    if close:  # issue 40: `runs show quickstrat` listed every run instead of naming the one meant
+        raise FileNotFoundError(f"no run {arg!r} under {root}: did you mean {close[0]!r}?")
+    known = ", ".join(runs[:20]) or "none"
     raise FileNotFoundError(
         f"no run {arg!r} under {root} (runs there: {known}); pass a run name, a run folder or an s3:// / gs:// URL"
     )

@@ -68,6 +68,17 @@ def test_logs_and_unknown_run(sweep_dir: Path, capsys) -> None:
     assert "no run 'nope'" in capsys.readouterr().err
 
 
+def test_a_mistyped_run_name_gets_a_suggestion(sweep_dir: Path, capsys) -> None:
+    """Issue 40 item 6: `runs show quickstrat` listed every run without naming the one meant."""
+    root = str(sweep_dir.parents[1])
+    assert main(["--root", root, "show", "multirun/sweep/1_optimizer.lr=0.3"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.strip().endswith("did you mean 'multirun/sweep/1_optimizer.lr=0.03'?")
+        and len(err.splitlines()) == 1
+    )
+
+
 def test_resume_command(sweep_dir: Path, capsys) -> None:
     run = sweep_dir / "1_optimizer.lr=0.03"
     (run / ".hydra" / "rank0").mkdir(parents=True)
