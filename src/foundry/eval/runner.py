@@ -351,7 +351,8 @@ def run_icl_eval(
         )  # fmt: skip
         for line in lines:
             line.finish(res.metrics)
-        log.info("%s: %s (%.1fs)", res.label, res.metrics, res.seconds)
+        if not lines:  # the closing progress line says the same (issue 40: each result printed twice)
+            log.info("%s: %s (%.1fs)", res.label, res.metrics, res.seconds)
         results.append(res)
     flat: dict[str, Any] = {}
     for res in results:

@@ -3,6 +3,7 @@ time left, and one when the task ends); `EVAL=light` had silent gaps of up to 14
 
 from __future__ import annotations
 
+import logging
 import re
 
 from foundry.eval import EvalConfig, run_icl_eval
@@ -34,12 +35,14 @@ def test_a_line_every_interval_with_rate_and_time_left_then_a_closing_line():
     )
 
 
-def test_run_icl_eval_reports_every_task(icl_model, icl_tokenizer, tmp_path):
+def test_run_icl_eval_reports_every_task(icl_model, icl_tokenizer, tmp_path, caplog):
     lines: list[str] = []
     cfg: EvalConfig = _offline_cfg(limit=8, progress_interval=1e-9)
-    run_icl_eval(
-        cfg, model=icl_model, tokenizer=icl_tokenizer, device="cpu", output_dir=tmp_path, emit=lines.append
-    )
+    with caplog.at_level(logging.INFO, logger="foundry.eval.runner"):
+        run_icl_eval(
+            cfg, model=icl_model, tokenizer=icl_tokenizer, device="cpu", output_dir=tmp_path, emit=lines.append
+        )
+    assert caplog.records == []  # issue 40 item 6: a log line repeated each task's closing line
     closing = [line for line in lines if " in " in line and "examples/s)" in line]
     n_tasks = len(cfg.icl_tasks) * 2  # 0 and 2 shots
     assert len(closing) == n_tasks
