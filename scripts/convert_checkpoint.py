@@ -1,9 +1,9 @@
 """Convert a checkpoint between the sharded and full formats, or export its model to a Hugging Face folder.
 
 Examples:
-    python scripts/convert_checkpoint.py --src outputs/run/checkpoints/ep0-ba200 --to full --dst /tmp/ckpt-full/ep0-ba200
-    python scripts/convert_checkpoint.py --src s3://bucket/ckpts/run --to sharded --dst s3://bucket/ckpts-sharded/ep0-ba200
-    python scripts/convert_checkpoint.py --src outputs/run/checkpoints --to hf --dst exported/ --tokenizer tok.json
+    python scripts/convert_checkpoint.py --src outputs/run/checkpoints/ep0-ba200 --to full --out /tmp/ckpt-full/ep0-ba200
+    python scripts/convert_checkpoint.py --src s3://bucket/ckpts/run --to sharded --out s3://bucket/ckpts-sharded/ep0-ba200
+    python scripts/convert_checkpoint.py --src outputs/run/checkpoints --to hf --out exported/ --tokenizer tok.json
     python scripts/convert_checkpoint.py --from composer ckpts/ep0-ba10-rank0.pt /tmp/ours/ep0-ba10
     python scripts/convert_checkpoint.py --from composer ckpts/ep0-ba10/ --to hf exported/   # sharded Composer
 
@@ -39,9 +39,13 @@ def main(argv: list[str] | None = None) -> None:
         "--src", help="checkpoint directory or save folder (local or URL); or the first positional"
     )
     p.add_argument(
-        "--dst", help="output checkpoint directory (local or URL) or HF folder; or the second positional"
+        "--out",
+        "--dst",
+        dest="dst",
+        help="output checkpoint directory (local or URL) or HF folder (--out as in export_hf.py; --dst too); "
+        "or the second positional",
     )
-    p.add_argument("paths", nargs="*", metavar="SRC DST", help="--src and --dst given by position")
+    p.add_argument("paths", nargs="*", metavar="SRC DST", help="--src and --out given by position")
     p.add_argument("--from", dest="source", default="foundry", choices=["foundry", "composer"])
     p.add_argument("--to", choices=["full", "sharded", "hf"], help="output format (--from composer: full)")
     p.add_argument("--weights-only", action="store_true", help="--from composer: convert only the weights")
@@ -91,7 +95,7 @@ def _src_dst(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str,
     src = args.src or (positional.pop(0) if positional else None)
     dst = args.dst or (positional.pop(0) if positional else None)
     if src is None or dst is None:
-        p.error("pass the source and the destination (--src/--dst or SRC DST)")
+        p.error("pass the source and the destination (--src/--out or SRC DST)")
     return src, dst
 
 

@@ -62,9 +62,11 @@ def test_to_hf_matches_the_model(tmp_path, fmt):
 def test_script_help_and_run(tmp_path):
     _, src = _saved(tmp_path, "sharded")
     cmd = [sys.executable, str(REPO / "scripts" / "convert_checkpoint.py"), "--src", src, "--to", "full"]
-    proc = subprocess.run([*cmd, "--dst", str(tmp_path / "o" / "ep0-ba1")], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "wrote a full checkpoint" in proc.stdout
+    for flag in ("--out", "--dst"):  # issue 40 item 6: --out as export_hf.py takes it; --dst still works
+        out = tmp_path / flag.strip("-") / "ep0-ba1"
+        proc = subprocess.run([*cmd, flag, str(out)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "wrote a full checkpoint" in proc.stdout and (out / "manifest.json").is_file()
 
 
 @pytest.mark.parametrize("allow_pickle", [False, True])
