@@ -285,11 +285,18 @@ def load_into(
             )
     except WeightMismatch as err:
         diffs = config_differences(m.model_config, model_config) if m.model_config and model_config else []
+        diffs = [d for d in diffs if not behaviour_only(d)]  # the values that decide which tensors exist
         raise weight_mismatch_error(err, start=start, diffs=diffs, strict=strict) from err
     if out is not None:
-        trainer.load_run_state(out["run"])
-        if out["rng"] is not None:
-            set_rng_state(out["rng"])
+        try:  # a value of the wrong type in a checkpoint's run state is the checkpoint's fault: one line
+            trainer.load_run_state(out["run"])
+            if out["rng"] is not None:
+                set_rng_state(out["rng"])
+        except (KeyError, TypeError, AttributeError, IndexError, RuntimeError) as err:
+            raise ValueError(
+                f"{redact(info.url)}: its run state (counters, scheduler, data position, RNG) cannot be restored "
+                f"({type(err).__name__}: {' '.join(str(err).split())[:300]})"
+            ) from None
     if rank() == 0:
         what = (
             "weights only"
@@ -303,6 +310,20 @@ def load_into(
             f"{time.perf_counter() - t0:.2f} s)",
             flush=True,
         )
+
+
+NO_WEIGHTS = frozenset({
+    "attn_uses_sequence_id", "attn_impl", "attn_pdrop", "resid_pdrop", "emb_pdrop", "softmax_scale", "clip_qkv",
+    "sliding_window_size", "alibi_bias_max", "rope_theta", "rope_impl", "rope_dail_config", "rope_hf_config",
+    "init_config", "init_device", "loss_fn", "logit_scale", "use_cache", "verbose",
+})  # fmt: skip
+"""Model config keys that change what the model computes, not which tensors it has or their shapes."""
+
+
+def behaviour_only(diff: str) -> bool:
+    """Whether a `config_differences` line is about a key in `NO_WEIGHTS` (issue 40: a checkpoint that did not
+    fit named the packing flag `attn_uses_sequence_id` among the causes)."""
+    return any(part in NO_WEIGHTS for part in diff.split(":", 1)[0].split("."))
 
 
 def weight_mismatch_error(
@@ -390,24 +411,28 @@ def load_weights(
             "that folder, or generate with `scripts/generate.py --model <it> --base <base checkpoint>`"
         )
     directory = fetch(info, cache_root=cache_root, weights_only=True, local_rank=local_rank)
-    if info.manifest.format == "full":
-        load_full(
-            directory,
-            model,
-            None,
-            strict=strict,
-            allow_pickle=allow_pickle,
-            rank=rank(),
-            adapters_only=info.manifest.adapters_only,
-        )
-    else:
-        load_sharded(
-            directory,
-            model,
-            None,
-            strict=strict,
-            allow_pickle=allow_pickle,
-            rank=rank(),
-            saved_world=info.manifest.world_size,
-        )
+    try:
+        if info.manifest.format == "full":
+            load_full(
+                directory,
+                model,
+                None,
+                strict=strict,
+                allow_pickle=allow_pickle,
+                rank=rank(),
+                adapters_only=info.manifest.adapters_only,
+            )
+        else:
+            load_sharded(
+                directory,
+                model,
+                None,
+                strict=strict,
+                allow_pickle=allow_pickle,
+                rank=rank(),
+                saved_world=info.manifest.world_size,
+            )
+    except WeightMismatch as err:  # one error line (task=eval, export), as when a run loads it
+        start = StartPoint(info, "load_path", weights_only=True)
+        raise weight_mismatch_error(err, start=start, diffs=[], strict=strict) from err
     return info

@@ -21,6 +21,7 @@ from foundry.checkpoint import (
     load_weights,
     resolve_start,
 )
+from foundry.errors import ConfigError
 from foundry.models import MPTModelConfig, build_model
 from foundry.optim import AdamWConfig, build_optimizer
 from foundry.train.batching import BatchPlan
@@ -199,7 +200,7 @@ def test_sharded_weights_load_into_a_plain_model(tmp_path):
 def test_strict_load_names_the_mismatch(tmp_path):
     _one_checkpoint(tmp_path)
     bigger = build_model(MPTModelConfig(d_model=32, n_heads=2, n_layers=3, max_seq_len=16, vocab_size=64))
-    with pytest.raises(RuntimeError, match="blocks.2"):
+    with pytest.raises(ConfigError, match="blocks.2"):  # one error line (it was WeightMismatch's traceback)
         load_weights(bigger, str(tmp_path / "ckpts"))
     load_weights(bigger, str(tmp_path / "ckpts"), strict=False)  # non-strict: the shared layers load
 
@@ -231,6 +232,28 @@ def test_config_differences_name_every_field():
         "model.attn_config.alibi: checkpoint True, config False",
         "model.d_model: checkpoint 64, config 128",
     ]
+
+
+def test_a_checkpoint_that_does_not_fit_names_only_the_values_that_shape_weights(tmp_path):
+    """Issue 40 item 6: the error listed the packing flag `attn_uses_sequence_id`, which changes no tensor."""
+    from foundry.checkpoint.resume import StartPoint, load_into, resolve_start
+
+    _one_checkpoint(tmp_path)
+    start = resolve_start(
+        CheckpointConfig(load_path=str(tmp_path / "ckpts")), run_name="t", scratch=str(tmp_path)
+    )
+    assert isinstance(start, StartPoint)
+    bigger = MPTModelConfig(d_model=32, n_heads=2, n_layers=3, max_seq_len=16, vocab_size=64)
+    saved = dict(start.info.manifest.model_config)
+    current = {**saved, "n_layers": 3, "attn_config": {**saved["attn_config"], "attn_uses_sequence_id": True}}
+    trainer = _trainer(1)
+    trainer.model = build_model(bigger)
+    with pytest.raises(ConfigError) as info:
+        load_into(
+            trainer, start, cfg=CheckpointConfig(), cache_root=str(tmp_path / "c"), model_config=current
+        )
+    assert "model.n_layers: checkpoint 2, config 3" in str(info.value)
+    assert "attn_uses_sequence_id" not in str(info.value)
 
 
 def test_autoresume_with_another_model_config_fails(tmp_path):
