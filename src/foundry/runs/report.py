@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from html import escape
@@ -97,7 +98,26 @@ def labels(names: list[str]) -> dict[str, str]:
         diff = {name: sep.join(t for t in tokens if t not in shared) for name, (tokens, sep) in split.items()}
         if all(diff.values()) and len(set(diff.values())) == len(diff):
             out = diff
-    return {name: short if len(short) <= 48 else short[:45] + "..." for name, short in out.items()}
+    return _clipped(out)
+
+
+def _clipped(shorts: dict[str, str], width: int = 48) -> dict[str, str]:
+    """Each label cut to `width` characters around the part where the labels differ (issue 40: cutting the end
+    left two sweep jobs of long names with the same label)."""
+    values = list(shorts.values())
+    head = len(os.path.commonprefix(values)) if len(values) > 1 else 0
+    tail = len(os.path.commonprefix([v[::-1] for v in values])) if len(values) > 1 else 0
+    room = width - 6  # two "..."
+    out = {}
+    for name, short in shorts.items():
+        if len(short) <= width:
+            out[name] = short
+            continue
+        start, end = min(head, len(short)), max(len(short) - tail, min(head, len(short)))
+        lo = max(0, min(start - 8, len(short) - room)) if end - start <= room else start
+        hi = min(len(short), lo + room)
+        out[name] = ("..." if lo > 0 else "") + short[lo:hi] + ("..." if hi < len(short) else "")
+    return out
 
 
 def _legend(names: list[str], short: dict[str, str]) -> str:

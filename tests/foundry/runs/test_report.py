@@ -65,6 +65,17 @@ def test_sweep_params_and_labels(sweep_dir: Path) -> None:
     assert labels(["quickstart"]) == {"quickstart": "quickstart"}
 
 
+def test_long_labels_keep_the_part_that_differs() -> None:
+    """Issue 40 item 6: labels were cut at 45 characters, before the part where two sweep jobs differ."""
+    names = [
+        f"sweep/{i}_data.remote=s3://bucket/corpora/the-pile/deduplicated/version-{v}"
+        for i, v in enumerate("AB")
+    ]
+    got = labels(names)
+    assert len(set(got.values())) == 2 and all(len(v) <= 48 for v in got.values()), got
+    assert got[names[0]].endswith("version-A") and got[names[1]].endswith("version-B"), got
+
+
 def test_report_names_runs_by_what_differs_lists_swept_keys_first_and_hides_test_blobs(
     tmp_path: Path,
 ) -> None:
