@@ -12,6 +12,13 @@ sweep (`-m`) that line stays: it names the job that failed.
 """
 
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
+from stackbase.venv import use_project_venv  # noqa: E402 - stdlib only, before any third-party import
+
+use_project_venv(__file__)  # a fresh shell's `python` lacks the packages: run in the checkout's .venv
+
 
 import hydra
 from hydra.core.hydra_config import HydraConfig

@@ -20,8 +20,15 @@ in the arguments (a missing path, a format the model cannot take) prints one `er
 
 from __future__ import annotations
 
-import argparse
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from stackbase.venv import use_project_venv  # noqa: E402 - stdlib only, before any third-party import
+
+use_project_venv(__file__)  # a fresh shell's `python` lacks the packages: run in the checkout's .venv
+
+import argparse
 
 import torch
 

@@ -15,9 +15,16 @@ Examples:
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from stackbase.venv import use_project_venv  # noqa: E402 - stdlib only, before any third-party import
+
+use_project_venv(__file__)  # a fresh shell's `python` lacks the packages: run in the checkout's .venv
+
 import argparse
 import json
-import sys
 
 from streaming.tools.storage_option import add_storage_option, apply_storage_option
 

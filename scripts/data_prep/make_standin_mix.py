@@ -9,10 +9,16 @@ Every stream option file gets `<out>/<path>/<split>` (train) and `<out>/<path>/<
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from stackbase.venv import use_project_venv  # noqa: E402 - stdlib only, before any third-party import
+
+use_project_venv(__file__)  # a fresh shell's `python` lacks the packages: run in the checkout's .venv
+
+import argparse
+import time
 
 from foundry.data.standin import read_stream_layouts, write_standin_streams
 
