@@ -213,7 +213,7 @@ def parse_json(text: str | bytes, *, source: str, max_depth: int = MAX_JSON_DEPT
         except UnicodeDecodeError as err:
             raise NotJSON(f"{source}: not UTF-8 text (byte {err.start}): not a JSON file") from None
     if json_depth(raw, limit=max_depth) > max_depth:
-        raise TooLarge(f"{source}: JSON nested deeper than {max_depth} levels: refused before parsing")
+        raise TooLarge(f"{source}: JSON nested too deeply (over {max_depth} levels): refused before parsing")
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:

@@ -206,3 +206,130 @@ def apply_bytes(data: bytes, edit: tuple[str, int, Any]) -> bytes:
     if op == "empty":
         return b""
     return data[:pos] + raw + data[pos + len(raw) :]  # overwrite
+
+
+# ------------------------------------------------------------------------------------------- JSON file edits
+
+
+def json_edits() -> st.SearchStrategy[tuple[Any, ...]]:
+    """One hostile edit of a JSON file (see `apply_json_edit`)."""
+    path = st.lists(st.integers(0, 50), min_size=1, max_size=6)
+    return st.one_of(
+        st.tuples(st.just("set"), path, json_values()),
+        st.tuples(st.just("number"), st.integers(0, 200), integers()),
+        st.tuples(st.just("name"), st.integers(0, 50), names()),
+        st.tuples(st.just("key"), st.integers(0, 200), names()),
+        st.tuples(st.just("drop"), path),
+        st.tuples(st.just("text"), byte_edits()),
+        st.tuples(st.just("replace"), json_documents()),
+    )
+
+
+def _leaves(
+    obj: Any, want: type | None, key: str | None = None, path: tuple[Any, ...] = ()
+) -> list[tuple[Any, ...]]:  # noqa: ANN401
+    """Paths of leaves of type `want` (bool excluded for int), or of strings under a key named `key`, or (both
+    None) of every dict key."""
+    out: list[tuple[Any, ...]] = []
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        if want is None and key is None and isinstance(obj, dict):
+            out.append((*path, k))
+        if key is not None and k == key and isinstance(v, str):
+            out.append((*path, k))
+        elif want is not None and isinstance(v, want) and not isinstance(v, bool):
+            out.append((*path, k))
+        else:
+            out += _leaves(v, want, key, (*path, k))
+    return out
+
+
+def _walk(obj: Any, picks: list[int]) -> tuple[Any, Any] | None:  # noqa: ANN401
+    """The (container, key) that `picks` lead to (each pick taken modulo the container's size)."""
+    parent, key = None, None
+    for p in picks:
+        node = obj if parent is None else parent[key]
+        if isinstance(node, dict) and node:
+            parent, key = node, sorted(node)[p % len(node)]
+        elif isinstance(node, list) and node:
+            parent, key = node, p % len(node)
+        else:
+            break
+    return None if parent is None else (parent, key)
+
+
+def _at(obj: Any, path: tuple[Any, ...]) -> Any:  # noqa: ANN401
+    for k in path[:-1]:
+        obj = obj[k]
+    return obj
+
+
+def apply_json_edit(
+    text: str, edit: tuple[Any, ...], *, name_key: str = "basename", fill: Any = None
+) -> bytes:  # noqa: ANN401
+    """The bytes of JSON `text` after `edit` (from `json_edits`); `fill(name)` fills a hostile name's
+    placeholders (`{abs}`, `{shard}`)."""
+    obj = json.loads(text)
+    kind, *args = edit
+    if kind == "set":
+        found = _walk(obj, args[0])
+        if found is not None:
+            found[0][found[1]] = args[1]
+    elif kind == "number":
+        leaves = _leaves(obj, int)
+        if leaves:
+            path = leaves[args[0] % len(leaves)]
+            _at(obj, path)[path[-1]] = args[1]
+    elif kind in ("name", "key"):
+        name = fill(args[1]) if fill else args[1]
+        leaves = _leaves(obj, None, name_key if kind == "name" else None)
+        if leaves:
+            path = leaves[args[0] % len(leaves)]
+            parent = _at(obj, path)
+            if kind == "name":
+                parent[path[-1]] = name
+            else:
+                parent[name] = parent.pop(path[-1])
+    elif kind == "drop":
+        found = _walk(obj, args[0])
+        if found is not None and len(args[0]) < 7:  # seven picks: the no-op edit
+            del found[0][found[1]]
+    elif kind == "text":
+        return apply_bytes(text.encode(), args[0])
+    elif kind == "replace":
+        return args[0].encode("utf-8", "surrogatepass")
+    return dumps(obj).encode("utf-8", "surrogatepass")
+
+
+NO_EDIT = ("drop", [99] * 7)
+"""An edit that changes nothing (the loop's first inputs read real, valid files)."""
+
+
+# ------------------------------------------------------------------------------------------ code in a pickle
+
+
+class _RunsCode:
+    """Pickles as a call of `os.system` (what a crafted checkpoint does to whoever unpickles it)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import os
+
+        return (os.system, (self.command,))
+
+
+def code_pickle_zip(command: str = "touch PWNED", *, tensors: bool = True) -> bytes:
+    """A `torch.save` zip whose pickle calls `os.system(command)` when loaded (next to a real tensor)."""
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    obj: dict[str, Any] = {
+        "state": {"model": {"w": torch.ones(2)} if tensors else {}},
+        "x": _RunsCode(command),
+    }
+    torch.save(obj, buf)
+    return buf.getvalue()

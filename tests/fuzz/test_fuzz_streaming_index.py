@@ -10,7 +10,6 @@ reader that followed one would succeed; the guard reports opening them.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -48,16 +47,7 @@ def prepare(work: Path) -> dict[str, Path]:
 
 
 def _edits() -> st.SearchStrategy[tuple[Any, ...]]:
-    path = st.lists(st.integers(0, 50), min_size=1, max_size=6)
-    return st.one_of(
-        st.tuples(st.just("set"), path, hostile.json_values()),
-        st.tuples(st.just("number"), st.integers(0, 200), hostile.integers()),
-        st.tuples(st.just("name"), st.integers(0, 50), hostile.names()),
-        st.tuples(st.just("drop"), path),
-        st.tuples(st.just("text"), hostile.byte_edits()),
-        st.tuples(st.just("replace"), hostile.json_documents()),
-        st.tuples(st.just("shard"), st.integers(0, 20), hostile.byte_edits()),
-    )
+    return hostile.json_edits() | st.tuples(st.just("shard"), st.integers(0, 20), hostile.byte_edits())
 
 
 def cases() -> st.SearchStrategy[dict[str, Any]]:
@@ -72,9 +62,8 @@ def cases() -> st.SearchStrategy[dict[str, Any]]:
 
 def EXAMPLES() -> list[dict[str, Any]]:  # noqa: N802 - the harness's name
     return [  # no edit: the samples read back as written (the loop reads real data)
-        {"dataset": kind, "edit": ("drop", [99, 99, 99, 99, 99, 99, 99]), "reader": reader, "check": True}
-        for kind in DATASETS
-        for reader in ("local", "remote", "iterate", "LocalDataset")
+        {"dataset": kind, "edit": hostile.NO_EDIT, "reader": reader, "check": True}
+        for kind, reader in zip(DATASETS * 2, ("local", "remote", "iterate", "LocalDataset"))
     ]
 
 
@@ -90,88 +79,29 @@ def planted(folder: Path) -> list[Path]:
     return [p for p in (folder / "a").rglob("*") if p.is_file() and "evil" in p.name]
 
 
-def _leaves(
-    obj: Any, want: type, key: str | None = None, path: tuple[Any, ...] = ()
-) -> list[tuple[Any, ...]]:  # noqa: ANN401
-    """Paths of leaves of type `want` (bool excluded for int), or of values under a key named `key`."""
-    out: list[tuple[Any, ...]] = []
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
-    for k, v in items:
-        if key is not None and k == key and isinstance(v, str):
-            out.append((*path, k))
-        elif key is None and isinstance(v, want) and not isinstance(v, bool):
-            out.append((*path, k))
-        else:
-            out += _leaves(v, want, key, (*path, k))
-    return out
-
-
-def _walk(obj: Any, picks: list[int]) -> tuple[Any, Any] | None:  # noqa: ANN401
-    """The (container, key) that `picks` lead to (each pick taken modulo the container's size)."""
-    parent, key = None, None
-    for p in picks:
-        node = obj if parent is None else parent[key]
-        if isinstance(node, dict) and node:
-            parent, key = node, sorted(node)[p % len(node)]
-        elif isinstance(node, list) and node:
-            parent, key = node, p % len(node)
-        else:
-            break
-    return None if parent is None else (parent, key)
-
-
-def _set(obj: Any, path: tuple[Any, ...], value: Any) -> None:  # noqa: ANN401
-    for k in path[:-1]:
-        obj = obj[k]
-    obj[path[-1]] = value
-
-
 def build(case: dict[str, Any], folder: Path, base: dict[str, Path]) -> dict[str, Any]:
     ds = _ds(folder)
     shutil.copytree(base[case["dataset"]], ds)
     index_file = ds / "index.json"
     text = index_file.read_text()
-    index = json.loads(text)
     shard_files = sorted(p.name for p in ds.iterdir() if p.name != "index.json")
     # valid copies where hostile names point: one and two levels up, and an absolute folder
     for where in (ds.parent, ds.parent.parent, folder / "a" / "abs"):
         where.mkdir(parents=True, exist_ok=True)
         for name in shard_files:
             shutil.copyfile(ds / name, where / f"evil-{name}")
-    kind, *args = case["edit"]
-    if kind == "set":
-        found = _walk(index, args[0])
-        if found is not None:
-            found[0][found[1]] = args[1]
-        text = hostile.dumps(index)
-    elif kind == "number":
-        leaves = _leaves(index, int)
-        if leaves:
-            _set(index, leaves[args[0] % len(leaves)], args[1])
-        text = hostile.dumps(index)
-    elif kind == "name":
-        leaves = _leaves(index, str, key="basename")
-        name = (
-            args[1].replace("{abs}", str(folder / "a" / "abs")).replace("{shard}", "evil-" + shard_files[0])
-        )
-        if leaves:
-            _set(index, leaves[args[0] % len(leaves)], name)
-        text = hostile.dumps(index)
-    elif kind == "drop":
-        found = _walk(index, args[0])
-        if found is not None and len(args[0]) < 7:
-            del found[0][found[1]]
-        text = hostile.dumps(index)
-    elif kind == "text":
-        index_file.write_bytes(hostile.apply_bytes(text.encode(), args[0]))
-        text = None
-    elif kind == "replace":
-        text = args[0]
-    elif kind == "shard":
-        target = ds / shard_files[args[0] % len(shard_files)]
-        target.write_bytes(hostile.apply_bytes(target.read_bytes(), args[1]))
-    if text is not None:
-        index_file.write_text(text) if isinstance(text, str) else index_file.write_bytes(text)
+    edit = case["edit"]
+    if edit[0] == "shard":
+        target = ds / shard_files[edit[1] % len(shard_files)]
+        target.write_bytes(hostile.apply_bytes(target.read_bytes(), edit[2]))
+    else:
+
+        def fill(name: str) -> str:
+            return name.replace("{abs}", str(folder / "a" / "abs")).replace(
+                "{shard}", "evil-" + shard_files[0]
+            )
+
+        index_file.write_bytes(hostile.apply_json_edit(text, edit, fill=fill))
     return {**case, "ds": ds}
 
 

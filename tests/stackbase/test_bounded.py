@@ -143,7 +143,7 @@ def test_json_depth_is_measured_on_the_text(text, depth):
 
 @pytest.mark.parametrize("deep", ["[" * 100_000 + "]" * 100_000, '{"a":' * 5000 + "0" + "}" * 5000])
 def test_json_nested_past_the_limit_is_refused_before_parsing(deep):
-    with pytest.raises(TooLarge, match=r"x\.json: JSON nested deeper than 100 levels"):
+    with pytest.raises(TooLarge, match=r"x\.json: JSON nested too deeply \(over 100 levels\)"):
         parse_json(deep, source="x.json")
     assert parse_json("[" * 100 + "]" * 100, source="x.json") is not None
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from foundry.checkpoint.store import CheckpointStore
+from stackbase.bounded import parse_json
 from streaming.safepath import UnsafePathError, safe_relpath
 from streaming.storage import redact
 
@@ -70,6 +71,36 @@ def checkpoint_name(*, epoch: int, step: int) -> str:
     return f"ep{epoch}-ba{step}"
 
 
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _count(value: object) -> bool:
+    return _int(value) and 0 <= value <= _MAX_COUNT  # type: ignore[operator]
+
+
+_MAX_COUNT = 2**62
+_MAX_FILE_BYTES = 2**48
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_FIELDS: dict[str, tuple[str, Any]] = {
+    "step": ("an int >= 0", _count),
+    "epoch": ("an int >= 0", _count),
+    "format": ("'full' or 'sharded'", lambda v: v in ("full", "sharded")),
+    "world_size": ("an int >= 1", lambda v: _count(v) and v >= 1),
+    "weights_only": ("true or false", lambda v: isinstance(v, bool)),
+    "files": ("an object of file name -> {bytes, sha256}", lambda v: isinstance(v, dict)),
+    "tokens": ("an int >= 0", _count),
+    "samples": ("an int >= 0", _count),
+    "run_name": ("a string", lambda v: isinstance(v, str)),
+    "model_config": ("an object", lambda v: isinstance(v, dict)),
+    "extra": ("an object", lambda v: isinstance(v, dict)),
+    "adapters_only": ("true or false", lambda v: isinstance(v, bool)),
+    "format_version": ("an int", _int),
+}
+"""Each manifest key: what it must be, and the check (a manifest may come from anywhere)."""
+_REQUIRED = {"step", "epoch", "format", "world_size", "weights_only", "files"}
+
+
 @dataclass
 class Manifest:
     """What `manifest.json` records."""
@@ -111,31 +142,45 @@ class Manifest:
         Raises:
             UnsafePathError: A file name that is absolute, has `..`, a drive letter or a backslash, or is not
                 normalised (names `source`, the field and the value).
-            ValueError: Not a manifest this library can read.
+            ValueError: Not a manifest this library can read: not UTF-8 JSON, nested deeper than
+                `stackbase.bounded.MAX_JSON_DEPTH`, a key missing or unknown, a value of the wrong type.
         """
-        try:
-            data = json.loads(text)
-        except RecursionError:
-            raise ValueError(f"{source}: JSON nested too deeply to be a checkpoint manifest") from None
+        data = parse_json(text, source=source)  # nesting capped: one error, never a RecursionError
         if not isinstance(data, dict):
             raise ValueError(f"{source}: not a checkpoint manifest (a JSON object)")
-        if data.get("format_version", 0) > FORMAT_VERSION:
+        version = data.get("format_version", 0)
+        if _int(version) and version > FORMAT_VERSION:
             raise ValueError(
-                f"{source}: manifest format_version {data['format_version']} is newer than this library's "
+                f"{source}: manifest format_version {version} is newer than this library's "
                 f"{FORMAT_VERSION}: upgrade foundry to load it"
             )
-        files = data.get("files")
-        if not isinstance(files, dict):
-            raise ValueError(f"{source}: files must be an object of file name -> {{bytes, sha256}}")
+        missing = sorted(_REQUIRED - set(data))
+        unknown = sorted(set(data) - set(_FIELDS))
+        if missing or unknown:
+            what = [f"missing {missing}" if missing else "", f"unknown keys {unknown}" if unknown else ""]
+            raise ValueError(
+                f"{source}: not a checkpoint manifest of this library ({' and '.join(w for w in what if w)})"
+            )
+        wrong = [
+            f"{key} must be {kind}"
+            for key, (kind, ok) in _FIELDS.items()
+            if key in data and not ok(data[key])
+        ]
+        if wrong:
+            raise ValueError(f"{source}: not a valid checkpoint manifest: {'; '.join(wrong)}")
+        files = data["files"]
         for name, meta in files.items():
             checked_file_name(name, source=source, field="files")
             if not (
                 isinstance(meta, dict)
-                and isinstance(meta.get("bytes"), int)
+                and _int(meta.get("bytes"))
+                and 0 <= meta["bytes"] <= _MAX_FILE_BYTES
                 and isinstance(meta.get(HASH), str)
+                and _HEX64.fullmatch(meta[HASH])
             ):
                 raise ValueError(
-                    f'{source}: files[{name!r}] must be {{"bytes": int, "{HASH}": hex}}, got {meta!r}'
+                    f'{source}: files[{name!r}] must be {{"bytes": int >= 0, "{HASH}": 64 hex digits}}, '
+                    f"got {meta!r:.200}"
                 )
         return cls(**data)
 
@@ -175,7 +220,7 @@ def find_checkpoints(store: CheckpointStore, *, scratch: str) -> list[Checkpoint
             by_dir.setdefault(head, set()).add(tail)
     found: list[CheckpointInfo] = []
     for name, present in by_dir.items():
-        where = store.url(name)
+        where = redact(store.url(name))
         if MANIFEST not in present:
             log.warning("ignoring torn checkpoint %s: no %s (the save was interrupted)", where, MANIFEST)
             continue

@@ -109,8 +109,21 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def restricted_load(file: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
-    """Unpickles DCP metadata from `file`, refusing any global outside the allowlist (names `source`)."""
-    return _MetadataUnpickler(file, source=source).load()
+    """Unpickles DCP metadata from `file`, refusing any global outside the allowlist (names `source`).
+
+    Raises:
+        UnsafeCheckpointError: A global outside the allowlist.
+        ValueError: Not a pickle of metadata (truncated, a persistent id, arguments the allowed classes refuse).
+    """
+    try:
+        return _MetadataUnpickler(file, source=source).load()
+    except (UnsafeCheckpointError, MemoryError):
+        raise
+    except Exception as err:  # noqa: BLE001 - whatever a damaged or crafted pickle makes the allowed classes raise
+        raise ValueError(
+            f"{source}: not readable torch.distributed.checkpoint metadata ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:200]})"
+        ) from None
 
 
 def _check_metadata(metadata: Any, *, source: str) -> dcp_metadata.Metadata:  # noqa: ANN401
@@ -189,6 +202,8 @@ def load(state: dict[str, Any], directory: str, *, allow_pickle: bool, **planner
     Raises:
         UnsafeCheckpointError, UnsafePathError: As raised while reading, not wrapped in DCP's
             `CheckpointException` (which would bury the message in a traceback dump).
+        ValueError: Any other failure to read a file of the checkpoint (damaged, truncated), in one line
+            naming `directory`.
     """
     try:
         dcp.load(
@@ -197,7 +212,12 @@ def load(state: dict[str, Any], directory: str, *, allow_pickle: bool, **planner
             planner=load_planner(directory, allow_pickle=allow_pickle, **planner_kwargs),
         )
     except CheckpointException as e:
-        for exc, _trace in e.failures.values():
+        failures = [exc for exc, _trace in e.failures.values()]
+        for exc in failures:
             if isinstance(exc, UnsafeCheckpointError | UnsafePathError):
                 raise exc from None
-        raise
+        first = failures[0] if failures else e
+        raise ValueError(  # one line, not DCP's dump of every rank's traceback
+            f"{directory}: not a readable sharded checkpoint ({type(first).__name__}: "
+            f"{' '.join(str(first).split())[:300]})"
+        ) from None

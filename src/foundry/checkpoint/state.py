@@ -39,6 +39,7 @@ __all__ = [
     "load_file",
     "load_full",
     "load_sharded",
+    "read_state_file",
     "save_full",
     "save_sharded",
     "snapshot",
@@ -237,6 +238,59 @@ def _load_full_optimizer(
         ) from err
 
 
+def _one_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+
+
+def read_state_file(path: str, *, allow_pickle: bool, keys: tuple[str, ...] = ()) -> Any:  # noqa: ANN401
+    """`load_file(path)` of a checkpoint file, any failure of a damaged or crafted one as one `ValueError`
+    naming it; with `keys`, the content must be a dict holding them.
+
+    Raises:
+        ValueError: Unreadable (truncated, corrupt zip, a pickle torch refuses), or not the expected dict.
+    """
+    try:
+        obj = load_file(path, allow_pickle=allow_pickle)
+    except (FileNotFoundError, MemoryError):
+        raise
+    except Exception as err:  # noqa: BLE001 - torch.load raises whatever the damaged bytes lead it to
+        if isinstance(err, ValueError) and str(err).startswith(path):
+            raise  # load_file's own refusal of a pickle, naming the file
+        raise ValueError(f"{path}: not a readable checkpoint file ({_one_line(err)})") from None
+    if keys and not (isinstance(obj, dict) and all(k in obj for k in keys)):
+        raise ValueError(
+            f"{path}: not a checkpoint file of this library (expected an object with {', '.join(keys)}; "
+            f"got {type(obj).__name__}{f' with keys {sorted(map(str, obj))[:8]}' if isinstance(obj, dict) else ''})"
+        )
+    return obj
+
+
+def _weights(obj: Any, path: str) -> dict[str, Any]:  # noqa: ANN401
+    """`obj` if it is a dict keyed by names (what `model.pt` holds; its values are checked once matched)."""
+    if not isinstance(obj, dict) or not all(isinstance(k, str) for k in obj):
+        raise ValueError(f"{path}: not model weights (an object of name -> tensor, got {type(obj).__name__})")
+    return obj
+
+
+class _Restoring:
+    """Turns an error raised while a checkpoint's values are applied (a value of the wrong type or shape that
+    torch's loaders trip over) into one `ValueError` naming the file."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path, self.what = path, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:  # noqa: ANN401
+        if err is None or isinstance(err, ValueError | WeightMismatch) or not isinstance(err, Exception):
+            return
+        if isinstance(
+            err, KeyError | TypeError | AttributeError | IndexError | RuntimeError | AssertionError
+        ):
+            raise ValueError(f"{self.path}: its {self.what} cannot be restored ({_one_line(err)})") from None
+
+
 def load_full(
     directory: str,
     model: nn.Module,
@@ -256,16 +310,27 @@ def load_full(
         None for weights only, else `{"run": run state, "rng": this rank's RNG state}` (rank 0's when the
         checkpoint was saved by fewer ranks).
     """
-    weights = load_file(os.path.join(directory, MODEL_FILE), allow_pickle=allow_pickle)
+    model_path = os.path.join(directory, MODEL_FILE)
+    weights = _weights(read_state_file(model_path, allow_pickle=allow_pickle), model_path)
     shapes = {k: tuple(v.shape) if isinstance(v, torch.Tensor) else None for k, v in weights.items()}
     source, partial = _matched(model, shapes, strict=strict, adapters_only=adapters_only)
     weights = {key: weights[name] for key, name in source.items()}
+    bad = [source[key] for key, value in weights.items() if not isinstance(value, torch.Tensor)]
+    if bad:
+        raise ValueError(f"{model_path}: not model weights: {bad[0]!r:.80} is not a tensor")
     options = StateDictOptions(full_state_dict=True, strict=strict and not partial)
-    set_model_state_dict(model, weights, options=options)
+    with _Restoring(model_path, "weights"):
+        set_model_state_dict(model, weights, options=options)
     if optimizer is None:
         return None
-    state = load_file(os.path.join(directory, STATE_FILE), allow_pickle=allow_pickle)
-    _load_full_optimizer(model, optimizer, state["optimizer"])
+    state_path = os.path.join(directory, STATE_FILE)
+    state = read_state_file(state_path, allow_pickle=allow_pickle, keys=("optimizer", "run", "rng"))
+    if not isinstance(state["optimizer"], dict) or not isinstance(state["rng"], list | None):
+        raise ValueError(
+            f"{state_path}: not a checkpoint file of this library (optimizer or rng of the wrong type)"
+        )
+    with _Restoring(state_path, "optimizer state"):
+        _load_full_optimizer(model, optimizer, state["optimizer"])
     rngs = state["rng"] or [None]
     return {"run": state["run"], "rng": rngs[rank] if rank < len(rngs) else rngs[0]}
 
@@ -297,11 +362,15 @@ def load_sharded(
     state = {"model": view} if optim_sd is None else {"model": view, "optim": optim_sd}
     safe_dcp.load(state, directory, allow_pickle=allow_pickle, allow_partial_load=not strict)
     loaded = {key: view[name] for key, name in source.items()}  # a stored tensor may feed two weights
-    set_model_state_dict(model, loaded, options=StateDictOptions(strict=strict and not partial))
+    with _Restoring(directory, "weights"):
+        set_model_state_dict(model, loaded, options=StateDictOptions(strict=strict and not partial))
     if optimizer is None:
         return None
-    set_optimizer_state_dict(model, optimizer, state["optim"])
+    with _Restoring(directory, "optimizer state"):
+        set_optimizer_state_dict(model, optimizer, state["optim"])
     own = rank_file(rank if rank < saved_world else 0)
-    rng = load_file(os.path.join(directory, own), allow_pickle=allow_pickle)["rng"]
-    run = load_file(os.path.join(directory, COMMON_FILE), allow_pickle=allow_pickle)["run"]
+    rng = read_state_file(os.path.join(directory, own), allow_pickle=allow_pickle, keys=("rng",))["rng"]
+    run = read_state_file(os.path.join(directory, COMMON_FILE), allow_pickle=allow_pickle, keys=("run",))[
+        "run"
+    ]
     return {"run": run, "rng": rng}

@@ -141,18 +141,28 @@ class CheckpointStore:
         download_file(self.url(rel), path, expected_hashes=expected, validate_hash=algo, policy=self.policy)
 
     def read_text(self, rel: str, *, scratch: str) -> str:
-        """The text of a (small) file."""
+        """The text of a (small) file.
+
+        Raises:
+            ValueError: It is not UTF-8 (naming it and the first bad byte).
+        """
         local = self.local_path(rel)
         if local is not None:
-            return Path(local).read_text(encoding="utf-8")
+            return self._decode(Path(local).read_bytes(), rel)
         os.makedirs(scratch, exist_ok=True)
         tmp = os.path.join(scratch, f".{os.path.basename(rel)}.read-{os.getpid()}")
         try:
             download_file(self.url(rel), tmp, policy=self.policy)
-            return Path(tmp).read_text(encoding="utf-8")
+            return self._decode(Path(tmp).read_bytes(), rel)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
+
+    def _decode(self, data: bytes, rel: str) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{redact(self.url(rel))}: not UTF-8 text (byte {err.start})") from None
 
     def delete(self, rel: str) -> None:
         """Removes one file (missing files are fine)."""

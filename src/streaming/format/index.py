@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from stackbase.bounded import NotJSON, TooLarge, parse_json
+from streaming.format.compression import is_valid_compression
 from streaming.safepath import UnsafePathError, safe_relpath
 
 __all__ = [
@@ -329,8 +330,10 @@ def _check_config(obj: dict[str, Any], fmt: str, where: str) -> None:
     sizes = obj.get("column_sizes", [])
     if not isinstance(sizes, list) or not all(s is None or (type(s) is int and s >= 0) for s in sizes):
         problems.append("'column_sizes' must be a list of null or ints >= 0")
-    if obj["compression"] is not None and not isinstance(obj["compression"], str):
-        problems.append("'compression' must be null or a string")
+    if not is_valid_compression(obj["compression"]):
+        problems.append(
+            f"'compression' must be null or a compression this library reads, got {obj['compression']!r:.80}"
+        )
     if obj["hashes"] is not None and not _strings(obj["hashes"]):
         problems.append("'hashes' must be a list of algorithm names")
     for key in ("newline", "separator"):
