@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check gpu-wheels lint format bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
+.PHONY: help install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check gpu-wheels lint format config-index bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -123,7 +123,10 @@ format: $(ENV_READY) ## apply ruff fixes and formatting
 	$(PY) -m ruff check --fix src tests scripts
 	$(PY) -m ruff format src tests scripts
 
-BENCHES ?= streaming_read epoch_plan streaming_remote model_step trainer_overhead fused_loss icl_eval mixture_train finetune_throughput failure_recovery chaos
+BENCHES ?= config_error streaming_read epoch_plan streaming_remote model_step trainer_overhead fused_loss icl_eval mixture_train finetune_throughput failure_recovery chaos
+
+config-index: $(ENV_READY) ## rewrite conf/_keys.json (every config key and its type, for train.py's early checks) from the schemas
+	$(PY) -c "from foundry.config_index import write_index; write_index('conf')"
 
 bench: $(ENV_READY) ## run every benchmark (BENCHES="..." to pick); each prints JSON lines with the machine
 	@for b in $(BENCHES); do \
