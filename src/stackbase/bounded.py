@@ -25,6 +25,7 @@ import json
 import os
 import re
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,7 @@ def read_zip_member(
 
     Raises:
         TooLarge: A check failed (nothing was inflated).
+        ValueError: The record is damaged (a bad CRC, a broken header or deflate stream).
         KeyError: No such record.
     """
     info = archive.getinfo(name)
@@ -92,12 +94,16 @@ def read_zip_member(
             f"(over {MAX_ZIP_RATIO}x): a zip bomb, not a checkpoint (torch stores its records uncompressed)"
         )
     out = io.BytesIO()
-    with archive.open(info) as f:
-        while out.tell() < size:
-            chunk = f.read(min(_CHUNK, size - out.tell()))
-            if not chunk:
-                break
-            out.write(chunk)
+    try:
+        with archive.open(info) as f:
+            while out.tell() < size:
+                chunk = f.read(min(_CHUNK, size - out.tell()))
+                if not chunk:
+                    break
+                out.write(chunk)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError, OverflowError) as err:
+        # a bad CRC or deflate stream, a local header whose name or offsets the central directory contradicts
+        raise ValueError(f"{source}: record {name} is damaged ({type(err).__name__}: {err})") from None
     return out.getvalue()
 
 

@@ -162,20 +162,21 @@ class Hang(BaseException):
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {
-    "os.remove": (0,),
-    "os.rmdir": (0,),
-    "os.mkdir": (0,),
-    "os.rename": (0, 1),
-    "os.symlink": (1,),
-    "os.link": (1,),
-    "os.truncate": (0,),
-    "os.chmod": (0,),
-    "os.chown": (0,),
-    "os.utime": (0,),
-    "shutil.rmtree": (0,),
-    "shutil.copyfile": (1,),
-    "shutil.move": (0, 1),
+_PATH_EVENTS: dict[str, tuple[tuple[int, int | None], ...]] = {
+    # event -> (index of a path argument, index of the dir_fd it is relative to), as `sys.audit` passes them
+    "os.remove": ((0, 1),),
+    "os.rmdir": ((0, 1),),
+    "os.mkdir": ((0, 2),),
+    "os.rename": ((0, 2), (1, 3)),
+    "os.symlink": ((1, 2),),
+    "os.link": ((1, 3),),
+    "os.truncate": ((0, None),),
+    "os.chmod": ((0, 2),),
+    "os.chown": ((0, 3),),
+    "os.utime": ((0, 3),),
+    "shutil.rmtree": ((0, 1),),
+    "shutil.copyfile": ((1, None),),
+    "shutil.move": ((0, None), (1, None)),
 }
 _PROCESS_EVENTS = {
     "os.system",
@@ -227,9 +228,14 @@ class _Guard:
                     if real in self.planted:
                         self.events.append(f"opened {real} (a file outside the input's folder)")
             elif event in _PATH_EVENTS:
-                for i in _PATH_EVENTS[event]:
-                    if i < len(args) and args[i] is not None and not self.allowed(args[i]):
-                        self.events.append(f"{event} {args[i]!r}")
+                for i, fd in _PATH_EVENTS[event]:
+                    if i >= len(args) or args[i] is None:
+                        continue
+                    path = args[i]
+                    if fd is not None and fd < len(args) and isinstance(args[fd], int) and args[fd] >= 0:
+                        path = os.path.join(os.readlink(f"/proc/self/fd/{args[fd]}"), os.fsdecode(path))
+                    if not self.allowed(path):
+                        self.events.append(f"{event} {path!r}")
             elif event in _PROCESS_EVENTS:
                 self.events.append(f"{event} {args!r:.200}")
         except Exception as err:  # noqa: BLE001 - a path we cannot judge is recorded, not raised into the reader

@@ -7,8 +7,13 @@ overwrite with a little-endian size, insert, append).
 
 from __future__ import annotations
 
+import io
 import json
+import pickle
 import struct
+import tarfile
+import zipfile
+from collections import OrderedDict
 from typing import Any
 
 from hypothesis import strategies as st
@@ -173,10 +178,10 @@ BYTE_OPS = ("truncate", "flip", "size", "insert", "append", "empty", "overwrite"
 
 
 def byte_edits() -> st.SearchStrategy[tuple[str, int, Any]]:
-    """(op, position in thousandths of the file, payload)."""
+    """(op, position in 2**20ths of the file (any byte of a file up to 1 MiB), payload)."""
     return st.tuples(
         st.sampled_from(BYTE_OPS),
-        st.integers(0, 1000),
+        st.integers(0, 1 << 20),
         st.one_of(st.binary(max_size=16), st.sampled_from(EDGE_INTS)),
     )
 
@@ -184,7 +189,7 @@ def byte_edits() -> st.SearchStrategy[tuple[str, int, Any]]:
 def apply_bytes(data: bytes, edit: tuple[str, int, Any]) -> bytes:
     """`data` with one byte-level edit applied."""
     op, where, payload = edit
-    pos = min(len(data), len(data) * where // 1000)
+    pos = min(len(data), len(data) * where >> 20)
     raw = payload if isinstance(payload, bytes) else struct.pack("<Q", payload % 2**64)
     if op == "truncate":
         return data[:pos]
@@ -301,6 +306,27 @@ def apply_json_edit(
     return dumps(obj).encode("utf-8", "surrogatepass")
 
 
+def replace_under(obj: Any, key: str, new: Any) -> Any:  # noqa: ANN401
+    """`obj` with the first value under `key` (depth first) replaced by `new`."""
+    done = False
+
+    def walk(node: Any) -> Any:  # noqa: ANN401
+        nonlocal done
+        if isinstance(node, dict):
+            out = type(node)() if isinstance(node, OrderedDict) else {}
+            for k, v in node.items():
+                if not done and k == key:
+                    out[k], done = new, True
+                else:
+                    out[k] = walk(v)
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(obj)
+
+
 NO_EDIT = ("drop", [99] * 7)
 """An edit that changes nothing (the loop's first inputs read real, valid files)."""
 
@@ -333,3 +359,78 @@ def code_pickle_zip(command: str = "touch PWNED", *, tensors: bool = True) -> by
     }
     torch.save(obj, buf)
     return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------- lying torch and tar files
+
+
+class _Ref:
+    def __init__(self, kind: Any, key: str, numel: int) -> None:  # noqa: ANN401
+        self.kind, self.key, self.numel = kind, key, numel
+
+
+class _TensorPickle(pickle.Pickler):
+    def persistent_id(self, obj: Any) -> Any:  # noqa: ANN401
+        if isinstance(obj, _Ref):
+            return ("storage", obj.kind, obj.key, "cpu", obj.numel)
+        return None
+
+
+class _Rebuild:
+    def __init__(self, *args: Any) -> None:  # noqa: ANN401
+        self.args = args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        import torch._utils
+
+        return (torch._utils._rebuild_tensor_v2, self.args)
+
+
+def tensor_zip(offset: int, size: list[int], stride: list[int], numel: int, kind: str, record: int) -> bytes:
+    """A torch zip holding one tensor whose storage record (`record` zero bytes, claimed `numel` elements of
+    `torch.<kind>`), offset, size and stride are all as given: the ways a crafted file can lie about a tensor."""
+    import torch
+
+    ref = _Ref(getattr(torch, kind), "0", numel)
+    obj = {
+        "state": {
+            "model": {
+                "model.transformer.wte.weight": _Rebuild(ref, offset, size, stride, False, OrderedDict())
+            }
+        }
+    }
+    buf = io.BytesIO()
+    _TensorPickle(buf, protocol=2).dump(obj)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("archive/data.pkl", buf.getvalue())
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/data/0", bytes(record))
+    return out.getvalue()
+
+
+def composer_tar(pt: bytes, name: str, how: str) -> bytes:
+    """A Composer `.tar` holding `pt` as member `name`: `plain`, `truncated` (half its data), `huge` (its header
+    declares 64 GiB), or that member a `link` to /etc/passwd or a `dir`."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo(name or "composer_states.pt")
+        if how == "link":
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+        elif how == "dir":
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        else:
+            info.size = len(pt)
+            tar.addfile(info, io.BytesIO(pt))
+    blob = out.getvalue()
+    if how == "truncated":
+        return blob[: 512 + len(pt) // 2]
+    if how == "huge":  # the header declares 64 GiB; the data is the real file's
+        header = bytearray(blob[:512])
+        header[124:136] = b"%011o\x00" % (64 << 30)
+        header[148:156] = b" " * 8
+        header[148:156] = b"%06o\x00 " % sum(header)
+        return bytes(header) + blob[512:]
+    return blob

@@ -170,3 +170,15 @@ def test_read_json_stops_reading_at_the_limit(tmp_path):
         read_json(path, max_bytes=100)
     with pytest.raises(FileNotFoundError):
         read_json(tmp_path / "absent.json")
+
+
+def test_a_damaged_record_is_one_error_naming_the_file():
+    """The fuzz suite's: a flipped byte inside a record ended in `zipfile.BadZipFile` (Bad CRC-32)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("a", b"x" * 1000)
+    data = bytearray(buf.getvalue())
+    data[data.index(b"x" * 1000) + 10] ^= 0xFF
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as z:
+        with pytest.raises(ValueError, match=r"t\.zip: record a is damaged \(BadZipFile: Bad CRC-32"):
+            read_zip_member(z, "a", source="t.zip")

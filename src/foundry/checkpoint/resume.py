@@ -137,7 +137,7 @@ def _damage(directory: str, info: CheckpointInfo, names: list[str]) -> str | Non
         size = os.path.getsize(path) if os.path.exists(path) else None
         if size != meta["bytes"] or hash_file(HASH, path) != meta[HASH]:
             return (
-                f"{path}: does not match {redact(info.url)}/{MANIFEST} (expected {meta['bytes']} bytes, "
+                f"{redact(path)}: does not match {redact(info.url)}/{MANIFEST} (expected {meta['bytes']} bytes, "
                 f"{HASH} {meta[HASH]}; found {'no file' if size is None else f'{size} bytes'}): the checkpoint "
                 "was modified or damaged after it was saved"
             )

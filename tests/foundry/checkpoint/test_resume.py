@@ -91,3 +91,25 @@ def test_another_width_names_d_model_and_does_not_offer_a_non_strict_load(checkp
     assert "attn.Wqkv.weight: checkpoint (96, 32), model (192, 64)" in text, text
     assert "pass checkpoint.load_strict=false" not in text, text
     assert "\n" not in text
+
+
+def test_the_warning_for_a_damaged_local_checkpoint_masks_a_secret_in_its_path(tmp_path, monkeypatch, capsys):
+    """Found by `tests/fuzz` (issue 39): the damaged file's own path was printed unmasked."""
+    from foundry.checkpoint import CheckpointStore
+    from foundry.checkpoint.layout import find_checkpoints
+    from foundry.checkpoint.resume import newest_intact
+    from tests.foundry.checkpoint.test_checkpointer import _one_checkpoint
+
+    secret = "s3cr3t-value-5678"
+    monkeypatch.setenv("FUZZ_API_TOKEN", secret)
+    _one_checkpoint(tmp_path / secret)
+    ckpts = tmp_path / secret / "ckpts"
+    model_pt = ckpts / "ep0-ba1" / "model.pt"
+    data = bytearray(model_pt.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    model_pt.write_bytes(bytes(data))
+    capsys.readouterr()
+    found = find_checkpoints(CheckpointStore(str(ckpts)), scratch=str(tmp_path / "scratch"))
+    assert newest_intact(found, warn=True) is None
+    err = capsys.readouterr().err
+    assert "autoresume skips" in err and "model.pt: does not match" in err and secret not in err

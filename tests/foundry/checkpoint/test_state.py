@@ -72,7 +72,11 @@ def test_a_damaged_zip_with_a_matching_digest_is_named(tmp_path):
 def test_a_flipped_byte_that_breaks_torch_load_with_unicode_is_named(tmp_path):
     _one_checkpoint(tmp_path, fmt="sharded")
     ckpt = tmp_path / "ckpts" / "ep0-ba1"
-    _replace(ckpt, "common.pt", apply_bytes((ckpt / "common.pt").read_bytes(), ("flip", 628, 256)))
+    _replace(
+        ckpt,
+        "common.pt",
+        apply_bytes((ckpt / "common.pt").read_bytes(), ("flip", 628 * 1024 * 1024 // 1000, 256)),
+    )
     with pytest.raises(ValueError, match=r"common\.pt: not a readable checkpoint file \(UnicodeDecodeError"):
         _resume(tmp_path, ckpt)
 

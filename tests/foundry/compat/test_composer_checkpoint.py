@@ -264,3 +264,26 @@ def test_readme_mapping_table_is_the_codes() -> None:
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("### Composer checkpoints") :]
     assert mapping_table() in section[: section.index("\n## ")]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [  # inputs the fuzz suite (tests/fuzz/test_fuzz_composer.py, issue 39) found ending in AttributeError
+        ("integrations", [[], {}], None),  # not a dict: no model config, not a crash
+        ("dataset_state", [1, "null"], None),
+        ("param_groups", [[{}]], r"cannot read its training state \(AttributeError"),
+        ("attn_config", "true", r"content is not an MPT config \(AttributeError"),
+    ],
+)
+def test_state_parts_of_the_wrong_type_are_one_error(tmp_path: Path, key, value, message) -> None:
+    from tests.fuzz.hostile import replace_under
+
+    model, opt = _model_and_optimizer()
+    path = tmp_path / "ep0-ba5-rank0.pt"
+    torch.save(replace_under(composer_state(model, opt), key, value), path)
+    if message is None:
+        assert read_composer_checkpoint(str(path)).model
+        return
+    with pytest.raises(ValueError, match=message) as err:
+        read_composer_checkpoint(str(path))
+    assert "ep0-ba5-rank0.pt" in str(err.value)

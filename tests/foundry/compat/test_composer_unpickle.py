@@ -123,3 +123,51 @@ def test_a_non_torch_file_is_one_clear_error(tmp_path: Path) -> None:
     path.write_bytes(b"not a checkpoint at all")
     with pytest.raises(ValueError, match="not a torch checkpoint this reader takes"):
         load_pt(str(path))
+
+
+# Inputs the fuzz suite (`tests/fuzz/test_fuzz_composer.py`, issue 39) found ending in a raw traceback.
+
+
+def _real_pt(tmp_path: Path) -> bytes:
+    path = tmp_path / "real.pt"
+    torch.save(_composer_like(1), path)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["truncated", "huge"])
+def test_a_truncated_or_lying_tar_is_one_error(tmp_path: Path, how: str) -> None:
+    from tests.fuzz.hostile import composer_tar
+
+    path = tmp_path / "ckpt.tar"
+    path.write_bytes(composer_tar(_real_pt(tmp_path), "composer_states.pt", how))  # was tarfile.ReadError
+    with pytest.raises(
+        ValueError, match=r"ckpt\.tar: (not a readable tar file|composer_states\.pt declares)"
+    ):
+        load_pt(str(path))
+
+
+def test_every_flipped_byte_is_one_error_naming_the_file_or_a_correct_load() -> None:
+    """Each byte of a small checkpoint flipped in turn: a record's data (was BadZipFile: Bad CRC-32), a record
+    name in a local header (was UnicodeDecodeError), a version field (was NotImplementedError), an offset (was
+    `ValueError: negative seek value` and OverflowError, naming no file)."""
+    from foundry.compat.composer.unpickle import load_torch_bytes
+
+    buf = io.BytesIO()
+    torch.save(_composer_like(1), buf)
+    data = buf.getvalue()
+    for i in range(len(data)):
+        flipped = bytearray(data)
+        flipped[i] ^= 0xFF
+        try:
+            load_torch_bytes(io.BytesIO(bytes(flipped)), source="x.pt")
+        except ValueError as err:
+            assert str(err).startswith("x.pt: "), (i, err)
+
+
+def test_a_tensor_offset_past_int64_names_the_file(tmp_path: Path) -> None:
+    from tests.fuzz.hostile import tensor_zip
+
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(tensor_zip(2**63, [256, 256], [], 227, "BoolStorage", 227))  # was a bare ValueError
+    with pytest.raises(ValueError, match=r"ckpt\.pt: not a readable torch checkpoint \(Overflow"):
+        load_pt(str(path))

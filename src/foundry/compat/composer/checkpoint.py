@@ -120,6 +120,13 @@ def read_composer_checkpoint(path: str, *, weights_only: bool = False) -> Compos
     return _from_state(obj, source=path, weights_only=weights_only)
 
 
+def _dig(obj: Any, *keys: str) -> dict[str, Any]:  # noqa: ANN401
+    """`obj[k1][k2]...` when each step is a dict, else `{}` (a crafted file may put anything anywhere)."""
+    for key in keys:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj if isinstance(obj, dict) else {}
+
+
 def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpoint:  # noqa: ANN401
     state = obj.get("state") if isinstance(obj, dict) else None
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
@@ -127,13 +134,18 @@ def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpo
     model = map_model(state["model"])
     if not model:
         raise ValueError(f"{source}: state.model holds no tensors")
-    hf = (state.get("integrations") or {}).get("huggingface", {}).get("model", {}).get("config", {})
+    hf = _dig(state, "integrations", "huggingface", "model", "config")
     model_config: dict[str, Any] = {}
     if str(hf.get("class", "")).endswith(_MPT_CLASS) and isinstance(hf.get("content"), dict):
         try:
             model_config = mpt_model_config(hf["content"])
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
+        except (KeyError, TypeError, AttributeError) as err:  # a value of the wrong type in its config
+            raise ValueError(
+                f"{source}: state.integrations.huggingface.model.config.content is not an MPT config "
+                f"({type(err).__name__}: {err})"
+            ) from None
     metadata: dict[str, Any] = state["metadata"] if isinstance(state.get("metadata"), dict) else {}
     out = ComposerCheckpoint(
         source=source, model=model, model_config=model_config, weights_only=True, metadata=dict(metadata)
@@ -147,9 +159,9 @@ def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpo
         out.scheduler = map_scheduler(state.get("schedulers"))
         rng = obj.get("rng")
         out.rng = [map_rng(r) for r in rng] if isinstance(rng, list) and rng else None
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{source}: cannot read its training state ({err})") from None
-    train = (state.get("dataset_state") or {}).get("train")
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        raise ValueError(f"{source}: cannot read its training state ({type(err).__name__}: {err})") from None
+    train = _dig(state, "dataset_state").get("train")
     out.dataset_state = dict(train) if isinstance(train, dict) else None
     out.weights_only = False
     return out

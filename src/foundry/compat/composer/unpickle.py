@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import _compat_pickle
 import io
+import os
 import pickle
 import tarfile
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import IO, Any
@@ -37,7 +39,7 @@ import numpy as np
 import torch
 
 from foundry.checkpoint.safe_dcp import UnsafeCheckpointError
-from stackbase.bounded import read_zip_member
+from stackbase.bounded import TooLarge, read_zip_member
 
 __all__ = ["UnsafeCheckpointError", "is_torch_zip", "load_pt", "load_torch_bytes", "read_pt_bytes"]
 
@@ -291,6 +293,8 @@ def load_torch_bytes(data: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
     """
     try:
         archive = zipfile.ZipFile(data)
+    except (ValueError, EOFError, NotImplementedError, OverflowError) as err:  # a damaged central directory
+        raise ValueError(f"{source}: a damaged zip file ({type(err).__name__}: {err})") from None
     except zipfile.BadZipFile:
         raise ValueError(
             f"{source}: not a zip-format torch file (legacy torch.save files are not read here: load it in "
@@ -319,10 +323,18 @@ def load_torch_bytes(data: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
         pickled = read_zip_member(archive, pkls[0], source=source, limit=MAX_PICKLE_BYTES)
         try:
             obj = _Unpickler(io.BytesIO(pickled), source=source, storage=storage).load()
-        except UnsafeCheckpointError:
+        except (UnsafeCheckpointError, TooLarge, MemoryError):
             raise
+        except ValueError as err:
+            if str(err).startswith(source):
+                raise  # a record's own error, naming the file
+            raise ValueError(f"{source}: not a readable torch checkpoint ({err})") from None
         except (pickle.UnpicklingError, EOFError, TypeError, RuntimeError, AttributeError) as err:
             raise ValueError(f"{source}: not a readable torch checkpoint ({err})") from None
+        except (OverflowError, KeyError, IndexError) as err:  # a crafted pickle's memo, offsets or sizes
+            raise ValueError(
+                f"{source}: not a readable torch checkpoint ({type(err).__name__}: {err})"
+            ) from None
     return obj
 
 
@@ -333,13 +345,23 @@ def read_pt_bytes(path: str) -> IO[bytes]:
     if is_torch_zip(head):
         return open(path, "rb")  # noqa: SIM115 - the caller closes it
     if tarfile.is_tarfile(path):
-        with tarfile.open(path, "r:*") as tar:
-            member = next((m for m in tar.getmembers() if m.name.lstrip("./") == COMPOSER_STATES), None)
-            if member is None or not member.isfile():
-                raise ValueError(f"{path}: a tar file without {COMPOSER_STATES}: not a Composer checkpoint")
-            blob = tar.extractfile(member)
-            assert blob is not None  # a regular file member
-            return io.BytesIO(blob.read())
+        try:
+            with tarfile.open(path, "r:*") as tar:
+                member = next((m for m in tar.getmembers() if m.name.lstrip("./") == COMPOSER_STATES), None)
+                if member is None or not member.isfile():
+                    raise ValueError(
+                        f"{path}: a tar file without {COMPOSER_STATES}: not a Composer checkpoint"
+                    )
+                if member.offset_data + member.size > os.path.getsize(path):  # read whole below: check first
+                    raise ValueError(
+                        f"{path}: {COMPOSER_STATES} declares {member.size} bytes, more than the file holds: "
+                        "a truncated or crafted tar"
+                    )
+                blob = tar.extractfile(member)
+                assert blob is not None  # a regular file member
+                return io.BytesIO(blob.read())
+        except (tarfile.TarError, EOFError, zlib.error) as err:
+            raise ValueError(f"{path}: not a readable tar file ({err})") from None
     raise ValueError(
         f"{path}: not a torch checkpoint this reader takes (a zip-format .pt, or a Composer .tar); compressed "
         "Composer checkpoints (.pt.lz4, .pt.zst, ...) must be decompressed first"
