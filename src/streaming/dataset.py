@@ -43,6 +43,7 @@ from streaming.resume_state import (
     UPSTREAM_ORDER,
     build_state,
     check_state_version,
+    check_upstream_state,
     dataset_config,
     from_upstream,
     is_upstream_state,
@@ -496,6 +497,8 @@ class StreamingDataset(IterableDataset):
 
     def _load_state(self, obj: dict[str, Any], on_mixture_change: str) -> None:
         upstream = is_upstream_state(obj)
+        if upstream:
+            check_upstream_state(obj)  # before its canonical nodes size anything
         if upstream or (isinstance(obj, dict) and obj.get("order") == UPSTREAM_ORDER):
             self._follow_upstream_order(obj)
         if upstream:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,12 +30,14 @@ __all__ = [
     "UPSTREAM_ORDER",
     "build_state",
     "check_state_version",
+    "check_upstream_state",
     "dataset_config",
     "from_upstream",
     "is_upstream_state",
     "mixture_changes",
     "plan_mismatch",
     "resume_mismatches",
+    "show",
     "stream_summary",
     "streams_fingerprint",
 ]
@@ -135,6 +138,39 @@ def is_upstream_state(obj: Any) -> bool:
     )
 
 
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 2, 60, 60, 4, 4
+_MAX_COUNT = 2**62
+"""Epochs and sample counts past this are not a run's position (they overflow the plan's int64 arithmetic)."""
+
+
+def show(value: Any) -> str:  # noqa: ANN401
+    """A short `repr` of a value read from a state (bounded in length and depth: a crafted state can nest a
+    value 100,000 deep, which the builtin `repr` cannot print)."""
+    return _SHOW.repr(value)
+
+
+def _count(value: Any, low: int = 0) -> bool:  # noqa: ANN401
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= _MAX_COUNT
+
+
+def check_upstream_state(obj: dict[str, Any]) -> None:
+    """The fields of a mosaicml-streaming state (``is_upstream_state``) have their types and ranges.
+
+    Raises:
+        ValueError: Naming the field and its value.
+    """
+    for key in ("epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed"):
+        if not _count(obj[key], 1 if key == "num_canonical_nodes" else 0):
+            low = 1 if key == "num_canonical_nodes" else 0
+            raise ValueError(f"mosaicml-streaming state: {key} must be an int >= {low}, got {show(obj[key])}")
+    nodes = obj.get("initial_physical_nodes")
+    if nodes is not None and not _count(nodes, 1):
+        raise ValueError(
+            f"mosaicml-streaming state: initial_physical_nodes must be an int >= 1, got {show(nodes)}"
+        )
+
+
 def from_upstream(obj: dict[str, Any], *, shuffle_seed: int, config: dict[str, Any]) -> dict[str, Any]:
     """A mosaicml-streaming state as one of ours, resuming at the same sample.
 
@@ -147,14 +183,8 @@ def from_upstream(obj: dict[str, Any], *, shuffle_seed: int, config: dict[str, A
         ValueError: A field of the wrong type, or a seed other than the dataset's (upstream silently switches
             to the state's seed; here the dataset must be built with it, so its epoch sizes agree).
     """
-    for key in ("epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed"):
-        if not isinstance(obj[key], int) or isinstance(obj[key], bool) or obj[key] < 0:
-            raise ValueError(f"mosaicml-streaming state: {key} must be an int >= 0, got {obj[key]!r}")
+    check_upstream_state(obj)
     nodes = obj.get("initial_physical_nodes")
-    if nodes is not None and (not isinstance(nodes, int) or nodes < 1):
-        raise ValueError(
-            f"mosaicml-streaming state: initial_physical_nodes must be an int >= 1, got {nodes!r}"
-        )
     if obj["shuffle_seed"] != shuffle_seed:
         raise ValueError(
             f"the mosaicml-streaming state was saved with shuffle_seed={obj['shuffle_seed']}, this dataset has "
@@ -171,11 +201,25 @@ def from_upstream(obj: dict[str, Any], *, shuffle_seed: int, config: dict[str, A
     )
 
 
-def check_state_version(obj: Any) -> None:
-    """Raises ValueError unless ``obj`` is a state dict of ``STATE_VERSION``."""
+def check_state_version(obj: Any) -> None:  # noqa: ANN401
+    """Raises ValueError unless ``obj`` is a state dict of ``STATE_VERSION`` whose position (``epoch``,
+    ``sample_in_epoch``) and recorded world (``global_batch_size``, ``initial_physical_nodes``) have their types
+    and ranges (each named with its value)."""
     if not isinstance(obj, dict) or obj.get("version") != STATE_VERSION:
         got = obj.get("version") if isinstance(obj, dict) else type(obj).__name__
-        raise ValueError(f"not a StreamingDataset state of version {STATE_VERSION} (got version {got!r})")
+        raise ValueError(f"not a StreamingDataset state of version {STATE_VERSION} (got version {show(got)})")
+    wrong = [
+        f"{key} must be an int >= {low}{' or null' if optional else ''}, got {show(obj.get(key))}"
+        for key, low, optional in (
+            ("epoch", 0, False),
+            ("sample_in_epoch", 0, False),
+            ("global_batch_size", 1, True),
+            ("initial_physical_nodes", 1, True),
+        )
+        if not ((optional and obj.get(key) is None) or _count(obj.get(key), low))
+    ]
+    if wrong:
+        raise ValueError(f"not a valid StreamingDataset state: {'; '.join(wrong)}")
 
 
 def stream_summary(*, where: str, fingerprint: str, choose: int) -> dict[str, Any]:
@@ -202,6 +246,14 @@ def mixture_changes(saved: Sequence[dict[str, Any]], current: Sequence[dict[str,
     return out
 
 
+def _summaries(value: Any) -> bool:  # noqa: ANN401
+    """Whether a state's ``streams`` is a list of ``stream_summary`` dicts (a crafted one may hold anything)."""
+    keys = ("where", "fingerprint", "samples_per_epoch")
+    return isinstance(value, list) and all(
+        isinstance(s, dict) and all(k in s for k in keys) and isinstance(s["where"], str) for s in value
+    )
+
+
 def plan_mismatch(obj: dict[str, Any], mine: dict[str, Any]) -> str | None:
     """Why the state ``obj`` cannot continue its epoch in this version's order (None: it can).
 
@@ -214,8 +266,8 @@ def plan_mismatch(obj: dict[str, Any], mine: dict[str, Any]) -> str | None:
         return None
     algo = mine["shuffle_algo"] if mine["shuffle"] else "none"
     return (
-        f"plan_version: the state was saved {at} samples into epoch {obj.get('epoch')!r} under plan version "
-        f"{saved!r} of shuffle_algo={algo!r}, and this version of the library orders that epoch differently "
+        f"plan_version: the state was saved {at} samples into epoch {show(obj.get('epoch'))} under plan version "
+        f"{show(saved)} of shuffle_algo={algo!r}, and this version of the library orders that epoch differently "
         f"(plan version {now}), so it cannot continue it in the same order; finish the epoch with the library "
         "version that saved the state, or restart the epoch in the new order by setting the state's "
         "'sample_in_epoch' to 0"
@@ -247,9 +299,9 @@ def resume_mismatches(
     ncn = obj.get("num_canonical_nodes")
     diffs = []
     if ncn_arg is not None and ncn != ncn_arg:
-        diffs.append(f"num_canonical_nodes: state has {ncn!r}, dataset has {ncn_arg!r}")
-    if not isinstance(ncn, int) or ncn < 1:
-        diffs.append(f"num_canonical_nodes: state has {ncn!r}, expected an int >= 1")
+        diffs.append(f"num_canonical_nodes: state has {show(ncn)}, dataset has {ncn_arg!r}")
+    if not _count(ncn, 1):
+        diffs.append(f"num_canonical_nodes: state has {show(ncn)}, expected an int >= 1")
     if diffs:
         return diffs
     mine = config_for(ncn)  # type: ignore[arg-type]
@@ -257,11 +309,11 @@ def resume_mismatches(
     diffs = []
     for k in (k for k in CHECKED_KEYS if k not in skip and obj.get(k) != mine[k]):
         detail = []
-        if k == "streams_fingerprint" and streams is not None and isinstance(obj.get("streams"), list):
+        if k == "streams_fingerprint" and streams is not None and _summaries(obj.get("streams")):
             detail = mixture_changes(obj["streams"], streams)
         if detail:
             diffs.append("streams_fingerprint: the stream mixture changed: " + "; ".join(detail))
         else:
-            diffs.append(f"{k}: state has {obj.get(k)!r}, dataset has {mine[k]!r}")
+            diffs.append(f"{k}: state has {show(obj.get(k))}, dataset has {mine[k]!r}")
     plan = plan_mismatch(obj, mine) if not diffs else None  # another difference already changes the order
     return [*diffs, plan] if plan else diffs

@@ -269,12 +269,10 @@ def _at(obj: Any, path: tuple[Any, ...]) -> Any:  # noqa: ANN401
     return obj
 
 
-def apply_json_edit(
-    text: str, edit: tuple[Any, ...], *, name_key: str = "basename", fill: Any = None
-) -> bytes:  # noqa: ANN401
-    """The bytes of JSON `text` after `edit` (from `json_edits`); `fill(name)` fills a hostile name's
+def edit_value(obj: Any, edit: tuple[Any, ...], *, name_key: str = "basename", fill: Any = None) -> Any:  # noqa: ANN401
+    """`obj` (decoded JSON, changed in place where it can be) after a structural `edit` from `json_edits`
+    (`text` and `replace` edits: the replacement value itself); `fill(name)` fills a hostile name's
     placeholders (`{abs}`, `{shard}`)."""
-    obj = json.loads(text)
     kind, *args = edit
     if kind == "set":
         found = _walk(obj, args[0])
@@ -300,10 +298,38 @@ def apply_json_edit(
         if found is not None and len(args[0]) < 7:  # seven picks: the no-op edit
             del found[0][found[1]]
     elif kind == "text":
-        return apply_bytes(text.encode(), args[0])
+        return args[0]
     elif kind == "replace":
-        return args[0].encode("utf-8", "surrogatepass")
-    return dumps(obj).encode("utf-8", "surrogatepass")
+        return args[0]
+    return obj
+
+
+def apply_json_edit(
+    text: str, edit: tuple[Any, ...], *, name_key: str = "basename", fill: Any = None
+) -> bytes:  # noqa: ANN401
+    """The bytes of JSON `text` after `edit` (from `json_edits`), see `edit_value`."""
+    kind = edit[0]
+    if kind == "text":
+        return apply_bytes(text.encode(), edit[1])
+    if kind == "replace":
+        return edit[1].encode("utf-8", "surrogatepass")
+    return dumps(edit_value(json.loads(text), edit, name_key=name_key, fill=fill)).encode(
+        "utf-8", "surrogatepass"
+    )
+
+
+def materialize(value: Any) -> Any:  # noqa: ANN401
+    """`value` with its `Deep` parts built as the nested Python objects they stand for (without recursion)."""
+    if isinstance(value, Deep):
+        out: Any = 0
+        for _ in range(value.depth):
+            out = [out] if value.kind == "list" else {"a": out}
+        return out
+    if isinstance(value, list):
+        return [materialize(v) for v in value]
+    if isinstance(value, dict):
+        return {k: materialize(v) for k, v in value.items()}
+    return value
 
 
 def replace_under(obj: Any, key: str, new: Any) -> Any:  # noqa: ANN401
