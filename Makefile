@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check gpu-wheels lint format config-index bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
+.PHONY: help docs docs-serve install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check gpu-wheels lint format config-index bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -134,7 +134,19 @@ bench: $(ENV_READY) ## run every benchmark (BENCHES="..." to pick); each prints 
 	done
 
 clean: ## remove run outputs and caches
-	rm -rf outputs multirun .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf outputs multirun site .pytest_cache .ruff_cache .mypy_cache .hypothesis
+
+# The documentation site (mkdocs.yml, docs/): the reference pages are generated from the typed schemas and the tools'
+# parsers, the benchmark plots from scripts/bench/results/ (scripts/docs/); a broken link or anchor fails the build.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1
+docs: $(ENV_READY) ## the documentation site: regenerate docs/reference/ and the plots, then mkdocs build --strict into site/
+	$(PY) scripts/docs/gen_config_reference.py
+	$(PY) scripts/docs/gen_cli_reference.py
+	$(PY) scripts/docs/gen_bench_plots.py
+	$(DOCS_ENV) $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: $(ENV_READY) ## preview the documentation site at http://127.0.0.1:8000 (live reload; make docs first to regenerate)
+	$(DOCS_ENV) $(VENV)/bin/mkdocs serve
 
 train: $(ENV_READY) ## offline quick start (mpt-tiny, ~1 min on CPU) as run `quickstart` (again: it autoresumes); ARGS="trainer.max_duration=1200ba"
 	$(PY) train.py run_name=quickstart $(ARGS)
