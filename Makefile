@@ -27,7 +27,7 @@ $(ENV_READY):
 
 LOCK := requirements/dev.lock
 # Where torch comes from: empty = pip's own sources (PyPI: the CUDA build on Linux; on this project's CPU machines the
-# local CPU wheel); TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU build anywhere (README: Set up and test)
+# local CPU wheel); TORCH_INDEX=https://download.pytorch.org/whl/cpu for the CPU build anywhere (docs/getting-started.md: Install)
 TORCH_INDEX ?=
 TORCH_INSTALL = $(PY) -m pip install "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 
@@ -190,7 +190,7 @@ eval: $(ENV_READY) ## ICL tasks on a model: make eval [CKPT=<checkpoint>] [MODEL
 TASKS ?= piqa_local,lambada_local
 HARNESS_ARGS ?= --device cpu --batch_size 16
 eval-harness: $(ENV_READY) ## lm-eval tasks on a model: make eval-harness CKPT=<HF export or checkpoint> TASKS=piqa_local [TOKENIZER=... LIMIT=...]
-	@if [ -z "$(CKPT)" ]; then echo "set CKPT=<HF export folder or foundry checkpoint> (see README: lm-evaluation-harness)"; exit 2; fi
+	@if [ -z "$(CKPT)" ]; then echo "set CKPT=<HF export folder or foundry checkpoint> (see docs/guides/evaluation.md: lm-evaluation-harness)"; exit 2; fi
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 EVAL_DATA="$${EVAL_DATA:-$(CURDIR)/../shared/data/icl}" \
 	$(PY) -m foundry.eval.harness run --model foundry \
 	  --model_args "checkpoint=$(CKPT)$(if $(TOKENIZER),$(comma)tokenizer=$(TOKENIZER))$(if $(CONFIG),$(comma)config=$(CONFIG))" \

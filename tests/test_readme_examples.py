@@ -1,7 +1,7 @@
-"""The README's `train.py` examples pasted in order after `make train` (each scaled down with overrides): none
-of them tries to resume the quick start, each starts its own run, and rerunning `make train` still only
-re-evaluates the finished quick start. Commands whose data does not exist offline (C4) stop with the data error
-(exit 2), touching nothing."""
+"""The documentation's `train.py` examples (README.md and the pages under docs/) pasted in order after
+`make train` (each scaled down with overrides): none of them tries to resume the quick start, each starts its own
+run, and rerunning `make train` still only re-evaluates the finished quick start. Commands whose data does not
+exist offline (C4) stop with the data error (exit 2), touching nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 from tests.train_py import run_train_py
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
+README = "\n\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))])
+"""README.md and every page of the documentation site: the commands this test runs are shown in one of them."""
 TINY = ["data.corpus_mb=0.15", "data.vocab_size=300"]  # the quick-start data, small
 SHORT = ["trainer.max_duration=2ba", "trainer.eval_subset_num_batches=1", "trainer.progress_bar=false"]
 QUICK = [*TINY, *SHORT, "trainer.global_train_batch_size=4"]
@@ -31,7 +32,7 @@ FINETUNE = [
 
 
 def _readme_has(command: str) -> None:
-    assert command in README, f"the README no longer shows {command!r}: update this test"
+    assert command in README, f"neither README.md nor docs/ shows {command!r} any more: update this test"
 
 
 def _run(command: str, scale: list[str], cwd: Path, *, ok: bool = True) -> subprocess.CompletedProcess:

@@ -258,12 +258,12 @@ def test_convert_script_refuses_a_hostile_file_in_one_line(tmp_path: Path, capsy
     assert not marker.exists() and not (tmp_path / "o").exists()
 
 
-def test_readme_mapping_table_is_the_codes() -> None:
+def test_docs_mapping_table_is_the_codes() -> None:
     from foundry.compat.composer.mapping import mapping_table
 
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### Composer checkpoints") :]
-    assert mapping_table() in section[: section.index("\n## ")]
+    page = (REPO / "docs" / "guides" / "from-llm-foundry.md").read_text()
+    section = page[page.index("## Composer checkpoints") :]
+    assert mapping_table() in section.split("\n## ", 1)[0]
 
 
 @pytest.mark.parametrize(

@@ -307,12 +307,13 @@ def test_values_are_written_in_hydra_override_grammar():
     assert format_value({"a": 1, "b": "x y"}) == '{a:1,b:"x y"}'
 
 
-def test_the_readme_holds_the_generated_table(capsys):
+def test_the_docs_hold_the_generated_table(capsys):
     assert main(["--table"]) == 0
     table = capsys.readouterr().out.strip()
     assert table == keys.markdown_table()
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### llm-foundry YAMLs", 1)[1].split("\n## ", 1)[0]
+    page = (REPO / "docs" / "guides" / "from-llm-foundry.md").read_text()
+    section = page.split("## llm-foundry YAMLs", 1)[1].split("\n## ", 1)[0]
     assert table in section, (
-        "README's llm-foundry table is stale: paste `python -m foundry.compat.llmfoundry --table`"
+        "docs/guides/from-llm-foundry.md's llm-foundry table is stale: paste "
+        "`python -m foundry.compat.llmfoundry --table`"
     )
