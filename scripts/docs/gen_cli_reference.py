@@ -171,7 +171,8 @@ def parser_of(tool: Tool) -> argparse.ArgumentParser:
 
 
 def _clean(text: str) -> str:
-    return text.replace(str(REPO), "<repo>").replace(str(Path.home()), "~")
+    """`text` without what differs between machines: the interpreter, the checkout's and the home folder."""
+    return text.replace(sys.executable, "python").replace(str(REPO), "<repo>").replace(str(Path.home()), "~")
 
 
 def _cell(text: str) -> str:

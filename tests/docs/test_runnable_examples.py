@@ -38,6 +38,8 @@ def test_some_blocks_are_marked():
 def test_a_runnable_block_exits_0(page, block):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for command in [line for line in block.splitlines() if line.strip() and not line.startswith("#")]:
+        if command.startswith("source .venv/") and not (REPO / ".venv").is_dir():
+            continue  # an environment made elsewhere (VENV=...): PATH above activates it already
         proc = subprocess.run(
             ["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
         )
