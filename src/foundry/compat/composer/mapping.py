@@ -6,7 +6,7 @@ the MPT as `.model`) puts in front. The rest is counters and one off-by-one: Com
 *before* it advances the timestamp its schedule reads, so optimizer step k (1-based) runs at the multiplier
 α(max(k-2, 0)) where ours runs at α(k-1); a checkpoint after k steps therefore continues here at schedule
 position k-1, and the next steps' learning rates are Composer's exactly. `MAPPING` lists every rule (the
-README's table is generated from it).
+the table in docs/guides/from-llm-foundry.md is generated from it).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ MAPPING: list[tuple[str, str]] = [
 
 
 def mapping_table() -> str:
-    """`MAPPING` as the README's markdown table."""
+    """`MAPPING` as the markdown table of docs/guides/from-llm-foundry.md."""
     rows = ["| Composer checkpoint | Here |", "|---|---|"]
     return "\n".join(rows + [f"| {a} | {b} |" for a, b in MAPPING])
 

@@ -1,8 +1,8 @@
 """Where each llm-foundry 0.22 training-YAML key goes here: the tables the translator runs on.
 
 Design note: the translator (`translate.py`) reads these tables for every key it copies, ignores or refuses,
-and `--table` prints them as the README's mapping table, so the documentation is the code's own data and
-cannot drift. A `Rule` says where the key lands (`here`), how (`note`) and its `status`:
+and `--table` prints them as the mapping table of docs/guides/from-llm-foundry.md, so the documentation is
+the code's own data and cannot drift. A `Rule` says where the key lands (`here`), how (`note`) and its `status`:
 
 - `translated`: the value is carried over (copied, or converted as the note says);
 - `ignored`: the key has no effect here and the run is the same without it (the note says why);
