@@ -7,7 +7,8 @@ size is known to be within a limit.
   record inflated to 3 GiB took 6.7 GB of RAM before it was refused), and the read stops at the declared size.
 - YAML (`check_yaml_expansion`): the node count after alias expansion and the nesting depth are computed on
   the composed node graph (aliases stay references there, counted with memoisation, so 9 anchors x 9 aliases
-  cost 81 steps, not 9^9 nodes) and refused above the limits before OmegaConf expands anything.
+  cost 81 steps, not 9^9 nodes) and refused above the limits before OmegaConf expands anything; so is an
+  anchor holding an alias of itself (`a: &x {b: *x}`), which OmegaConf expands until the stack overflows.
 - text lines (`read_text_lines`): a line longer than the limit is refused naming the file and the line,
   without reading the rest of it into memory.
 - JSON (`read_json`, `parse_json`): the file's size is checked before it is read, its text must be UTF-8, and
@@ -21,6 +22,7 @@ Each limit is a keyword with a default; a caller exposes it in its config where 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import re
@@ -48,8 +50,10 @@ __all__ = [
 
 MAX_ZIP_RATIO = 200
 """A compressed zip record may declare at most this many times its stored bytes."""
-MAX_YAML_NODES = 1_000_000
-"""YAML nodes after alias expansion (llm-foundry's largest recipe has a few hundred)."""
+MAX_YAML_NODES = 10_000
+"""YAML nodes after alias expansion: llm-foundry's largest recipe has 229, and OmegaConf spends ~0.2 ms per
+node (a 9^5-alias bomb of 59,049 nodes, under the earlier limit of a million, kept the translator busy for
+minutes), so this bounds a translation to about 2 s."""
 MAX_YAML_DEPTH = 64
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """One line of a task or data file (an ICL row is a few KB; a 20 MB line stalled tokenisation for minutes)."""
@@ -118,27 +122,42 @@ def check_yaml_expansion(
     """
     import yaml
 
+    # PyYAML's scanner is quadratic in the nesting of flow collections (`[[[[...`: 10,000 levels took 4 s, so
+    # 100,000 would take minutes): brackets are counted first, strings and comments included (an overcount
+    # that matters only past 4x the depth limit)
+    flow = (1 if c in b"[{" else -1 for c in text.encode("utf-8", "surrogatepass").translate(None, _NOT_FLOW))
+    if max(itertools.accumulate(flow), default=0) > 4 * max_depth:
+        raise TooLarge(f"{source}: nested deeper than {max_depth} levels: not a training config")
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         return  # the real loader reports it, with its own message
+    except RecursionError:  # the composer recurses once per level
+        raise TooLarge(f"{source}: nested deeper than {max_depth} levels: not a training config") from None
     if root is None:
         return
     sizes: dict[int, int] = {}
+    open_: set[int] = set()  # the nodes being counted: meeting one again is an alias inside itself
 
     def size(node: Any, depth: int) -> int:  # noqa: ANN401 - a yaml node
         if depth > max_depth:
             raise TooLarge(f"{source}: nested deeper than {max_depth} levels: not a training config")
         key = id(node)
+        if key in open_:
+            raise TooLarge(
+                f"{source}: an anchor contains an alias of itself (line {node.start_mark.line + 1}): it would "
+                "expand forever"
+            )
         if key in sizes:
             return sizes[key]
-        sizes[key] = 1  # a cycle (recursive alias) counts once, then stops
+        open_.add(key)
         total = 1
         if isinstance(node, yaml.MappingNode):
             total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
         elif isinstance(node, yaml.SequenceNode):
             total += sum(size(v, depth + 1) for v in node.value)
         sizes[key] = total
+        open_.discard(key)
         if total > max_nodes:
             raise TooLarge(
                 f"{source}: its anchors and aliases expand to over {max_nodes:,} nodes: refused before expanding "
@@ -173,6 +192,7 @@ def read_text_lines(
             yield line.decode("utf-8")
 
 
+_NOT_FLOW = bytes(c for c in range(256) if c not in b"[]{}")
 _BRACKETS = bytes(range(256)).replace(b"{", b"[").replace(b"}", b"]")
 _NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"')
 _STRING = re.compile(rb'"[^"]*"')

@@ -385,7 +385,8 @@ def _child(config: dict[str, Any]) -> None:
         if "Traceback (most recent call last)" in output:
             find("printed a traceback", err, output[-600:], case)
         if secret in output:
-            find("printed the secret", err, output[:600], case)
+            lines = [line.replace(secret, "<SECRET>") for line in output.splitlines() if secret in line]
+            find("printed the secret", err, " | ".join(lines)[:600], case)
         if err is None:
             counts["ok"] += 1
             return

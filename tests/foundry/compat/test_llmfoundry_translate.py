@@ -317,3 +317,59 @@ def test_the_docs_hold_the_generated_table(capsys):
         "docs/guides/from-llm-foundry.md's llm-foundry table is stale: paste "
         "`python -m foundry.compat.llmfoundry --table`"
     )
+
+
+def _bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [  # inputs the fuzz suite (tests/fuzz/test_fuzz_llmfoundry_yaml.py, issue 39) found ending in a traceback
+        (
+            MINIMAL.replace("tokenizer: {name: EleutherAI/gpt-neox-20b}", "tokenizer: [[1, 2]]"),
+            "tokenizer: holds a value of a type llm-foundry does not take",  # was AttributeError (sections.py)
+        ),
+        (MINIMAL.replace("n_heads: 4", "n_heads: 0"), "model: holds a value of a type"),  # ZeroDivisionError
+        (
+            MINIMAL.replace("train_loader: {", "train_loader: [").replace("128}}", "128}]"),
+            "train_loader: must be",
+        ),
+        (MINIMAL + "a: &x {b: *x}\n", "an anchor contains an alias of itself"),  # RecursionError in OmegaConf
+        ("a: " + "{b: " * 1100 + "1" + "}" * 1100 + "\n" + MINIMAL, "nested deeper than 64 levels"),
+        (MINIMAL + _bomb(5), "expand to over 10,000 nodes"),  # 9^5 nodes: OmegaConf was busy for minutes
+        (
+            MINIMAL + "deep: " + "[" * 100_000 + "]" * 100_000 + "\n",
+            "nested deeper than 64",
+        ),  # minutes in PyYAML
+    ],
+)
+def test_hostile_yamls_are_one_error_line(tmp_path, capsys, text, needle):
+    assert run_tool(lambda: main([str(_yaml(tmp_path, text))])) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+
+
+def test_a_yaml_that_is_not_utf8_is_one_error_line(tmp_path, capsys):
+    path = tmp_path / "run.yaml"
+    path.write_bytes(MINIMAL.encode() + b"\nx: \x8f\n")  # was UnicodeDecodeError from OmegaConf.load
+    assert run_tool(lambda: main([str(path)])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "run.yaml: not UTF-8 text" in err, err
+
+
+def test_printed_paths_holding_a_credential_are_masked(tmp_path, capsys, monkeypatch):
+    """The experiment file's path held the value of a credential variable and was printed as is."""
+    monkeypatch.setenv("FUZZ_API_TOKEN", "s3cr3t-value-9012")
+    out = tmp_path / "s3cr3t-value-9012" / "conf" / "experiment" / "x.yaml"
+    assert main([str(_yaml(tmp_path, MINIMAL)), "--experiment", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert out.is_file() and "wrote" in printed.out and "s3cr3t-value-9012" not in printed.out + printed.err
+
+
+def test_a_value_with_a_lone_surrogate_prints(tmp_path, capsys):
+    """A YAML `"\\udc80"` escape made printing the command fail with UnicodeEncodeError (the fuzz suite's)."""
+    assert main([str(_yaml(tmp_path, MINIMAL.replace("/data/c4", '"/data/\\udc80"')))]) == 0
+    assert "\\udc80" in capsys.readouterr().out

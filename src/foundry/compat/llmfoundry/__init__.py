@@ -15,6 +15,7 @@ from pathlib import Path
 
 from foundry.compat.llmfoundry.render import load_yaml, overrides
 from foundry.compat.llmfoundry.translate import Note, Translation, translate
+from stackbase.secrets import redact_text
 
 __all__ = ["Note", "Translation", "expand_train_args", "translate", "translate_file"]
 
@@ -47,5 +48,5 @@ def expand_train_args(args: Sequence[str]) -> list[str]:
     rest = [a for a in args if not a.startswith(ARG)]
     tr = translate_file(Path(given[0][len(ARG) :]))
     for note in tr.notes:
-        print(note.line(), file=sys.stderr)
+        print(redact_text(note.line()), file=sys.stderr)
     return overrides(tr) + rest

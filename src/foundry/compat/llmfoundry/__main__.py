@@ -18,6 +18,7 @@ from foundry.compat.llmfoundry import translate_file
 from foundry.compat.llmfoundry.keys import markdown_table
 from foundry.compat.llmfoundry.render import experiment_yaml, overrides, shell_command
 from foundry.errors import ConfigError, run_tool
+from stackbase.secrets import redact_text
 
 TRAIN_PY = Path(__file__).resolve().parents[4] / "train.py"
 
@@ -60,6 +61,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return _parser().parse_intermixed_args(argv)
 
 
+def _printable(text: str) -> str:
+    """`text` with a credential's value masked (a path or value holding one) and a lone surrogate (a YAML
+    `"\\ud800"` escape) written as its escape, so printing cannot fail."""
+    return redact_text(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.table:
@@ -72,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     hint = _experiment_hint(args.experiment) if args.experiment else ""
     tr = translate_file(args.yaml, args.overrides)
     for note in tr.notes:
-        print(note.line(), file=sys.stderr)
+        print(_printable(note.line()), file=sys.stderr)
     if args.experiment:
         args.experiment.parent.mkdir(parents=True, exist_ok=True)
-        args.experiment.write_text(experiment_yaml(tr, source=str(args.yaml)))
-        print(f"wrote {args.experiment}; run it: {hint} {' '.join(tr.passthrough)}".rstrip())
+        args.experiment.write_text(experiment_yaml(tr, source=str(args.yaml)), errors="backslashreplace")
+        print(_printable(f"wrote {args.experiment}; run it: {hint} {' '.join(tr.passthrough)}".rstrip()))
         return 0
     if args.run:
         if not TRAIN_PY.is_file():
@@ -84,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--run: {TRAIN_PY} not found (run from a checkout); paste the printed command instead"
             )
         return subprocess.call([sys.executable, str(TRAIN_PY), *overrides(tr)])
-    print(shell_command(tr))
+    print(_printable(shell_command(tr)))
     return 0
 
 

@@ -12,6 +12,7 @@ and the experiment file are records too), and `train.py` resolves it when it run
 
 from __future__ import annotations
 
+import io
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -78,12 +79,17 @@ def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any]
             raise ConfigError(f"override {item!r} is not key=value (e.g. variables.data_local=/data/c4)")
     ours = [o for o in overrides if _is_ours(o)]
     theirs = [o for o in overrides if not _is_ours(o)]
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}): not an llm-foundry YAML") from None
     try:  # a YAML bomb (anchors x aliases) is refused before OmegaConf expands it
-        check_yaml_expansion(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+        check_yaml_expansion(text, source=str(path))
     except TooLarge as err:
         raise ConfigError(str(err)) from None
     try:
-        cfg = OmegaConf.load(path)
+        cfg = OmegaConf.load(io.StringIO(text))
         if not OmegaConf.is_dict(cfg):
             raise ConfigError(f"{path}: not a mapping of llm-foundry keys")
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(theirs))
@@ -94,8 +100,10 @@ def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any]
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", "") or ""
         raise ConfigError(
-            f"{path}: {key or 'config'}: {' '.join(str(err).splitlines()[0].split())}"
+            f"{path}: {key[:200] or 'config'}: {' '.join(str(err).splitlines()[0].split())[:300]}"
         ) from None
+    except RecursionError:  # an interpolation that refers to itself, through others
+        raise ConfigError(f"{path}: its interpolations refer to each other in a loop") from None
     assert isinstance(plain, dict)
     return {str(k): v for k, v in plain.items()}, ours, from_env
 

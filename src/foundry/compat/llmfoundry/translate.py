@@ -236,6 +236,30 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
     ):
         if cfg.get(required) is None:
             raise out.fail(required, "missing: llm-foundry requires it (and so does the translation)")
+    for section in ("model", "train_loader", "optimizer", "scheduler"):
+        if not isinstance(cfg[section], Mapping):
+            raise out.fail(
+                section, f"must be a mapping of llm-foundry keys, got {type(cfg[section]).__name__}"
+            )
+    where = ["config"]
+    try:
+        _translate(out, cfg, where)
+    except (
+        AttributeError,
+        TypeError,
+        KeyError,
+        IndexError,
+        ArithmeticError,
+    ) as err:  # a value no table expects
+        raise out.fail(
+            where[0],
+            f"holds a value of a type llm-foundry does not take here ({type(err).__name__}: {str(err)[:200]})",
+        ) from None
+    return out.tr
+
+
+def _translate(out: Out, cfg: Mapping[str, Any], where: list[str]) -> None:
+    """`translate`'s walk over the keys; `where[0]` is the key being translated (for the error of a crash)."""
     _trainer_defaults(out)
     out.set("task", "finetune" if cfg["train_loader"].get("name") == "finetuning" else "pretrain")
     if "fsdp_config" not in cfg:
@@ -247,6 +271,7 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
     if "loggers" not in cfg:
         _loggers(out, None)
     for key, value in cfg.items():
+        where[0] = key
         rule = keys.TOP.get(key)
         if key == "model":
             sections.model(out, value)
@@ -279,5 +304,5 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
             out.refuse(
                 key, "not an llm-foundry 0.22 training key (llm-foundry refuses it as an unused parameter)"
             )
+    where[0] = "icl_tasks"
     _eval(out, cfg)
-    return out.tr
