@@ -26,6 +26,7 @@ import itertools
 import json
 import os
 import re
+import reprlib
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ __all__ = [
     "read_json",
     "read_text_lines",
     "read_zip_member",
+    "short_repr",
 ]
 
 MAX_ZIP_RATIO = 200
@@ -176,6 +178,7 @@ def read_text_lines(
 
     Raises:
         TooLarge: A line over the limit (naming the file, the line number and `hint`: how to raise it).
+        ValueError: A line that is not UTF-8 (naming the file and the line).
     """
     with open(path, "rb") as f:
         n = 0
@@ -189,7 +192,10 @@ def read_text_lines(
                     f"{path}:{n}: a line longer than {max_line_bytes:,} bytes: not a row of this format"
                     + (f" ({hint})" if hint else "")
                 )
-            yield line.decode("utf-8")
+            try:
+                yield line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise NotJSON(f"{path}:{n}: not UTF-8 text (byte {err.start} of the line)") from None
 
 
 _NOT_FLOW = bytes(c for c in range(256) if c not in b"[]{}")
@@ -271,3 +277,13 @@ def read_json(
     if max_bytes is not None and len(raw) > max_bytes:
         raise TooLarge(f"{source}: over {max_bytes:,} bytes: not a file of this kind")
     return parse_json(raw, source=source, max_depth=max_depth)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 2, 60, 60, 4, 4
+
+
+def short_repr(value: Any) -> str:  # noqa: ANN401 - any value read from an untrusted file
+    """A `repr` bounded in length and depth, for messages about a value from an untrusted file (a crafted
+    one can nest a value 100,000 deep, which the builtin `repr` cannot print)."""
+    return _SHORT.repr(value)

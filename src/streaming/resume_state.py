@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import reprlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from stackbase.bounded import short_repr as show
 from streaming.plan.shuffle import plan_version
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "mixture_changes",
     "plan_mismatch",
     "resume_mismatches",
-    "show",
     "stream_summary",
     "streams_fingerprint",
 ]
@@ -138,16 +137,8 @@ def is_upstream_state(obj: Any) -> bool:
     )
 
 
-_SHOW = reprlib.Repr()
-_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 2, 60, 60, 4, 4
 _MAX_COUNT = 2**62
 """Epochs and sample counts past this are not a run's position (they overflow the plan's int64 arithmetic)."""
-
-
-def show(value: Any) -> str:  # noqa: ANN401
-    """A short `repr` of a value read from a state (bounded in length and depth: a crafted state can nest a
-    value 100,000 deep, which the builtin `repr` cannot print)."""
-    return _SHOW.repr(value)
 
 
 def _count(value: Any, low: int = 0) -> bool:  # noqa: ANN401

@@ -13,7 +13,6 @@ is built or any result written.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from pathlib import Path
@@ -22,11 +21,21 @@ from typing import Any
 from foundry.errors import ConfigError
 from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root, load_task_configs
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
-from stackbase.bounded import read_text_lines
+from stackbase.bounded import NotJSON, parse_json, read_text_lines
+from stackbase.bounded import short_repr as show
 from streaming.safepath import private_dir
-from streaming.storage import open_url
+from streaming.storage import open_url, redact
 
-__all__ = ["MissingTaskData", "cache_dir", "check_task_data", "load_rows", "local_task_file", "resolve_local"]
+__all__ = [
+    "MissingTaskData",
+    "cache_dir",
+    "check_rows",
+    "check_task_data",
+    "load_rows",
+    "local_task_file",
+    "resolve_local",
+    "row_fields",
+]
 
 _REPO = Path(__file__).resolve().parents[3]
 _LF_PREFIXES = ("eval/local_data/", "scripts/eval/local_data/")
@@ -55,10 +64,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     for n, line in enumerate(read_text_lines(path), 1):  # a line over 16 MiB: refused, not read whole
         if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n}: not a JSON line ({err})") from err
+            try:  # nesting capped: a deep value is one error, not a RecursionError
+                rows.append(parse_json(line, source=f"{path}:{n}"))
+            except NotJSON as err:
+                raise ValueError(str(err).replace(": not valid JSON", ": not a JSON line", 1)) from None
     return rows
 
 
@@ -112,27 +121,67 @@ def _load_hf(task: ICLTaskConfig) -> list[dict[str, Any]]:
 
 
 _CHOICES = {"multiple_choice": "choices", "schema": "context_options"}
+_TEXT, _TEXTS, _LIST, _INDEX = "a string", "a non-empty list of strings", "a list of strings", "index"
 
 
-def check_gold(rows: list[dict[str, Any]], task: ICLTaskConfig) -> list[dict[str, Any]]:
-    """`rows`, once every multiple-choice or schema row's `gold` is an index into its options (issue 39: a row
-    with `gold: -1` was scored against the last choice, silently).
+def row_fields(task: ICLTaskConfig) -> tuple[dict[str, str], dict[str, str]]:
+    """The fields every row of `task` must have and those it may have, each with what it must be (the keys
+    `foundry.eval.prompts` reads for the task's type, `context_key`/`answer_key` included)."""
+    kind = task.icl_task_type
+    context = task.context_key or ("query" if kind == "multiple_choice" else "context")
+    answer = task.answer_key or ("continuation" if kind == "language_modeling" else "answer")
+    optional = {"category": _TEXT} if task.has_categories else {}
+    if kind == "language_modeling":
+        return {context: _TEXT, answer: _TEXT}, optional
+    if kind == "multiple_choice":
+        return {context: _TEXT, "choices": _TEXTS, "gold": _INDEX}, optional
+    if kind == "schema":
+        return {"context_options": _TEXTS, "continuation": _TEXT, "gold": _INDEX}, optional
+    return {context: _TEXT, answer: _TEXT}, {**optional, "aliases": _LIST, "chain_of_thought": _TEXT}
+
+
+def _fits(value: Any, kind: str) -> bool:  # noqa: ANN401 - a JSON value
+    if kind == _TEXT:
+        return isinstance(value, str)
+    if kind in (_TEXTS, _LIST):
+        return (
+            isinstance(value, list)
+            and all(isinstance(v, str) for v in value)
+            and (kind == _LIST or bool(value))
+        )
+    return True  # gold: checked against its options below
+
+
+def check_rows(rows: list[Any], task: ICLTaskConfig, *, source: str) -> list[dict[str, Any]]:
+    """`rows`, once each is an object with the fields `task`'s type reads, of the right types, and every
+    multiple-choice or schema row's `gold` is an index into its options (issue 39: a row with `gold: -1` was
+    scored against the last choice, silently; a row of the wrong shape ended in a KeyError or TypeError).
 
     Raises:
-        ValueError: naming the task, the row and its gold and option count.
+        ValueError: naming `source`, the task, the row and the field.
     """
-    key = _CHOICES.get(task.icl_task_type)
-    if key is None:
-        return rows
+    required, optional = row_fields(task)
     for n, row in enumerate(rows, 1):
-        gold, options = row.get("gold"), row.get(key)
-        if not isinstance(options, list) or not options:
-            raise ValueError(f"task {task.label!r}, row {n}: `{key}` must be a non-empty list")
-        if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(options):
-            raise ValueError(
-                f"task {task.label!r}, row {n}: gold={gold!r} is not an index of its {len(options)} {key} "
-                f"(0 to {len(options) - 1})"
-            )
+        where = f"{source}: task {task.label!r}, row {n}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: not a JSON object (got {type(row).__name__})")
+        for key, kind in {**required, **optional}.items():
+            if key not in row or (key in optional and row[key] is None):
+                if key in required:
+                    raise ValueError(
+                        f"{where}: no `{key}` ({task.icl_task_type} rows need {', '.join(required)})"
+                    )
+                continue
+            if not _fits(row[key], kind):
+                raise ValueError(f"{where}: `{key}` must be {kind}, got {show(row[key])}")
+        choices = _CHOICES.get(task.icl_task_type)
+        if choices is not None:
+            gold, options = row["gold"], row[choices]
+            if isinstance(gold, bool) or not isinstance(gold, int) or not 0 <= gold < len(options):
+                raise ValueError(
+                    f"{where}: gold={show(gold)} is not an index of its {len(options)} {choices} "
+                    f"(0 to {len(options) - 1})"
+                )
     return rows
 
 
@@ -143,10 +192,12 @@ def load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, A
         MissingTaskData: a local file is absent. ValueError: an unknown offline task, a malformed line, or a
             gold that is not an index of its row's options.
     """
-    return check_gold(_load_rows(task, data_root=data_root), task)
+    rows, source = _load_rows(task, data_root=data_root)
+    return check_rows(rows, task, source=source)
 
 
-def _load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, Any]]:
+def _load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> tuple[list[dict[str, Any]], str]:
+    """The rows and where they came from (a path, or the `dataset_uri`)."""
     uri = task.dataset_uri
     if uri.startswith("offline://"):
         name = uri.removeprefix("offline://")
@@ -154,11 +205,11 @@ def _load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, 
             raise ValueError(
                 f"icl_tasks[{task.label!r}].dataset_uri={uri!r}: offline tasks are {OFFLINE_TASKS}"
             )
-        return generate_offline(name)
+        return generate_offline(name), uri
     if uri.startswith("hf://"):
-        return _load_hf(task)
+        return _load_hf(task), uri
     if "://" in uri and not uri.startswith("file://"):
-        return _read_jsonl(_download(uri))
+        return _read_jsonl(_download(uri)), redact(uri)
     path = resolve_local(uri.removeprefix("file://"), data_root)
     if not path.is_file():
         raise MissingTaskData(
@@ -166,7 +217,7 @@ def _load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> list[dict[str, 
             f"scripts/eval/local_data/{uri.split('local_data/')[-1]} there, point eval.data_root (or $EVAL_DATA) "
             "at a folder holding it, or give dataset_uri an object-store URL / hf:// dataset"
         )
-    return _read_jsonl(path)
+    return _read_jsonl(path), str(path)
 
 
 def local_task_file(task: ICLTaskConfig, *, data_root: str | Path) -> Path | None:

@@ -36,16 +36,17 @@ def test_every_shared_icl_file_parses_and_builds_prompts(shared_data, icl_tokeni
     built = 0
     for path in files:
         rel = str(path.relative_to(root))
-        task = ICLTaskConfig(label=path.stem, dataset_uri=rel, icl_task_type="language_modeling")
-        rows = load_rows(task, data_root=root)
-        assert rows, rel
-        kind = _kind(rows[0])
+        with open(path) as f:
+            first = json.loads(f.readline())
+        kind = _kind(first)
         if kind is None:
             assert "programming" in rel
             continue
         cfg = ICLTaskConfig(
-            label=path.stem, dataset_uri=rel, icl_task_type=kind, has_categories="category" in rows[0]
+            label=path.stem, dataset_uri=rel, icl_task_type=kind, has_categories="category" in first
         )
+        rows = load_rows(cfg, data_root=root)  # every row checked against its type's fields
+        assert rows, rel
         examples = build_examples(cfg, rows, icl_tokenizer, num_fewshot=1, max_seq_len=2048, limit=3)
         assert len(examples) >= 1 and all(r.context for ex in examples for r in ex.requests), rel
         built += 1
@@ -215,3 +216,79 @@ def test_a_gold_that_is_not_an_index_of_its_options_is_refused(tmp_path, kind, k
         load_rows(task, data_root=tmp_path)
     path.write_text(_json.dumps(good) + "\n")
     assert load_rows(task, data_root=tmp_path) == [good]
+
+
+_GOOD = {
+    "language_modeling": {"context": "c", "continuation": "x"},
+    "multiple_choice": {"query": "q", "choices": ["a", "b"], "gold": 1},
+    "schema": {"context_options": ["a", "b"], "continuation": "x", "gold": 0},
+    "generation_task_with_answers": {"context": "c", "answer": "x", "aliases": ["x"]},
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "line", "task_keys", "message"),
+    [  # rows the fuzz suite (tests/fuzz/test_fuzz_icl_tasks.py, issue 39) found ending in a raw traceback
+        ("schema", "null", {}, r"row 2: not a JSON object \(got NoneType\)"),  # AttributeError (data.py)
+        (
+            "language_modeling",
+            "[[1]]",
+            {},
+            r"row 2: not a JSON object \(got list\)",
+        ),  # AttributeError (prompts)
+        (
+            "schema",
+            '{"context_options": ["a"], "gold": 0}',
+            {},
+            r"row 2: no `continuation` \(schema rows need",
+        ),
+        (
+            "language_modeling",
+            '{"context": "c", "continuation": "x"}',
+            {"context_key": "nope"},
+            r"row 1: no `nope`",
+        ),
+        (
+            "multiple_choice",
+            '{"query": "q", "choices": "ab", "gold": 0}',
+            {},
+            r"`choices` must be a non-empty list",
+        ),
+        (
+            "generation_task_with_answers",
+            '{"context": "c", "answer": "x", "aliases": {"a": 1}}',
+            {},
+            r"`aliases` must",
+        ),
+        (
+            "language_modeling",
+            '{"context": 5, "continuation": "x"}',
+            {},
+            r"row 2: `context` must be a string, got 5",
+        ),
+        (
+            "multiple_choice",
+            '{"query": "q", "choices": ["a"], "gold": 0, "category": {"a": 1}}',
+            {"has_categories": True},
+            r"row 2: `category` must be a string",  # was TypeError: unhashable type (prompts.py)
+        ),
+        ("language_modeling", '{"a":' * 2000 + "0" + "}" * 2000, {}, r"t\.jsonl:2: JSON nested too deeply"),
+        ("language_modeling", "1" * 5000, {}, r"t\.jsonl:2: not a JSON line \(Exceeds the limit"),
+    ],
+)
+def test_a_row_of_the_wrong_shape_is_named(tmp_path, kind, line, task_keys, message):
+    path = tmp_path / "t.jsonl"
+    good = dict(_GOOD[kind], **({"category": "a"} if task_keys.get("has_categories") else {}))
+    path.write_text(json.dumps(good) + "\n" + line + "\n")
+    task = ICLTaskConfig(label="t", dataset_uri=str(path), icl_task_type=kind, **task_keys)
+    with pytest.raises(ValueError, match=message) as err:
+        load_rows(task, data_root=tmp_path)
+    assert str(path) in str(err.value)
+
+
+def test_a_line_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(json.dumps(_GOOD["language_modeling"]).encode() + b'\n{"context": "\xec"}\n')
+    task = ICLTaskConfig(label="t", dataset_uri=str(path), icl_task_type="language_modeling")
+    with pytest.raises(ValueError, match=r"t\.jsonl:2: not UTF-8 text"):  # was UnicodeDecodeError
+        load_rows(task, data_root=tmp_path)
