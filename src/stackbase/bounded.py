@@ -16,7 +16,8 @@ size is known to be within a limit.
   ~5 ms per MB), so a value nested 100,000 deep is one error line, not a `RecursionError` from the parser
   or from the first code that walks the value. Every failure is a `ValueError` naming the file.
 
-Each limit is a keyword with a default; a caller exposes it in its config where a user could need more.
+Each limit defaults to `stackbase.limits` (`FOUNDRY_MAX_<NAME>` raises it, and a refusal names the variable); a
+keyword argument sets it for one call.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from stackbase.limits import LIMITS, hint
+from stackbase.limits import limit as limit_of
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -50,16 +54,16 @@ __all__ = [
     "short_repr",
 ]
 
-MAX_ZIP_RATIO = 200
-"""A compressed zip record may declare at most this many times its stored bytes."""
-MAX_YAML_NODES = 10_000
+MAX_ZIP_RATIO = LIMITS["ZIP_RATIO"][0]
+"""A compressed zip record may declare at most this many times its stored bytes (`FOUNDRY_MAX_ZIP_RATIO`)."""
+MAX_YAML_NODES = LIMITS["YAML_NODES"][0]
 """YAML nodes after alias expansion: llm-foundry's largest recipe has 229, and OmegaConf spends ~0.2 ms per
 node (a 9^5-alias bomb of 59,049 nodes, under the earlier limit of a million, kept the translator busy for
 minutes), so this bounds a translation to about 2 s."""
-MAX_YAML_DEPTH = 64
-MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_YAML_DEPTH = LIMITS["YAML_DEPTH"][0]
+MAX_LINE_BYTES = LIMITS["LINE_MB"][0] << 20
 """One line of a task or data file (an ICL row is a few KB; a 20 MB line stalled tokenisation for minutes)."""
-MAX_JSON_DEPTH = 100
+MAX_JSON_DEPTH = LIMITS["JSON_DEPTH"][0]
 """Nesting of JSON arrays and objects (an index.json or a manifest nests under 10 levels; Python's parser gives
 up near 1,000, and recursive code walking a value that deep fails before it)."""
 _CHUNK = 1 << 20
@@ -93,11 +97,16 @@ def read_zip_member(
             f"{source}: record {name} declares {size} bytes, its index says {expected}: a damaged or crafted file"
         )
     if limit is not None and size > limit:
-        raise TooLarge(f"{source}: record {name} declares {size} bytes, over the limit of {limit}")
-    if info.compress_type != zipfile.ZIP_STORED and size > MAX_ZIP_RATIO * max(1, info.compress_size):
+        raise TooLarge(
+            f"{source}: record {name} declares {size} bytes, over the limit of {limit} (the pickle's limit is "
+            "FOUNDRY_MAX_PICKLE_MB, if the file is trusted)"
+        )
+    ratio = limit_of("ZIP_RATIO")
+    if info.compress_type != zipfile.ZIP_STORED and size > ratio * max(1, info.compress_size):
         raise TooLarge(
             f"{source}: record {name} would inflate {info.compress_size} bytes to {size} "
-            f"(over {MAX_ZIP_RATIO}x): a zip bomb, not a checkpoint (torch stores its records uncompressed)"
+            f"(over {ratio}x): a zip bomb, not a checkpoint (torch stores its records uncompressed); "
+            + hint("ZIP_RATIO")
         )
     out = io.BytesIO()
     try:
@@ -114,16 +123,19 @@ def read_zip_member(
 
 
 def check_yaml_expansion(
-    text: str, *, source: str, max_nodes: int = MAX_YAML_NODES, max_depth: int = MAX_YAML_DEPTH
+    text: str, *, source: str, max_nodes: int | None = None, max_depth: int | None = None
 ) -> None:
     """Refuses YAML whose alias expansion exceeds `max_nodes` nodes or nests deeper than `max_depth`,
-    computed on the composed node graph without expanding it. Malformed YAML is left to the loader.
+    computed on the composed node graph without expanding it. Malformed YAML is left to the loader. The limits
+    default to `FOUNDRY_MAX_YAML_NODES` / `FOUNDRY_MAX_YAML_DEPTH` (`stackbase.limits`).
 
     Raises:
         TooLarge: Over a limit (naming the file and the figures).
     """
     import yaml
 
+    max_nodes = limit_of("YAML_NODES") if max_nodes is None else max_nodes
+    max_depth = limit_of("YAML_DEPTH") if max_depth is None else max_depth
     # PyYAML's scanner is quadratic in the nesting of flow collections (`[[[[...`: 10,000 levels took 4 s, so
     # 100,000 would take minutes): brackets are counted first, strings and comments included (an overcount
     # that matters only past 4x the depth limit)
@@ -163,23 +175,23 @@ def check_yaml_expansion(
         if total > max_nodes:
             raise TooLarge(
                 f"{source}: its anchors and aliases expand to over {max_nodes:,} nodes: refused before expanding "
-                "(a YAML bomb, not a training config)"
+                f"(a YAML bomb, not a training config; {hint('YAML_NODES')})"
             )
         return total
 
     size(root, 0)
 
 
-def read_text_lines(
-    path: str | Path, *, max_line_bytes: int = MAX_LINE_BYTES, hint: str = ""
-) -> Iterator[str]:
-    """The lines of a UTF-8 text file (newlines kept), refusing one longer than `max_line_bytes` without
-    reading past the limit.
+def read_text_lines(path: str | Path, *, max_line_bytes: int | None = None) -> Iterator[str]:
+    """The lines of a UTF-8 text file (newlines kept), refusing one longer than `max_line_bytes` (default
+    `FOUNDRY_MAX_LINE_MB` MiB, `stackbase.limits`) without reading past the limit.
 
     Raises:
-        TooLarge: A line over the limit (naming the file, the line number and `hint`: how to raise it).
+        TooLarge: A line over the limit (naming the file, the line number and how to raise the limit).
         ValueError: A line that is not UTF-8 (naming the file and the line).
     """
+    raise_with = hint("LINE_MB") if max_line_bytes is None else ""
+    max_line_bytes = limit_of("LINE_MB") << 20 if max_line_bytes is None else max_line_bytes
     with open(path, "rb") as f:
         n = 0
         while True:
@@ -190,7 +202,7 @@ def read_text_lines(
             if len(line) > max_line_bytes and not line.endswith(b"\n"):
                 raise TooLarge(
                     f"{path}:{n}: a line longer than {max_line_bytes:,} bytes: not a row of this format"
-                    + (f" ({hint})" if hint else "")
+                    + (f" ({raise_with})" if raise_with else "")
                 )
             try:
                 yield line.decode("utf-8")
@@ -229,8 +241,9 @@ def json_depth(text: bytes, *, limit: int) -> int:
     return limit + 1 if text else depth
 
 
-def parse_json(text: str | bytes, *, source: str, max_depth: int = MAX_JSON_DEPTH) -> Any:  # noqa: ANN401
-    """The value of JSON `text` from `source` (a file's path or URL, for messages), its nesting checked first.
+def parse_json(text: str | bytes, *, source: str, max_depth: int | None = None) -> Any:  # noqa: ANN401
+    """The value of JSON `text` from `source` (a file's path or URL, for messages), its nesting checked first
+    (at most `max_depth` levels; default `FOUNDRY_MAX_JSON_DEPTH`, `stackbase.limits`).
 
     Raises:
         TooLarge: Nested deeper than `max_depth`.
@@ -244,8 +257,12 @@ def parse_json(text: str | bytes, *, source: str, max_depth: int = MAX_JSON_DEPT
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise NotJSON(f"{source}: not UTF-8 text (byte {err.start}): not a JSON file") from None
+    raise_with = f"; {hint('JSON_DEPTH')}" if max_depth is None else ""
+    max_depth = limit_of("JSON_DEPTH") if max_depth is None else max_depth
     if json_depth(raw, limit=max_depth) > max_depth:
-        raise TooLarge(f"{source}: JSON nested too deeply (over {max_depth} levels): refused before parsing")
+        raise TooLarge(
+            f"{source}: JSON nested too deeply (over {max_depth} levels): refused before parsing{raise_with}"
+        )
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -259,12 +276,12 @@ def parse_json(text: str | bytes, *, source: str, max_depth: int = MAX_JSON_DEPT
 def read_json(
     path: str | os.PathLike[str],
     *,
-    max_depth: int = MAX_JSON_DEPTH,
+    max_depth: int | None = None,
     max_bytes: int | None = None,
     source: str = "",
 ) -> Any:  # noqa: ANN401
-    """The value of the JSON file at `path`, bounded: at most `max_bytes` (when given) read, nesting at most
-    `max_depth`; `source` names it in messages (default: the path).
+    """The value of the JSON file at `path`, bounded: at most `max_bytes` read (default `FOUNDRY_MAX_JSON_MB`
+    MiB), nesting at most `max_depth` (see `parse_json`); `source` names it in messages (default: the path).
 
     Raises:
         TooLarge: Over a limit (nothing beyond `max_bytes` is read).
@@ -272,10 +289,12 @@ def read_json(
         OSError: It cannot be read (FileNotFoundError when absent).
     """
     source = source or os.fspath(path)
+    raise_with = f"; {hint('JSON_MB')}" if max_bytes is None else ""
+    max_bytes = limit_of("JSON_MB") << 20 if max_bytes is None else max_bytes
     with open(path, "rb") as f:
-        raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
-    if max_bytes is not None and len(raw) > max_bytes:
-        raise TooLarge(f"{source}: over {max_bytes:,} bytes: not a file of this kind")
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise TooLarge(f"{source}: over {max_bytes:,} bytes: not a file of this kind{raise_with}")
     return parse_json(raw, source=source, max_depth=max_depth)
 
 

@@ -40,6 +40,7 @@ import torch
 
 from foundry.checkpoint.safe_dcp import UnsafeCheckpointError
 from stackbase.bounded import TooLarge, read_zip_member
+from stackbase.limits import LIMITS, limit
 
 __all__ = ["UnsafeCheckpointError", "is_torch_zip", "load_pt", "load_torch_bytes", "read_pt_bytes"]
 
@@ -275,8 +276,9 @@ class _Unpickler(pickle.Unpickler):
         return _Storage(self.cache[key], kind.dtype)
 
 
-MAX_PICKLE_BYTES = 1 << 30
-"""torch's `data.pkl` record holds the structure, not the tensors: megabytes even for a 70B checkpoint."""
+MAX_PICKLE_BYTES = LIMITS["PICKLE_MB"][0] << 20
+"""torch's `data.pkl` record holds the structure, not the tensors: megabytes even for a 70B checkpoint (the default
+of `FOUNDRY_MAX_PICKLE_MB`, read when a checkpoint is opened)."""
 
 
 def is_torch_zip(head: bytes) -> bool:
@@ -320,7 +322,7 @@ def load_torch_bytes(data: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
                 raise pickle.UnpicklingError(f"{source}: storage record {key!r:.40} is missing")
             return read_zip_member(archive, name, source=source, expected=expected)
 
-        pickled = read_zip_member(archive, pkls[0], source=source, limit=MAX_PICKLE_BYTES)
+        pickled = read_zip_member(archive, pkls[0], source=source, limit=limit("PICKLE_MB") << 20)
         try:
             obj = _Unpickler(io.BytesIO(pickled), source=source, storage=storage).load()
         except (UnsafeCheckpointError, TooLarge, MemoryError):
