@@ -3,7 +3,7 @@ most of it importing torch and transformers before the first check).
 
 `check_overrides(args, conf=)` reads `conf/_keys.json` (`foundry.config_index`, built from the typed schemas) and
 the option files under `conf/`, and returns one message for the first override that cannot be right: a group
-option with no file (`model=mpt-tinny`), a key no schema declares (`modle=...`, `model.d_modle=...`), or an
+option with no file (`model=mpt-tinny`), a run name that cannot be a folder (`run_name=..`), a key no schema declares (`modle=...`, `model.d_modle=...`), or an
 `int`/`float`/`bool` key given a value that is none (`model.d_model=abc`). Everything it cannot judge is left to
 the full check after composition: interpolations, sweeps (`a=1,2`, `range(...)`), lists and mappings, Hydra's own
 keys, another `--config-dir`, and any key under a mapping (`variables.*`). It must never refuse what the full check
@@ -94,10 +94,27 @@ def _value_problem(key: str, kind: str, value: str) -> str | None:
     return None
 
 
+def _run_name_problem(args: list[str]) -> str | None:
+    """`run_name=..` (or `$RUN_NAME`): a name that cannot be one folder (`stackbase.names`, as the full check)."""
+    from stackbase.names import NameError_, check_name
+
+    given = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("run_name=")]
+    name = given[-1] if given else os.environ.get("RUN_NAME")
+    if name is None or any(c in name for c in ("${", "(", ",")):
+        return None
+    try:
+        check_name(name, field="run_name")
+    except NameError_ as err:
+        return str(err)
+    return None
+
+
 def check_overrides(args: list[str], *, conf: Path) -> str | None:
     """The first problem among `train.py`'s overrides `args` (see the module note), or None."""
     if any(a.startswith(("--config", "-cp", "-cd", "-cn", "llmfoundry=")) for a in args):
         return None  # another config folder (its own keys and options), or a YAML translated later
+    if (problem := _run_name_problem(args)) is not None:
+        return problem
     index = _load(conf)
     if index is None:
         return None

@@ -39,6 +39,8 @@ def test_the_committed_index_is_up_to_date() -> None:
         (["optimizer.lr=fast"], "optimizer.lr takes a float"),
         (["trainer.progress_bar=maybe"], "takes a bool"),
         (["model.d_model=null"], "cannot be null"),
+        (["run_name=.."], "run_name='..' is '..'"),
+        (["run_name=a/b"], "holds a path separator"),
     ],
 )
 def test_mistakes_are_named(args, needle) -> None:
