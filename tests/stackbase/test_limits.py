@@ -42,3 +42,11 @@ def test_the_readers_take_their_limits_from_the_environment(monkeypatch, tmp_pat
     monkeypatch.setenv("FOUNDRY_MAX_JSON_DEPTH", "3")
     with pytest.raises(TooLarge, match="FOUNDRY_MAX_JSON_DEPTH"):
         parse_json("[[[[1]]]]", source="index.json")
+
+
+def test_security_md_lists_every_limit_with_its_default() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "SECURITY.md").read_text()
+    for name, (default, _) in LIMITS.items():
+        assert f"| `FOUNDRY_MAX_{name}` | {default:,} |" in text, name
