@@ -22,8 +22,8 @@ Limits hold in the child only: the pytest process is never limited. A module und
 input's files, unguarded), `attempt(built, folder)` (calls the entry point, guarded), `ALLOWED` (the exception
 types its command reports as one line) and optionally `NAMES` (words an error message may name instead of the
 input's folder), `write_roots(folder)` (where the entry point may write), `planted(folder)` (files outside the
-input's folder it must not even open), `EXAMPLES()` (inputs always run first), `SECRET_IN_PATH`, `MEMORY_MB`,
-`PER_EXAMPLE_S`.
+input's folder it must not even open), `EXAMPLES()` (inputs always run first), `KNOWN` (findings in code the
+suite may not fix yet: reported, not failed), `SECRET_IN_PATH`, `MEMORY_MB`, `PER_EXAMPLE_S`.
 
 Reproduce: the short run is derandomized (hypothesis derives its seed from the test), the long one prints its
 seed; `FUZZ_SEED=<n>` reruns a long run's inputs, `FUZZ_EXAMPLES=<n>` changes the count.
@@ -53,8 +53,8 @@ SECRET_ENV = "FUZZ_API_TOKEN"
 """A credential-like variable set in the child: its value must never appear in what an entry point prints."""
 SHORT_EXAMPLES = 30
 LONG_EXAMPLES = 500
-SHORT_LIMIT_S = 60
-"""The child's hang limit in the short run (every entry point's loop takes a few seconds)."""
+SHORT_LIMIT_S = 120
+"""The child's hang limit in the short run (imports take 3-10 s, every loop a few seconds)."""
 LONG_LIMIT_S = 540
 
 
@@ -143,14 +143,31 @@ def fuzz(test_file: str, tmp_path: Path, *, long: bool = False) -> Figures:
             f"{module}: the fuzz loop hung (over {limit} s); the input it was on:\n{last}"
         ) from None
     if proc.returncode != 0 or not result.exists():
+        start = proc.stderr.rfind("Traceback (most recent call last)")
+        tail = proc.stderr[start:] if start >= 0 else proc.stderr
         raise AssertionError(
             f"{module}: the fuzz child failed (exit {proc.returncode}) after {time.monotonic() - t0:.1f} s:\n"
-            f"{proc.stderr[-6000:]}"
+            f"{tail[:3000]}\n...\n{tail[-3000:]}"
         )
     figures = Figures(**json.loads(result.read_text()))
+    known = getattr(mod, "KNOWN", [])
+    tolerated = [f for f in figures.findings if _is_known(f, known)]
+    figures.findings = [f for f in figures.findings if not _is_known(f, known)]
     print(figures.line())
+    for f in tolerated:
+        print(f"known (not failing, see the module's KNOWN):\n{_format(f)}")
     assert not figures.findings, f"{figures.line()}\n" + "\n".join(_format(f) for f in figures.findings)
     return figures
+
+
+def _is_known(finding: dict[str, Any], known: list[tuple[str, str, str]]) -> bool:
+    """Whether `finding` matches a `KNOWN` entry: (kind, exception type or "*", source file prefix or "*")."""
+    return any(
+        kind == finding["kind"]
+        and kind_type in ("*", finding["type"])
+        and (prefix == "*" or finding["where"].startswith(prefix))
+        for kind, kind_type, prefix in known
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the child

@@ -25,7 +25,7 @@ from tests.fuzz.harness import fuzz
 ENTRY = "checkpoints and manifest.json"
 ALLOWED = (ValueError, FileNotFoundError)  # train.py's one-line errors (foundry.cli.USER_ERRORS)
 NAMES = ("manifest.json", "checkpoint", "ep0-ba")
-SHORT_EXAMPLES = 25
+SHORT_EXAMPLES = 20
 FORMATS = ("full", "sharded")
 ENTRIES = ("load_weights", "load_weights_folder", "manifest_path", "load_path", "autoresume")
 

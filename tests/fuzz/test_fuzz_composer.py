@@ -24,7 +24,7 @@ from tests.fuzz.harness import fuzz
 ENTRY = "Composer checkpoints (--from composer)"
 ALLOWED = (ValueError, FileNotFoundError)  # train.py's (checkpoint.load_path); the tool also takes OSError
 NAMES = ("composer", ".pt", ".tar")
-SHORT_EXAMPLES = 25
+SHORT_EXAMPLES = 20
 MEMORY_MB = 1024
 
 

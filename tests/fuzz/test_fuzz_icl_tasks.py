@@ -22,7 +22,7 @@ from tests.fuzz.harness import fuzz
 ENTRY = "ICL task files (jsonl)"
 ALLOWED = (ValueError, FileNotFoundError)  # train.py's one-line errors (task=eval)
 NAMES = ("task", "tasks.jsonl")
-SHORT_EXAMPLES = 100
+SHORT_EXAMPLES = 60
 TYPES = {
     "language_modeling": "repeat_copy",
     "multiple_choice": "arithmetic_mc",

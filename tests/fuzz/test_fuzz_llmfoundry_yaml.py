@@ -22,7 +22,7 @@ from tests.fuzz.harness import REPO, SECRET_ENV, fuzz
 ENTRY = "llm-foundry YAMLs (the translator)"
 ALLOWED = (ValueError, OSError)  # foundry.errors.run_tool's one-line errors
 NAMES = ("yaml", "YAML", "override", "variables", "run.yaml")
-SHORT_EXAMPLES = 30
+SHORT_EXAMPLES = 25
 SHARED = REPO.parent / "shared" / "data" / "llmfoundry_yamls"
 RECIPES = [
     "pretrain/mpt-small-cpu.yaml",

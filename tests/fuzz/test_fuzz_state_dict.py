@@ -22,7 +22,7 @@ ENTRY = "StreamingDataset.load_state_dict (mosaicml-streaming and own states)"
 ALLOWED = (ValueError, FileNotFoundError)  # train.py's one-line errors
 NAMES = ("state", "resume", "epoch", "num_canonical_nodes", "shuffle")
 SECRET_IN_PATH = False  # no file names in these messages
-SHORT_EXAMPLES = 40
+SHORT_EXAMPLES = 30
 N = 40
 UPSTREAM = ("epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed")
 

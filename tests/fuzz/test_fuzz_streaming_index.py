@@ -23,6 +23,7 @@ from tests.fuzz.harness import fuzz
 ENTRY = "streaming index.json and MDS shards"
 ALLOWED = (ValueError, FileNotFoundError)  # what train.py reports as one error line (foundry.cli.USER_ERRORS)
 NAMES = ("index.json", "shard")
+SHORT_EXAMPLES = 25
 N = 24
 DATASETS = ("plain", "zstd", "hashed")
 
