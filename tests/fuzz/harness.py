@@ -354,8 +354,8 @@ def _child(config: dict[str, Any]) -> None:
 
     signal.signal(signal.SIGALRM, on_alarm)
 
-    def find(kind: str, err: BaseException | None, message: str, case: Any) -> None:  # noqa: ANN401
-        key = (kind, type(err).__name__ if err else "-", _where(err) if err else "-")
+    def find(kind: str, err: BaseException | None, message: str, case: Any, where: str = "-") -> None:  # noqa: ANN401
+        key = (kind, type(err).__name__ if err else "-", _where(err) if err else where)
         if key in findings:
             findings[key]["count"] += 1
             return
@@ -398,7 +398,7 @@ def _child(config: dict[str, Any]) -> None:
         del slowest[3:]
         output = capture.text()
         for event in guard.events:
-            find("escaped its folder or ran code", None, event, case)
+            find("escaped its folder or ran code", None, event, case, where=event.split()[0])
         if "Traceback (most recent call last)" in output:
             find("printed a traceback", err, output[-600:], case)
         if secret in output:
