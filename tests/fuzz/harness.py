@@ -112,7 +112,9 @@ def fuzz(test_file: str, tmp_path: Path, *, long: bool = False) -> Figures:
     result = tmp_path / "result.json"
     config = {"module": module, "examples": examples, "seed": seed, "result": str(result), "work": str(work)}
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS", "FOUNDRY_MAX_"))},
+        **{
+            k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS", "FOUNDRY_MAX_"))
+        },
         "PYTHONPATH": os.pathsep.join([str(REPO), str(SRC)]),
         "PYTHONDONTWRITEBYTECODE": "1",
         "HOME": str(work / "home"),
