@@ -46,9 +46,27 @@ def stale_after(interval_s: float) -> float:
     return max(3 * interval_s, 60.0)
 
 
+_TYPES = {"pid": int, "host": str, "step": int, "max_steps": int, "phase": str, "time": float, "started": float,
+          "attempt": int, "interval_s": float, "token": str, "proof": str}  # fmt: skip
+
+
 def read_live(text: str) -> Live | None:
-    """The record in `text` (the content of `live.json`), or None when it is not one."""
+    """The record in `text` (the content of `live.json`), or None when it is not one: not JSON, nested, or a
+    field of the wrong type (a run folder is untrusted input: `foundry.runs.records`)."""
     try:
-        return Live(**json.loads(text))
-    except (ValueError, TypeError):
+        data = json.loads(text) if len(text) < 65536 else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or set(data) - set(_TYPES):
+        return None
+    for key, value in data.items():
+        kind = _TYPES[key]
+        ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
+        if isinstance(value, bool) or not (ok or (value is None and key in ("token", "proof"))):
+            return None
+        if isinstance(value, float) and value != value:  # NaN
+            return None
+    try:
+        return Live(**data)
+    except TypeError:  # a required field missing
         return None

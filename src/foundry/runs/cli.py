@@ -27,6 +27,7 @@ from foundry.runs.show import (
 )
 from foundry.runs.state import RunSummary, load_run, summarize
 from foundry.runs.store import RunRoot, resolve_run
+from stackbase.secrets import redact_text
 
 __all__ = ["build_parser", "format_list", "main"]
 
@@ -101,12 +102,12 @@ def _logs(root: RunRoot, rel: str, *, follow: bool) -> int:
         raise FileNotFoundError(
             f"{root.url(rel, layout.TRAIN_LOG)}: no {layout.TRAIN_LOG} (Hydra writes it in the run dir)"
         )
-    print(text, end="", flush=True)
+    print(redact_text(text), end="", flush=True)
     seen = len(text)
     while follow:
         time.sleep(1.0)
         text = root.read_text(rel, layout.TRAIN_LOG) or ""
-        print(text[seen:], end="", flush=True)
+        print(redact_text(text[seen:]), end="", flush=True)
         seen = len(text)
     return 0
 
@@ -132,7 +133,7 @@ def _report(args: argparse.Namespace) -> int:
     else:
         out = Path(f"report-{name}.html")
     write_report(root, runs, title=f"foundry runs report: {name}", out=out)
-    print(out.resolve())
+    print(redact_text(str(out.resolve())))
     return 0
 
 
@@ -148,7 +149,11 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(
                 f"{root.root}: no such folder; pass the folder the runs are in (default outputs) or a URL"
             )
-        print(format_list([summarize(load_run(root, r), local=not root.remote) for r in root.runs()]))
+        print(
+            redact_text(
+                format_list([summarize(load_run(root, r), local=not root.remote) for r in root.runs()])
+            )
+        )
         return 0
     if args.command == "report":
         return _report(args)
@@ -162,7 +167,11 @@ def run(args: argparse.Namespace) -> int:
         )
         ckpts = checkpoints(*checkpoint_folder(root, rel, files.run.get("config", {})))
         overrides = None if args.diff else run_overrides(root, rel)
-        print(render_show(files, diff=diff, ckpts=ckpts, icl=icl_results(root, rel), overrides=overrides))
+        print(
+            redact_text(
+                render_show(files, diff=diff, ckpts=ckpts, icl=icl_results(root, rel), overrides=overrides)
+            )
+        )
     elif args.command == "logs":
         return _logs(root, rel, follow=args.follow)
     elif args.command == "stop":
@@ -171,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             f"sent SIGTERM to the {target.what} (pid {target.pid}): it checkpoints at the next step and exits 75"
         )
     elif args.command == "resume":
-        print(format_command(resume_command(root, files, store=args.store, nproc=args.nproc)))
+        print(redact_text(format_command(resume_command(root, files, store=args.store, nproc=args.nproc))))
     return 0
 
 
@@ -180,7 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except (FileNotFoundError, ProcessLookupError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {redact_text(' '.join(str(e).split()))}", file=sys.stderr)
+        return 2
+    except (TypeError, AttributeError, KeyError, IndexError, RecursionError, OverflowError) as e:
+        # a record of a shape `foundry.runs.records` lets through (a value of the wrong type inside it): the
+        # run folder is untrusted input, so this is its damage, reported in one line, not a bug's traceback
+        detail = " ".join(f"{type(e).__name__}: {e}"[:200].split())
+        print(
+            f"error: a run's records are damaged or not this version's ({redact_text(detail)})",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from foundry.events import append_event
 from foundry.rundir import layout
+from foundry.runs.records import yaml_list
 from foundry.runs.state import RunFiles
 from foundry.runs.store import RunRoot
 from stackbase.process import pid_alive, verify
@@ -140,8 +139,8 @@ def resume_command(
         store: Another checkpoint folder/URL to continue from (after `python -m foundry.sync` copied it).
         nproc: Ranks per node for the continued run (the global batch stays; checkpoints reshard on load).
     """
-    text = root.read_text(files.name, ".hydra/rank0/overrides.yaml")
-    overrides = [str(o) for o in (yaml.safe_load(text) or [])] if text else []
+    rel_file = f"{layout.HYDRA}/rank0/overrides.yaml"
+    overrides = yaml_list(root.read_text(files.name, rel_file), source=f"{files.name}/{rel_file}") or []
     run_name = str(files.run.get("config", {}).get("run_name") or files.name.rsplit("/", 1)[-1])
     overrides = _set(overrides, "run_name", run_name)
     if store:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from foundry.rundir import layout
+from foundry.runs.records import record, yaml_list
 from foundry.runs.state import RunFiles
 from foundry.runs.store import RunRoot
 
@@ -65,12 +66,8 @@ def default_config(conf_dir: Path = CONF_DIR) -> dict[str, Any]:
 
 def run_overrides(root: RunRoot, rel: str) -> list[str] | None:
     """The overrides the run was started with (`.hydra/rank0/overrides.yaml`), or None when it has none recorded."""
-    text = root.read_text(rel, ".hydra/rank0/overrides.yaml")
-    if text is None:
-        return None
-    import yaml  # light (no torch, no Hydra)
-
-    return [str(o) for o in (yaml.safe_load(text) or [])]
+    rel_file = f"{layout.HYDRA}/rank0/overrides.yaml"
+    return yaml_list(root.read_text(rel, rel_file), source=f"{rel}/{rel_file}")
 
 
 def config_diff(config: dict[str, Any], defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -112,12 +109,16 @@ def checkpoints(store: RunRoot, folder: str) -> list[Checkpoint]:
     out = []
     for sub, names in folders.items():
         text = store.read_text(folder, f"{sub}/manifest.json") if "manifest.json" in names else None
-        manifest = json.loads(text) if text else {}
-        sizes = [int(v.get("bytes", 0)) for v in manifest.get("files", {}).values() if isinstance(v, dict)]
+        manifest = record(text, source=f"{folder}/{sub}/manifest.json", mappings=("files",))
+        sizes = [
+            v["bytes"]
+            for v in manifest.get("files", {}).values()
+            if isinstance(v, dict) and _count(v.get("bytes"))
+        ]
         if not sizes:
             local = [store.size(folder, f"{sub}/{n}") for n in names]
             sizes = [s for s in local if s is not None]
-        step = manifest.get("step")
+        step = manifest.get("step") if _count(manifest.get("step")) else None
         if step is None and "-ba" in sub:
             tail = sub.rsplit("-ba", 1)[1]
             step = int(tail) if tail.isdigit() else None
@@ -131,7 +132,7 @@ def icl_results(root: RunRoot, rel: str) -> dict[str, Any] | None:
     """The newest ICL results of a run: `icl_results.json` (task=eval) or `icl/step_<N>/` (during training)."""
     text = root.read_text(rel, "icl_results.json")
     if text:
-        return dict(json.loads(text))
+        return record(text, source=f"{rel}/icl_results.json", mappings=("metrics",))
     steps = []
     for name in root.files(rel, "icl"):
         head, _, base = name.partition("/")
@@ -140,7 +141,13 @@ def icl_results(root: RunRoot, rel: str) -> dict[str, Any] | None:
     if not steps:
         return None
     text = root.read_text(rel, f"icl/step_{max(steps)}/icl_results.json")
-    return {**json.loads(text), "step": max(steps)} if text else None
+    found = record(text, source=f"{rel}/icl/step_{max(steps)}/icl_results.json", mappings=("metrics",))
+    return {**found, "step": max(steps)} if found else None
+
+
+def _count(value: object) -> bool:
+    """A whole number >= 0 (not a bool), as a step or a byte count in a manifest must be."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _fmt(v: Any) -> str:  # noqa: ANN401 - any JSON value

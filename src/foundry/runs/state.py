@@ -15,7 +15,6 @@ and a local run whose lock nobody holds is a run killed before its first step (f
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 from foundry.live import LIVE_FILE, Live, read_live, stale_after
 from foundry.rundir import layout
 from foundry.rundir.lock import lock_held
+from foundry.runs.records import record, rows
 from foundry.runs.store import RunRoot
 from stackbase.process import pid_alive
 
@@ -35,15 +35,13 @@ REQUEUE_EXIT_CODE = 75  # foundry.train.preemption.REQUEUE_EXIT_CODE (not import
 
 def parse_jsonl(text: str | None) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL text; a torn or broken line (a writer mid-append) is skipped."""
-    out = []
-    for line in (text or "").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return rows(text, source="jsonl")
+
+
+def _event(e: dict[str, Any]) -> bool:
+    """An event line of the shape the readers use: a name, and a time that is a number (others are skipped)."""
+    when = e.get("time", 0.0)
+    return isinstance(e.get("event"), str) and isinstance(when, int | float) and not isinstance(when, bool)
 
 
 def _last_launch(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -126,11 +124,11 @@ def load_run(root: RunRoot, rel: str) -> RunFiles:
     ]
     return RunFiles(
         name=rel,
-        run=json.loads(run_text) if run_text else {},
+        run=record(run_text, source=f"{rel}/{layout.RUN}", mappings=("config", "derived")),
         metrics=parse_jsonl(root.read_text(rel, layout.METRICS)),
-        events=parse_jsonl(root.read_text(rel, layout.EVENTS)),
+        events=[e for e in parse_jsonl(root.read_text(rel, layout.EVENTS)) if _event(e)],
         live=read_live(live_text) if live_text else None,
-        final=json.loads(final_text) if final_text else None,
+        final=record(final_text, source=f"{rel}/{layout.FINAL_METRICS}") if final_text else None,
         written=(root.mtime(rel, layout.CONFIG), max(ends) if ends else None),
         lock_held=None if root.remote else lock_held(root.url(rel)),
     )
