@@ -215,6 +215,10 @@ def validate_mpt_fields(cfg: Any) -> None:  # noqa: ANN401 - MPTModelConfig or M
     Raises:
         ValueError: naming the bad field and the accepted values.
     """
+    for name in ("d_model", "n_heads", "n_layers", "max_seq_len", "vocab_size"):
+        value = getattr(cfg, name, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"model.{name}={value!r} must be a whole number > 0")
     if cfg.d_model % cfg.n_heads != 0:
         raise ValueError(f"d_model={cfg.d_model} must be divisible by n_heads={cfg.n_heads}")
     for name in ("resid_pdrop", "emb_pdrop"):
