@@ -332,7 +332,10 @@ def _bomb(levels: int) -> str:
             MINIMAL.replace("tokenizer: {name: EleutherAI/gpt-neox-20b}", "tokenizer: [[1, 2]]"),
             "tokenizer: holds a value of a type llm-foundry does not take",  # was AttributeError (sections.py)
         ),
-        (MINIMAL.replace("n_heads: 4", "n_heads: 0"), "model: holds a value of a type"),  # ZeroDivisionError
+        (
+            MINIMAL.replace("n_heads: 4", "n_heads: 0"),
+            "model.n_heads=0 must be a whole number > 0",
+        ),  # was ZeroDivisionError
         (
             MINIMAL.replace("train_loader: {", "train_loader: [").replace("128}}", "128}]"),
             "train_loader: must be",
