@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-__all__ = ["env_refs", "escape_env", "keep_env_refs", "record_container"]
+__all__ = ["env_refs", "escape_env", "keep_env_refs", "record_container", "resolve_recorded"]
 
 _LIVE_ENV = re.compile(r"(?<!\\)((?:\\\\)*)\$\{oc\.env:")
 """`${oc.env:` preceded by an even number of backslashes (an odd number escapes it already)."""
@@ -119,3 +119,22 @@ def _keep(tree: Any, refs: Mapping[str, tuple[Any, str]], prefix: str) -> Any:  
     if ref is not None and str(ref[0]) == str(tree):
         return ref[1]
     return tree
+
+
+def resolve_recorded(value: Any) -> Any:  # noqa: ANN401 - a value read back from a record
+    """A value read back from a record (`run.json`'s tokenizer path, for a later `generate.py` or export) with its
+    `${oc.env:...}` interpolations resolved in the current environment; other values unchanged.
+
+    Raises:
+        ValueError: The interpolation cannot be resolved here (the variable is not set and has no default).
+    """
+    if isinstance(value, Mapping):
+        return {k: resolve_recorded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_recorded(v) for v in value]
+    if not isinstance(value, str) or not _LIVE_ENV.search(value):
+        return value
+    try:
+        return OmegaConf.create({"v": value}).v
+    except Exception as err:  # noqa: BLE001 - OmegaConf's resolution errors
+        raise ValueError(f"{value!r}: cannot be resolved here ({' '.join(str(err).split()[:20])})") from None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from foundry.env_refs import resolve_recorded
 from foundry.rundir import layout
 
 __all__ = [
@@ -162,8 +163,9 @@ def run_tokenizer_config(checkpoint: str) -> TokenizerConfig | None:
         run = parent / layout.RUN
         if run.is_file():
             tok = (json.loads(run.read_text()).get("config") or {}).get("tokenizer") or {}
-            if not tok.get("name"):
+            if not isinstance(tok, dict) or not tok.get("name"):
                 return None
+            tok = resolve_recorded(tok)  # run.json keeps `${oc.env:...}` as written (issue 39)
             known = {f.name for f in fields(TokenizerConfig)}
             return TokenizerConfig(**{k: v for k, v in tok.items() if k in known})
     return None

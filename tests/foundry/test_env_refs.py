@@ -51,3 +51,18 @@ def test_typed_records_get_the_text_back_where_the_value_is_unchanged() -> None:
     assert keep_env_refs(tree, refs) == {"data": {"remote": "s3://b/${oc.env:K}"}, "trainer": {"steps": 14},
                                          "tags": ["a", "${oc.env:T}"]}  # fmt: skip
     assert tree["data"]["remote"] == "s3://b/k"
+
+
+def test_a_recorded_interpolation_resolves_when_read_back(monkeypatch, tmp_path) -> None:
+    """run.json keeps `${oc.env:FOUNDRY_CACHE,...}/tokenizer.json`; `generate.py`/exports read the run's tokenizer
+    from it and resolve it where they run."""
+    import json
+
+    from foundry.env_refs import resolve_recorded
+    from foundry.tokenizers import run_tokenizer_config
+
+    monkeypatch.setenv("FOUNDRY_CACHE", str(tmp_path / "cache"))
+    recorded = "${oc.env:FOUNDRY_CACHE,${oc.env:HOME,.}/.cache/foundry}/tok.json"
+    assert resolve_recorded({"name": recorded, "n": 1}) == {"name": f"{tmp_path}/cache/tok.json", "n": 1}
+    (tmp_path / "run.json").write_text(json.dumps({"config": {"tokenizer": {"name": recorded}}}))
+    assert run_tokenizer_config(str(tmp_path)).name == f"{tmp_path}/cache/tok.json"
