@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from foundry.env_refs import resolve_recorded
 from foundry.rundir import layout
 from foundry.runs.records import record, yaml_list
 from foundry.runs.state import RunFiles
@@ -94,6 +95,10 @@ def checkpoint_folder(root: RunRoot, rel: str, config: dict[str, Any]) -> tuple[
     A relative save_folder is taken from the current directory (where `train.py` ran: the repository root).
     """
     folder = (config.get("checkpoint") or {}).get("save_folder")
+    try:  # run.json keeps `${oc.env:...}` as written (`s3://${oc.env:CHECKPOINT_BUCKET}/...`): resolve it here
+        folder = resolve_recorded(folder)
+    except ValueError:
+        pass
     if root.files(rel, layout.CHECKPOINTS) or not folder or "{run_dir}" in str(folder):
         return root, f"{rel}/{layout.CHECKPOINTS}" if rel != "." else layout.CHECKPOINTS
     return RunRoot(str(folder).rstrip("/")), "."
