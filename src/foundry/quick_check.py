@@ -41,8 +41,8 @@ def _options(conf: Path, group: str, folder: str) -> list[str]:
 def _group_problem(conf: Path, group: str, choice: str) -> str | None:
     folder, _, name = choice.rpartition("/")
     options = _options(conf, group, folder)
-    if not options or name in options:
-        return None
+    if not options or name in options or name.startswith("_"):
+        return None  # `_name`: a schema node registered in Hydra's ConfigStore, not a file (`trainer=_trainer`)
     prefix = f"{folder}/" if folder else ""
     public = [prefix + o for o in options if not o.startswith("_")]
     close = difflib.get_close_matches(choice, public, n=1)
