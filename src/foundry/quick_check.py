@@ -6,7 +6,8 @@ the option files under `conf/`, and returns one message for the first override t
 option with no file (`model=mpt-tinny`), a run name that cannot be a folder (`run_name=..`), a key no schema declares (`modle=...`, `model.d_modle=...`), or an
 `int`/`float`/`bool` key given a value that is none (`model.d_model=abc`). Everything it cannot judge is left to
 the full check after composition: interpolations, sweeps (`a=1,2`, `range(...)`), lists and mappings, Hydra's own
-keys, another `--config-dir`, and any key under a mapping (`variables.*`). It must never refuse what the full check
+keys, another `--config-dir`, schema nodes of the ConfigStore (`trainer=_trainer`), and any key under a mapping
+(`variables.*`). It must never refuse what the full check
 accepts (a test runs it over every `train.py` command the docs show). Standard library only.
 """
 
@@ -41,8 +42,8 @@ def _options(conf: Path, group: str, folder: str) -> list[str]:
 def _group_problem(conf: Path, group: str, choice: str) -> str | None:
     folder, _, name = choice.rpartition("/")
     options = _options(conf, group, folder)
-    if not options or name in options or name.startswith("_"):
-        return None  # `_name`: a schema node registered in Hydra's ConfigStore, not a file (`trainer=_trainer`)
+    if not options or name in options or name.startswith("_"):  # `_name`: a ConfigStore node, not a file
+        return None
     prefix = f"{folder}/" if folder else ""
     public = [prefix + o for o in options if not o.startswith("_")]
     close = difflib.get_close_matches(choice, public, n=1)
