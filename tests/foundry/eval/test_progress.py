@@ -40,7 +40,12 @@ def test_run_icl_eval_reports_every_task(icl_model, icl_tokenizer, tmp_path, cap
     cfg: EvalConfig = _offline_cfg(limit=8, progress_interval=1e-9)
     with caplog.at_level(logging.INFO, logger="foundry.eval.runner"):
         run_icl_eval(
-            cfg, model=icl_model, tokenizer=icl_tokenizer, device="cpu", output_dir=tmp_path, emit=lines.append
+            cfg,
+            model=icl_model,
+            tokenizer=icl_tokenizer,
+            device="cpu",
+            output_dir=tmp_path,
+            emit=lines.append,
         )
     assert caplog.records == []  # issue 40 item 6: a log line repeated each task's closing line
     closing = [line for line in lines if " in " in line and "examples/s)" in line]

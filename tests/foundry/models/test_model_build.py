@@ -101,7 +101,9 @@ def test_build_model_rejects_unknown_schema():
 def test_invalid_fields_raise_clear_errors():
     with pytest.raises(ValueError, match="divisible by n_heads"):
         MPTModelConfig(d_model=66, n_heads=4, n_layers=2)
-    with pytest.raises(ValueError, match="model.n_heads=0 must be a whole number > 0"):  # was ZeroDivisionError
+    with pytest.raises(
+        ValueError, match="model.n_heads=0 must be a whole number > 0"
+    ):  # was ZeroDivisionError
         MPTModelConfig(d_model=64, n_heads=0, n_layers=2)
     with pytest.raises(ValueError, match="model.n_layers=-1"):
         MPTModelConfig(d_model=64, n_heads=4, n_layers=-1)
