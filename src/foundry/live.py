@@ -7,10 +7,10 @@ just to parse a small JSON file.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from foundry.rundir import layout
+from stackbase.bounded import parse_json
 
 __all__ = ["LIVE_FILE", "Live", "read_live", "stale_after"]
 
@@ -54,8 +54,8 @@ def read_live(text: str) -> Live | None:
     """The record in `text` (the content of `live.json`), or None when it is not one: not JSON, nested, or a
     field of the wrong type (a run folder is untrusted input: `foundry.runs.records`)."""
     try:
-        data = json.loads(text) if len(text) < 65536 else None
-    except (ValueError, RecursionError):
+        data = parse_json(text, source=LIVE_FILE) if len(text) < 65536 else None
+    except ValueError:  # not JSON, or nested past the limit (stackbase.bounded)
         return None
     if not isinstance(data, dict) or set(data) - set(_TYPES):
         return None
