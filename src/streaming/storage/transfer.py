@@ -26,6 +26,7 @@ from streaming.format.hashing import hash_file
 from streaming.safepath import UnsafePathError, is_within
 from streaming.storage.backends import Backend, get_backend
 from streaming.storage.errors import TransientStorageError
+from streaming.storage.ranged import RangedConfig, download_ranged
 from streaming.storage.url import redact
 
 __all__ = [
@@ -47,6 +48,9 @@ class HashMismatchError(OSError, ValueError):
     """A downloaded file's digest differs from the index after a re-download (a `ValueError` too: a corrupt
     dataset is the user's to fix, and `train.py` reports it as one error line)."""
 
+
+DEFAULT_RANGED = RangedConfig()
+"""Large objects of known size are fetched as parallel ranges by default."""
 
 DEFAULT_BUDGET = 300.0
 """Seconds a transfer keeps retrying transient failures by default."""
@@ -136,10 +140,18 @@ def _attempt(
     policy: RetryPolicy,
     on_tmp: Callable[[str], None] | None,
     max_bytes: int | None,
+    ranged: RangedConfig | None,
 ) -> None:
     """One download attempt into ``tmp`` (a retry truncates it and writes it again from the start)."""
     if on_tmp is not None:
         on_tmp(tmp)
+    if ranged is not None and max_bytes is not None and backend.ranged_reads:
+
+        def read(start: int, end: int) -> tuple[bytes, int | None]:
+            return backend.read_range(url, start, end, timeout=policy.timeout) or (b"", None)
+
+        if download_ranged(url, tmp, max_bytes, read, ranged):
+            return
     backend.download(url, tmp, timeout=policy.timeout, max_bytes=max_bytes)
 
 
@@ -153,6 +165,7 @@ def download_file(
     root: str | None = None,
     on_tmp: Callable[[str], None] | None = None,
     max_bytes: int | None = None,
+    ranged: RangedConfig | None = DEFAULT_RANGED,
 ) -> None:
     """Download ``url`` to ``path`` atomically.
 
@@ -168,6 +181,8 @@ def download_file(
             first), so another thread can read what has arrived (``streaming.growing_shard``).
         max_bytes: The most bytes the object may have (what an index declares): a larger one is refused,
             before its body is read where the store states its size, else as soon as the bound is passed.
+        ranged: How a large object is fetched as parallel byte ranges (``streaming.storage.ranged``), when
+            ``max_bytes`` gives its size and the store serves ranges; None: always one whole-object request.
 
     Raises:
         streaming.safepath.UnsafePathError: ``path`` leaves ``root`` (before any directory or file is made).
@@ -189,7 +204,7 @@ def download_file(
     for check in range(2):
         tmp = _tmp_name(path)
         try:
-            attempt = functools.partial(_attempt, backend, url, tmp, policy, on_tmp, max_bytes)
+            attempt = functools.partial(_attempt, backend, url, tmp, policy, on_tmp, max_bytes, ranged)
             _with_retries("download", url, policy, attempt)
             if digest is not None and not _digest_ok(url, tmp, *digest, last=check == 1):
                 continue
@@ -266,7 +281,7 @@ def download_to_memory(
                 "download",
                 url,
                 policy,
-                functools.partial(_attempt, backend, url, path, policy, None, max_bytes),
+                functools.partial(_attempt, backend, url, path, policy, None, max_bytes, DEFAULT_RANGED),
             )
             if digest is not None and not _digest_ok(url, path, *digest, last=check == 1):
                 continue

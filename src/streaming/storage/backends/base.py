@@ -68,6 +68,9 @@ def copy_bounded(src: IO[bytes], path: str, url: str, max_bytes: int | None) -> 
 class Backend(ABC):
     """Copy single objects between a URL and a local file; list a prefix."""
 
+    ranged_reads = False
+    """Whether ``read_range`` works (``streaming.storage.ranged`` splits large downloads only then)."""
+
     @abstractmethod
     def download(self, url: str, path: str, *, timeout: float, max_bytes: int | None = None) -> None:
         """Write the object at ``url`` to ``path`` (the caller handles temp names and renames).
@@ -76,6 +79,14 @@ class Backend(ABC):
             SizeLimitExceeded: The object is (or turns out, while being written) larger than ``max_bytes``;
                 nothing past ``max_bytes`` was written.
         """
+
+    def read_range(
+        self, url: str, start: int, end: int, *, timeout: float
+    ) -> tuple[bytes, int | None] | None:
+        """Bytes ``[start, end)`` of the object at ``url`` and the object's total size as the store states it
+        (None if it does not), for ``streaming.storage.ranged``; ``(b"", None)`` when the store ignored the
+        range or cannot satisfy it. None: this backend has no range reads (``ranged_reads`` is False)."""
+        return None
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         raise PermissionError(f"{redact(url)}: this backend is read-only")

@@ -20,6 +20,10 @@ from streaming.storage.url import redact, split_bucket
 
 __all__ = ["S3Backend"]
 
+_POOL = 64
+"""Pooled connections per client: shard prefetches x ranges in flight per shard
+(``streaming.storage.ranged``), all kept open for reuse."""
+
 
 class S3Backend(Backend):
     """AWS S3 and S3-compatible stores (R2, B2, CoreWeave, MinIO, ...) through boto3.
@@ -28,6 +32,8 @@ class S3Backend(Backend):
     (``STREAMING_STORAGE_PROFILES``, else ``S3_ENDPOINT_URL`` or boto3's own ``AWS_ENDPOINT_URL*``, and the
     standard AWS chain). ``S3_UNSIGNED=1`` (or no credentials at all) uses unsigned requests for public buckets.
     """
+
+    ranged_reads = True
 
     def __init__(self) -> None:
         try:
@@ -87,6 +93,7 @@ class S3Backend(Backend):
             connect_timeout=timeout,
             read_timeout=timeout,
             retries={"total_max_attempts": 1},
+            max_pool_connections=_POOL,
             signature_version=self._unsigned if unsigned else None,
             s3={"addressing_style": profile.addressing_style} if profile.addressing_style else None,
         )
@@ -131,6 +138,34 @@ class S3Backend(Backend):
                 raise TransientStorageError(f"{redact(url)}: body shorter than Content-Length")
 
         self._call(url, get)
+
+    def read_range(
+        self, url: str, start: int, end: int, *, timeout: float
+    ) -> tuple[bytes, int | None] | None:
+        from botocore.exceptions import ClientError
+
+        bucket, key = split_bucket(url)
+        client = self._client(url, timeout, write=False)
+
+        def get() -> tuple[bytes, int | None]:
+            try:
+                obj = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+            except ClientError as err:
+                if err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 416:
+                    return b"", None  # past the end: the object is smaller than asked
+                raise
+            body = obj["Body"]
+            try:
+                stated = str(obj.get("ContentRange") or "")
+                total = stated.rpartition("/")[2]
+                if not stated or not total.isdigit():
+                    return b"", None  # the store sent the whole object: not read here
+                return body.read(end - start + 1), int(total)  # one byte over: a long body shows
+            finally:
+                body.close()
+
+        result: tuple[bytes, int | None] = self._call(url, get)
+        return result
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         bucket, key = split_bucket(url)
