@@ -171,3 +171,31 @@ def test_a_failed_range_is_retried_to_a_correct_file(s3_bucket, s3_env, tmp_path
         download_file(f"{s3_bucket}/shard.bin", str(out), policy=policy, max_bytes=len(payload), ranged=PARTS)
     assert out.read_bytes() == payload
     assert os.listdir(tmp_path) == ["shard.bin"]
+
+
+def test_parallel_first_use_builds_one_s3_client(s3_env, monkeypatch):
+    """Range reads start together on a fresh backend (a forked worker's first shard): they must share one
+    client, not build one each (8 racing builds cost seconds before the first sample)."""
+    from streaming.storage.backends.s3 import S3Backend
+
+    backend = S3Backend()
+    real, builds = backend._build, []
+
+    def slow_build(*args, **kwargs):
+        builds.append(1)
+        threading.Event().wait(0.05)  # widen the window in which a second thread could start a build
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "_build", slow_build)
+    barrier = threading.Barrier(8)
+
+    def first_use() -> object:
+        barrier.wait()
+        return backend.client(60.0, url="s3://b/k")
+
+    threads = [threading.Thread(target=first_use) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1

@@ -9,6 +9,7 @@ retries are off (``total_max_attempts=1``): ``streaming.storage.transfer`` decid
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -44,6 +45,7 @@ class S3Backend(Backend):
             raise missing_extra("boto3", "s3", "s3") from None
         self._boto3, self._unsigned, self._config = boto3, UNSIGNED, Config
         self._clients: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()  # one build per key when parallel range reads ask at once
 
     def client(
         self,
@@ -65,9 +67,13 @@ class S3Backend(Backend):
         secrets = (*credentials, None) if credentials else profile.credentials()
         unsigned = not write and profile.unsigned
         key = (timeout, unsigned, profile, secrets)
-        if key not in self._clients:
-            self._clients[key] = self._build(profile, secrets, timeout, unsigned)
-        return self._clients[key]
+        client = self._clients.get(key)
+        if client is None:
+            with self._lock:
+                if key not in self._clients:
+                    self._clients[key] = self._build(profile, secrets, timeout, unsigned)
+                client = self._clients[key]
+        return client
 
     def _build(
         self,
