@@ -1,0 +1,105 @@
+"""scripts/bench/streaming_remote.py: the shaping proxy's pacing arithmetic and byte counts (fast), and a tiny
+three-library run (slow, bench: needs the reference venvs, skipped cleanly without them)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench"
+SCRIPT = BENCH / "streaming_remote.py"
+
+
+def _proxy_module():
+    spec = importlib.util.spec_from_file_location("_shaping_proxy", BENCH / "_shaping_proxy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_shaping_proxy"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pace_delay_holds_the_sender_to_the_cap():
+    m = _proxy_module()
+    assert m.pace_delay(50_000_000, 0.0, 50e6) == pytest.approx(1.0)  # 50 MB sent at once: wait 1 s
+    assert m.pace_delay(50_000_000, 0.4, 50e6) == pytest.approx(0.6)
+    assert m.pace_delay(50_000_000, 2.0, 50e6) == 0.0  # behind the cap: no wait
+    assert m.pace_delay(10**9, 0.0, 0) == 0.0  # no cap
+    assert m.transfer_time(64 << 20, 0.03, 50e6) == pytest.approx(0.03 + (64 << 20) / 50e6)
+    assert m.transfer_time(123, 0.03, 0) == 0.03
+
+
+def test_pacing_a_stream_in_chunks_never_runs_ahead_of_the_cap():
+    m = _proxy_module()
+    clock, sent, rate = 0.0, 0, 1e6
+    for chunk in [m.CHUNK] * 50:
+        sent += chunk
+        clock += m.pace_delay(sent, clock, rate)  # an instant link: all the time is the proxy's wait
+        assert sent / clock <= rate * (1 + 1e-9)
+    assert clock == pytest.approx(sent / rate)
+
+
+def test_proxy_forwards_and_counts_body_bytes(tmp_path):
+    """A plain HTTP server behind the proxy: the body arrives intact; requests, GETs and bytes are counted."""
+    import http.server
+    import threading
+
+    m = _proxy_module()
+    payload = os.urandom(300_000)
+    (tmp_path / "blob").write_bytes(payload)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = lambda *a, **k: Quiet(*a, directory=str(tmp_path), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with m.ShapingProxy(
+            f"http://127.0.0.1:{server.server_address[1]}", latency_s=0.0, mb_per_s=0
+        ) as proxy:
+            for _ in range(2):
+                with urllib.request.urlopen(f"{proxy.url}/blob", timeout=10) as resp:
+                    assert resp.read() == payload
+            stats = proxy.reset()
+        assert (stats.requests, stats.gets, stats.body_bytes) == (2, 2, 2 * len(payload))
+        assert proxy.stats.requests == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(ValueError, match="127.0.0.1"):
+        m.ShapingProxy("http://example.com:80")
+
+
+@pytest.mark.slow
+@pytest.mark.bench
+def test_tiny_three_library_run_prints_every_case_and_a_plot(tmp_path):
+    pytest.importorskip("moto")
+    pythons = ["/tmp/ref/venv-streaming/bin/python", "/tmp/ref/venv-litdata/bin/python"]
+    if not all(os.path.exists(p) for p in pythons):
+        pytest.skip("reference venvs /tmp/ref/venv-streaming and /tmp/ref/venv-litdata are not built")
+    svg = tmp_path / "plot.svg"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--samples", "600", "--workers", "1", "--shard-mib", "1", "--repeats", "1",
+         "--latency-ms", "5", "--mb-per-s", "200", "--svg", str(svg)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    cases = [r for r in rows if "library" in r]
+    assert {r["library"] for r in cases} == {"ours", "streaming", "litdata"}
+    for r in cases:
+        assert r["samples"] == 600 and r["samples_per_s"] > 0 and r["first_batch_s"] > 0
+        assert r["fetched_over_dataset"] >= 0.99, r  # the proxy saw at least the whole dataset go through
+    (summary,) = [r for r in rows if r.get("summary")]
+    assert summary["cases"][0]["workers"] == 1 and summary["machine"]["cores"]
+    assert svg.read_text().startswith("<svg")
