@@ -1,7 +1,7 @@
 """Reading a Composer checkpoint (one `.pt` file, or Composer's sharded torch.distributed.checkpoint folder).
 
 Design note: both forms are read without running code from them. A `.pt` (or a `.tar` holding
-`composer_states.pt`) goes through the allow-list unpickler of `foundry.compat.composer.unpickle`; a sharded
+`composer_states.pt`, or a `.pt.zst`/`.pt.lz4`: `foundry.compat.composer.compressed`) goes through the allow-list unpickler of `foundry.compat.composer.unpickle`; a sharded
 folder's pickled `.metadata` through `foundry.checkpoint.safe_dcp`'s allow-list and its non-tensor values
 (`BYTE_IO`: timestamps with `timedelta`, RNG tuples, param groups) through the same unpickler as the `.pt`.
 Only what a run continues from is read from a sharded folder (Composer also stores its tokenizer there as
@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.planner import ReadItem
 
 from foundry.checkpoint.safe_dcp import RestrictedReader, UnsafeCheckpointError
+from foundry.compat.composer.compressed import COMPOSER_SUFFIXES, compression_of
 from foundry.compat.composer.mapping import (
     map_model,
     map_optimizer,
@@ -88,14 +89,15 @@ class ComposerCheckpoint:
 
 
 def is_composer_checkpoint(path: str) -> bool:
-    """Whether local `path` is a Composer checkpoint by its content: a file in torch's zip format (or a tar
-    with `composer_states.pt`), or a torch.distributed.checkpoint folder without our `manifest.json`."""
+    """Whether `path` is a Composer checkpoint: locally by its content (a file in torch's zip format, zstd or lz4
+    frames around one, a tar with `composer_states.pt`, or a torch.distributed.checkpoint folder without our
+    `manifest.json`); a URL by its name (`.pt`, `.pt.zst`, `.pt.lz4`, `.tar`: our checkpoints are folders)."""
     if "://" in path:
-        return False
+        return path.endswith(COMPOSER_SUFFIXES)
     if os.path.isfile(path):
         with open(path, "rb") as f:
             head = f.read(262)
-        return is_torch_zip(head) or head[257:262] == b"ustar"
+        return is_torch_zip(head) or compression_of(head) is not None or head[257:262] == b"ustar"
     return (
         os.path.isdir(path)
         and os.path.isfile(os.path.join(path, _DCP_METADATA))

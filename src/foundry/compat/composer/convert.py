@@ -25,6 +25,7 @@ from foundry.compat.composer.checkpoint import (
     is_composer_checkpoint,
     read_composer_checkpoint,
 )
+from foundry.compat.composer.compressed import fetch_remote
 
 __all__ = ["composer_start", "describe", "to_foundry"]
 
@@ -90,15 +91,17 @@ def describe(ckpt: ComposerCheckpoint) -> str:
 def to_foundry(
     src: str, dst: str, *, weights_only: bool = False, work_dir: str | None = None
 ) -> tuple[str, str]:
-    """Converts the Composer checkpoint `src` (local file or sharded folder) into our full checkpoint `dst`
+    """Converts the Composer checkpoint `src` (file or sharded folder, local or an object-store URL) into our full checkpoint `dst`
     (a local folder or URL), reading it without running code from it.
 
     Returns:
         `(where, what)`: the written checkpoint and a `describe` line.
     """
-    ckpt = read_composer_checkpoint(src, weights_only=weights_only)
-    manifest = _manifest(ckpt)
     with tempfile.TemporaryDirectory(dir=work_dir, prefix="composer-") as tmp:
+        local = fetch_remote(src, os.path.join(tmp, "download")) if "://" in src else src
+        ckpt = read_composer_checkpoint(local, weights_only=weights_only)
+        ckpt.source = src
+        manifest = _manifest(ckpt)
         staging = os.path.join(tmp, "out")
         os.makedirs(staging)
         torch.save(ckpt.model, os.path.join(staging, MODEL_FILE))

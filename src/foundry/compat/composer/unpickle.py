@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from foundry.checkpoint.safe_dcp import UnsafeCheckpointError
+from foundry.compat.composer.compressed import compression_of, decompressed
 from stackbase.bounded import TooLarge, read_zip_member
 from stackbase.limits import LIMITS, limit
 
@@ -346,6 +347,14 @@ def read_pt_bytes(path: str) -> IO[bytes]:
         head = f.read(4)
     if is_torch_zip(head):
         return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    kind = compression_of(head)
+    if kind is not None:  # Composer's `.pt.zst` / `.pt.lz4`: a torch zip inside (bounded inflation)
+        inner = decompressed(path, kind)
+        if not is_torch_zip(inner.read(4)):
+            inner.close()
+            raise ValueError(f"{path}: a {kind} stream that does not hold a zip-format torch file")
+        inner.seek(0)
+        return inner
     if tarfile.is_tarfile(path):
         try:
             with tarfile.open(path, "r:*") as tar:
@@ -365,8 +374,8 @@ def read_pt_bytes(path: str) -> IO[bytes]:
         except (tarfile.TarError, EOFError, zlib.error) as err:
             raise ValueError(f"{path}: not a readable tar file ({err})") from None
     raise ValueError(
-        f"{path}: not a torch checkpoint this reader takes (a zip-format .pt, or a Composer .tar); compressed "
-        "Composer checkpoints (.pt.lz4, .pt.zst, ...) must be decompressed first"
+        f"{path}: not a torch checkpoint this reader takes (a zip-format .pt, a Composer .tar, .pt.zst or "
+        ".pt.lz4); other compressed checkpoints (.pt.gz, .pt.bz2, ...) must be decompressed first"
     )
 
 
