@@ -102,11 +102,21 @@ class GauntletConfig:
         if len(set(names)) != len(names):
             raise ValueError(f"eval_gauntlet.categories: duplicate category names in {names}")
         for avg, cats in (self.averages or {}).items():
-            unknown = [c for c in cats if c not in names]
-            if unknown:
+            if avg in names:
                 raise ValueError(
-                    f"eval_gauntlet.averages.{avg}: unknown categories {unknown}; known: {names}"
+                    f"eval_gauntlet.averages.{avg}: also a category name; rename the average "
+                    "(llm-foundry refuses the overlap too)"
                 )
+            unknown = [c for c in cats if c not in names]
+            if unknown:  # llm-foundry averages over the categories it has (its eval_gauntlet.yaml names one)
+                log.warning(
+                    "eval_gauntlet.averages.%s: no category named %s; it is left out of the average "
+                    "(known: %s)",
+                    avg,
+                    unknown,
+                    names,
+                )
+                self.averages[avg] = [c for c in cats if c in names]
 
     def resolved_averages(self) -> dict[str, list[str]]:
         if self.averages:
