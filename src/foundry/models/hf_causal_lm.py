@@ -3,7 +3,9 @@
 Design note: this is a thin adapter, not a wrapper class: the trainer gets the transformers model itself
 (same `forward(input_ids, labels=...)` contract as our MPT), so nothing here needs updating when transformers
 adds architectures. Network access is never assumed: a missing local/cached model fails with a message
-naming the field to change.
+naming the field to change. `init_device: meta` with `pretrained: true` (llm-foundry's big-model finetuning)
+builds the architecture on meta and records the weights' folder; they are read when the model is
+materialised, after FSDP sharding (`foundry.models.pretrained_load`).
 
 Packed rows (`attn_uses_sequence_id`, which llm-foundry does not offer for HF models): a forward pre-hook,
 registered on the model itself (so its class, parameter names and checkpoints stay transformers'), turns
@@ -24,6 +26,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from foundry.models.documents import document_causal_mask, document_positions
 from foundry.models.mpt.auto import register_auto_classes
+from foundry.models.pretrained_load import mark_pretrained, resolve_weights_folder
 from foundry.models.schema import ModelConfig
 
 __all__ = ["HFCausalLMConfig", "build_hf_causal_lm"]
@@ -49,7 +52,8 @@ class HFCausalLMConfig(ModelConfig):
     dtype: str = "float32"
     """Parameter dtype: float32, bfloat16 or float16."""
     init_device: str = "cpu"
-    """`cpu`, `cuda` or `meta` (architecture only)."""
+    """`cpu`, `cuda` or `meta`. With meta and `pretrained: true` (big-model finetuning) the weights are read
+    from the folder's safetensors after FSDP sharding, each rank reading only its shards."""
     config_overrides: dict[str, Any] = field(default_factory=dict)
     """Set on the transformers config before building (e.g. {num_hidden_layers: 2})."""
     attn_uses_sequence_id: bool = False
@@ -59,10 +63,6 @@ class HFCausalLMConfig(ModelConfig):
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"model.dtype={self.dtype!r}: choose one of {sorted(_DTYPES)}")
-        if self.init_device == "meta" and self.pretrained:
-            raise ValueError(
-                "model.init_device=meta needs model.pretrained=false (weights cannot load on meta)"
-            )
         impl = self.attn_implementation
         if self.attn_uses_sequence_id and impl is not None and impl not in DOCUMENT_MASK_IMPLS:
             raise ValueError(
@@ -105,11 +105,13 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
     if cfg.attn_implementation is not None:
         kwargs["attn_implementation"] = cfg.attn_implementation
     dtype = _DTYPES[cfg.dtype]
-    if cfg.pretrained:
+    if cfg.pretrained and cfg.init_device != "meta":
         model = AutoModelForCausalLM.from_pretrained(name, config=config, dtype=dtype, **kwargs, **hub)
     else:
         with torch.device(cfg.init_device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
+        if cfg.pretrained:  # loaded when materialised: after sharding (FSDP) or by build_model_on
+            mark_pretrained(model, resolve_weights_folder(name, local_files_only=cfg.local_files_only))
     if vocab_size is not None:
         weight = model.get_input_embeddings().weight
         if not isinstance(weight, torch.Tensor):

@@ -6,6 +6,10 @@ order (the order `foundry.models.materialize_` uses), each rank draws the *full*
 model's own per-module init (transformers' `_init_weights`), keeps its shard and drops the rest. Every rank
 consumes the random generator exactly as a single process would, so a sharded meta init equals the unsharded
 one for the same seed, while the peak extra memory is one full parameter at a time.
+
+A model marked with pretrained weights (`foundry.models.pretrained_load.mark_pretrained`: `init_device: meta`
+with `pretrained: true`) is not initialised but loaded: each rank reads only its shards from the
+safetensors files (`load_pretrained_local_`) and prints how much it read and its peak memory growth.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-__all__ = ["is_meta", "materialize_local_"]
+__all__ = ["init_sharded_module_", "is_meta", "materialize_local_", "to_empty_keeping_ties_"]
 
 
 def is_meta(model: nn.Module) -> bool:
@@ -34,7 +38,9 @@ def _init_fn(model: nn.Module) -> Callable[[nn.Module], None]:
 
 
 @torch.no_grad()
-def _init_module(module: nn.Module, init: Callable[[nn.Module], None]) -> None:
+def init_sharded_module_(module: nn.Module, init: Callable[[nn.Module], None]) -> None:
+    """Runs `init(module)` on `module`'s own tensors; a sharded (DTensor) parameter is drawn full size and
+    this rank keeps its shard (same numbers as an unsharded init)."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     sharded = {n: p for n, p in module.named_parameters(recurse=False) if isinstance(p, DTensor)}
@@ -52,18 +58,51 @@ def _init_module(module: nn.Module, init: Callable[[nn.Module], None]) -> None:
             module._parameters[name] = param
 
 
-def materialize_local_(model: nn.Module, *, device: torch.device) -> nn.Module:
-    """Allocates `model`'s (possibly sharded) meta tensors on `device` and initialises them.
+def materialize_local_(model: nn.Module, *, device: torch.device | str) -> nn.Module:
+    """Allocates `model`'s (possibly sharded) meta tensors on `device` and initialises them, or loads them
+    from the pretrained checkpoint `mark_pretrained` recorded on the model.
 
     Args:
         model: A meta-device transformers model, optionally already `fully_shard`-ed.
         device: Where the local shards go.
 
     Returns:
-        `model`, with weights equal to an unsharded `materialize_` of the same model and seed.
+        `model`, with weights equal to an unsharded `materialize_` of the same model and seed, or to a plain
+        (unsharded) load of its pretrained checkpoint.
     """
+    from foundry.models.pretrained_load import load_pretrained_local_, pretrained_folder
+
+    folder = pretrained_folder(model)
+    if folder is not None:
+        report = load_pretrained_local_(model, folder, device=device)
+        print(report.line(rank=_rank()), flush=True)
+        return model
     init = _init_fn(model)
-    model.to_empty(device=device)
+    to_empty_keeping_ties_(model, device=device)
     for module in model.modules():
-        _init_module(module, init)
+        init_sharded_module_(module, init)
     return model
+
+
+def to_empty_keeping_ties_(model: nn.Module, *, device: torch.device | str) -> nn.Module:
+    """`model.to_empty(device)`, then the parameters that were one tensor under several names (tied input
+    and output embeddings) are one again: `to_empty` allocates each module's parameters separately."""
+    groups: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, param in module._parameters.items():
+            if param is not None:
+                groups.setdefault(id(param), []).append((module, name))
+    model.to_empty(device=device)
+    for owners in groups.values():
+        first, name = owners[0]
+        shared = first._parameters[name]
+        for module, other in owners[1:]:
+            if module._parameters[other] is not shared:
+                module._parameters[other] = shared
+    return model
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
