@@ -6,10 +6,14 @@ Examples:
     python scripts/convert_checkpoint.py --src outputs/run/checkpoints --to hf --out exported/ --tokenizer tok.json
     python scripts/convert_checkpoint.py --from composer ckpts/ep0-ba10-rank0.pt /tmp/ours/ep0-ba10
     python scripts/convert_checkpoint.py --from composer ckpts/ep0-ba10/ --to hf exported/   # sharded Composer
+    python scripts/convert_checkpoint.py --from composer s3://bucket/ckpts/ep0-ba10-rank0.pt.zst /tmp/ours/ep0-ba10
+    python scripts/convert_checkpoint.py --src outputs/run/checkpoints --to composer --out ep0-ba200-rank0.pt
 
 `--from composer` reads a Composer/llm-foundry checkpoint (a `.pt` file, a `.tar`, or a sharded
 torch.distributed.checkpoint folder) without running code from it and writes one of our full checkpoints
-(weights, DecoupledAdamW state, schedule position, counters, RNG, data position), or with `--to hf` an HF folder.
+(weights, DecoupledAdamW state, schedule position, counters, RNG, data position), or with `--to hf` an HF folder;
+also `.pt.zst`/`.pt.lz4` and object-store URLs. `--to composer` is the way back: a Composer `.pt` that an
+llm-foundry run resumes from (`load_path`).
 
 `--src` is a checkpoint directory or a save folder (its newest complete checkpoint), local or any object-store
 URL. Tensors are streamed through memory-mapped buffers: memory stays bounded by the largest tensor, not the
@@ -54,7 +58,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("paths", nargs="*", metavar="SRC DST", help="--src and --out given by position")
     p.add_argument("--from", dest="source", default="foundry", choices=["foundry", "composer"])
-    p.add_argument("--to", choices=["full", "sharded", "hf"], help="output format (--from composer: full)")
+    p.add_argument(
+        "--to",
+        choices=["full", "sharded", "hf", "composer"],
+        help="output format (--from composer: full); composer: a Composer .pt llm-foundry resumes from",
+    )
     p.add_argument("--weights-only", action="store_true", help="--from composer: convert only the weights")
     p.add_argument(
         "--work-dir", help="scratch for downloads and memory-mapped buffers (default: system temp)"
@@ -76,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.to is None:
         p.error("--to is required (full, sharded or hf)")
     require_path("--src", args.src, fix="pass a checkpoint folder (with manifest.json) or its save folder")
+    if args.to == "composer":
+        return _to_composer(args)
     if args.to == "hf":
         tok = build_tokenizer(TokenizerConfig(name=args.tokenizer)) if args.tokenizer else None
         fmt = to_hf(
@@ -104,6 +114,16 @@ def _src_dst(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str,
     if src is None or dst is None:
         p.error("pass the source and the destination (--src/--out or SRC DST)")
     return src, dst
+
+
+def _to_composer(args: argparse.Namespace) -> None:
+    """Our checkpoint -> a Composer checkpoint file (`load_path` of an llm-foundry run)."""
+    from foundry.compat.composer.export import to_composer
+
+    if "://" in args.dst:
+        raise ValueError(f"--out {args.dst}: --to composer writes a local .pt file (upload it afterwards)")
+    what = to_composer(args.src, args.dst, work_dir=args.work_dir)
+    print(f"wrote a Composer checkpoint to {args.dst} ({what}); resume it with load_path in llm-foundry")
 
 
 def _from_composer(args: argparse.Namespace) -> None:
