@@ -17,6 +17,7 @@ from dataclasses import fields
 from typing import Any
 
 from foundry.compat.llmfoundry import keys, sections
+from foundry.compat.llmfoundry.evaluation import eval_section, is_eval_yaml, translate_eval
 from foundry.compat.llmfoundry.keys import TRANSLATED
 from foundry.compat.llmfoundry.result import Note, Out, Translation, duration
 from foundry.optim import OPTIMIZER_SCHEMAS, SCHEDULER_SCHEMAS
@@ -176,18 +177,6 @@ def _scalar(out: Out, key: str, value: Any, cfg: Mapping[str, Any]) -> bool:  # 
     return True
 
 
-def _eval(out: Out, cfg: Mapping[str, Any]) -> None:
-    tasks = cfg.get("icl_tasks")
-    if tasks is None:
-        return
-    out.choose("eval", "_eval")
-    out.set("eval.icl_tasks_file" if isinstance(tasks, str) else "eval.icl_tasks", tasks)
-    if cfg.get("eval_gauntlet") is not None:
-        out.set("eval.gauntlet", cfg["eval_gauntlet"])
-    if cfg.get("device_eval_batch_size") is not None:
-        out.set("eval.batch_size", cfg["device_eval_batch_size"])
-
-
 def _loggers(out: Out, body: Any) -> None:  # noqa: ANN401
     chosen = ["console"]
     renames = {"experiment_name": "experiment"}
@@ -225,6 +214,14 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
         ConfigError: A key or value the run cannot do without (an unknown model option, an optimizer or
             scheduler we lack, a missing mandatory key), naming it and the fix.
     """
+    if is_eval_yaml(cfg):  # a YAML for llm-foundry's eval entry (`models:`) -> task=eval
+        try:
+            return translate_eval(cfg, source=source)
+        except (AttributeError, TypeError, KeyError, IndexError, ArithmeticError) as err:
+            raise Out(source).fail(
+                "config",
+                f"holds a value of a type llm-foundry does not take here ({type(err).__name__}: {str(err)[:200]})",
+            ) from None
     out = Out(source)
     for required in (
         "model",
@@ -305,4 +302,4 @@ def _translate(out: Out, cfg: Mapping[str, Any], where: list[str]) -> None:
                 key, "not an llm-foundry 0.22 training key (llm-foundry refuses it as an unused parameter)"
             )
     where[0] = "icl_tasks"
-    _eval(out, cfg)
+    eval_section(out, cfg)
