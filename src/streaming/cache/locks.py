@@ -1,9 +1,17 @@
-"""File locks of the shard cache: ``fcntl.flock`` on ``<folder>/.locks/<name>.lock``.
+"""File locks of the shard cache: ``fcntl.flock`` on ``<lock folder>/<name>.lock``, outside the cache folder.
+
+The lock folder of cache folder ``local`` (``lock_dir``) is its hidden sibling ``.<name>.locks`` next to the
+real path of ``local`` (links resolved), so the cache folder holds exactly the dataset's files (its listing
+equals the remote's, as mosaicml-streaming's) and every job sharing one ``local``, by whatever path, finds the
+same locks. Where that sibling cannot be created (the parent folder is read-only or not ours), the lock folder
+is ``streaming-locks/<sha256 of the real path>`` under the per-user runtime folder (``$XDG_RUNTIME_DIR``, else
+``<tmp>/streaming-locks-<uid>``): still one folder per cache folder, shared by that user's jobs on this host.
+The lock folder also holds the cache's small bookkeeping files (source marker, hash verdicts, reservations).
 
 The kernel drops a flock when its process dies (even by ``kill -9``), so no lock outlives its holder and
 nothing needs cleaning after a crash. Each ``open`` is its own lock owner, so two threads of one process
 exclude each other exactly as two processes do. Lock files are opened without following links, and a
-``.locks`` that is a link is refused (``streaming.safepath.refuse_links``). Each evictable shard has two locks (``use_lock`` and
+lock folder that is a link is refused (``streaming.safepath.refuse_links``). Each evictable shard has two locks (``use_lock`` and
 ``prep_lock`` name them; the protocol is in ``streaming.cache.shards``).
 """
 
@@ -11,15 +19,46 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from streaming.safepath import refuse_links
 
-__all__ = ["LOCK_DIR", "file_lock", "open_lock", "prep_lock", "try_lock", "use_lock"]
+__all__ = ["file_lock", "lock_dir", "open_lock", "prep_lock", "try_lock", "use_lock"]
 
-LOCK_DIR = ".locks"
+_NOT_OURS = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _runtime_lock_dir(real: str) -> str:
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = (
+        runtime
+        if runtime and os.path.isdir(runtime)
+        else os.path.join(tempfile.gettempdir(), f"streaming-locks-{os.getuid()}")
+    )
+    return os.path.join(base, "streaming-locks", hashlib.sha256(real.encode()).hexdigest()[:32])
+
+
+def lock_dir(directory: str) -> str:
+    """The lock folder of cache folder ``directory`` (outside it; see the module note), created if missing."""
+    real = os.path.realpath(directory)
+    parent, name = os.path.split(real)
+    if name:
+        sibling = os.path.join(parent, f".{name}.locks")
+        refuse_links(parent, sibling, doing="use lock folder")
+        try:
+            os.makedirs(sibling, exist_ok=True)
+            return sibling
+        except OSError as err:
+            if err.errno not in _NOT_OURS:
+                raise
+    fallback = _runtime_lock_dir(real)
+    refuse_links(os.path.dirname(os.path.dirname(fallback)), fallback, doing="use lock folder")
+    os.makedirs(fallback, mode=0o700, exist_ok=True)
+    return fallback
 
 
 def use_lock(shard: str) -> str:
@@ -34,15 +73,14 @@ def prep_lock(shard: str) -> str:
 
 def open_lock(directory: str, name: str) -> int:
     """Open (creating it and its folder) the lock file of ``name`` in ``directory``; returns the descriptor."""
-    lock_dir = os.path.join(directory, LOCK_DIR)
-    path = os.path.join(lock_dir, name.replace("/", "__") + ".lock")
-    refuse_links(directory, path, doing="open lock file")
-    os.makedirs(lock_dir, exist_ok=True)
+    folder = lock_dir(directory)
+    path = os.path.join(folder, name.replace("/", "__") + ".lock")
+    refuse_links(folder, path, doing="open lock file")
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     except OSError as err:
         if err.errno == errno.ELOOP:  # a link planted since the check
-            refuse_links(directory, path, doing="open lock file")
+            refuse_links(folder, path, doing="open lock file")
         raise
 
 

@@ -71,7 +71,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from streaming.cache.locks import LOCK_DIR, file_lock, prep_lock, try_lock, use_lock
+from streaming.cache.locks import file_lock, lock_dir, prep_lock, try_lock, use_lock
 from streaming.cache.pins import Pins
 from streaming.cache.space import CacheTooSmallError, SpaceEntry, SpaceKeeper, release_reservation
 from streaming.cache.verify import record_verdict, verdict_path, verify_file
@@ -166,7 +166,7 @@ def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -
         ValueError: ``local`` holds a copy of another remote.
     """
     path = os.path.join(local, INDEX_FILENAME)
-    marker = os.path.join(local, LOCK_DIR, SOURCE_FILE)
+    marker = os.path.join(lock_dir(local), SOURCE_FILE)
     mine = redact(remote.rstrip("/"))
     if os.path.exists(path) and _recorded_source(marker) == mine:
         return path  # every rank and worker after the first: no lock (the marker is written by rename)
@@ -290,7 +290,7 @@ class ShardCache:
         return self.shards[k].info.raw_data.basename
 
     def _verdict(self, k: int, f: FileInfo, algo: str) -> str:
-        return verdict_path(os.path.join(self.shards[k].local, LOCK_DIR), f.basename, algo)
+        return verdict_path(lock_dir(self.shards[k].local), f.basename, algo)
 
     def _algo(self, k: int) -> str | None:
         shard = self.shards[k]

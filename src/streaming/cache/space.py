@@ -4,7 +4,7 @@ Several processes (ranks, DataLoader workers, other jobs) share one cache folder
 it is, so nothing here is a counter in memory. Usage is the size of every shard file present plus every temp
 file (``<name>.tmp-<pid>-<n>``, written by downloads and decompression) of a writer still alive; a temp file of
 a dead process (``kill -9``) is removed when seen. A process about to create files first *reserves* their
-bytes: a small file in the lock folder (``.locks/reservations/<pid>-<id>.json``) naming its pid, the bytes and
+bytes: a small file in the lock folder (``<lock folder>/reservations/<pid>-<id>.json``) naming its pid, the bytes and
 the target paths. A reservation counts only for what its targets do not yet hold on disk, so a download in
 progress is not counted twice, and a reservation whose pid is dead is dropped. Callers hold the cache-wide
 lock while reading and writing reservations, so a decision made from them cannot race another process's; the
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from stackbase.process import pid_alive  # re-exported: the streaming modules' one liveness probe
-from streaming.cache.locks import LOCK_DIR, file_lock, prep_lock, use_lock
+from streaming.cache.locks import file_lock, lock_dir, prep_lock, use_lock
 from streaming.safepath import refuse_links
 from streaming.sizes import format_bytes
 
@@ -217,7 +217,7 @@ class SpaceKeeper:
         self.entries = dict(entries)
         self.limit = limit
         self.wait_timeout = wait_timeout
-        self._lock_dir = os.path.join(root, LOCK_DIR)
+        self._lock_dir = lock_dir(root)
         self._by_dir = group_by_folder(p for e in self.entries.values() for p in e.paths)
 
     def usage(self) -> int:

@@ -192,7 +192,7 @@ def test_a_linked_lock_folder_is_refused(tmp_path):
     _write(remote)
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / ".locks").symlink_to(outside)
+    (tmp_path / ".cache.locks").symlink_to(outside)  # the lock folder: cache's hidden sibling
     with pytest.raises(UnsafePathError, match="symbolic link"):
         list(StreamingDataset(remote=str(remote), local=str(cache), batch_size=1))
     assert list(outside.iterdir()) == []

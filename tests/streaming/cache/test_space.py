@@ -178,7 +178,7 @@ def test_a_file_renamed_into_place_during_the_scan_is_still_counted(tmp_path, mo
     the disk: the scan lists the temp name, finds it gone, and never sees the final name. The reservation,
     read before the scan, must still count those bytes (the other order granted one shard too many)."""
     from streaming.cache import space
-    from streaming.cache.locks import file_lock, prep_lock
+    from streaming.cache.locks import file_lock, lock_dir, prep_lock
 
     folder = str(tmp_path)
     names = ["shard.00000.mds", "shard.00001.mds"]
@@ -186,7 +186,7 @@ def test_a_file_renamed_into_place_during_the_scan_is_still_counted(tmp_path, mo
     tmp = f"{paths[0]}.tmp-{os.getpid()}-0"
     with open(tmp, "wb") as f:
         f.write(b"x" * 1000)
-    token = space.add_reservation(os.path.join(folder, ".locks"), 1000, [paths[0]])
+    token = space.add_reservation(lock_dir(folder), 1000, [paths[0]])
     entries = {
         k: space.SpaceEntry(local=folder, lock_name=n, paths=(p,))
         for k, (n, p) in enumerate(zip(names, paths))

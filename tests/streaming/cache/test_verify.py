@@ -8,6 +8,7 @@ import os
 import pytest
 
 from streaming import MDSWriter, StreamingDataset
+from streaming.cache.locks import lock_dir
 from streaming.format import hashing
 from streaming.format.index import load_index
 from streaming.storage.transfer import HashMismatchError
@@ -103,7 +104,7 @@ def test_verdict_is_remembered_across_processes(tmp_path, monkeypatch):
     name = load_index(local).shards[0].raw_data.basename
     assert StreamingDataset(remote=remote, local=local, validate_hash="xxh64")[0]["x"] == 0
     assert calls == [name], "the cached shard is hashed once before its first use"
-    assert os.path.exists(os.path.join(local, ".locks", f"{name}.xxh64.verdict"))
+    assert os.path.exists(os.path.join(lock_dir(local), f"{name}.xxh64.verdict"))
 
     calls.clear()
     fresh = StreamingDataset(remote=remote, local=local, validate_hash="xxh64")  # a new process's view
