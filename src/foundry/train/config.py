@@ -26,6 +26,7 @@ __all__ = ["CheckpointConfig", "ParallelismConfig", "SpikeGuardConfig", "Trainer
 
 PRECISIONS = ("auto", "fp32", "amp_bf16", "amp_fp16", "amp_fp8")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+TOKEN_COUNTING = ("padded", "non_pad")
 
 
 def _check_duration(name: str, value: Any) -> None:  # noqa: ANN401 - str or int from YAML
@@ -61,6 +62,10 @@ class TrainerConfig:
     """Clip the global gradient norm to this before each optimizer step (null disables)."""
     accumulate_train_batch_on_tokens: bool = True
     """Weight microbatch losses by loss-generating tokens (exact token mean); false -> by samples."""
+    token_counting: str = "padded"
+    """What the run's token counter (`tokens` in checkpoints and metrics) counts: `padded` (batch x row length)
+    or `non_pad` (tokens where `attention_mask` is 1, all ranks: what Composer/llm-foundry count; the
+    llm-foundry translator sets it). A `tok` max_duration needs `padded` (the schedule runs in steps)."""
     device: str = "auto"
     """`auto` (cuda when available, else cpu), `cpu`, `cuda`, `mps`."""
     deterministic: bool = False
@@ -101,6 +106,14 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         _check_duration("max_duration", self.max_duration)
         _check_duration("eval_interval", self.eval_interval)
+        if self.token_counting not in TOKEN_COUNTING:
+            raise ValueError(f"trainer.token_counting={self.token_counting!r}: use padded or non_pad")
+        if self.token_counting == "non_pad" and str(self.max_duration).strip().endswith("tok"):
+            raise ValueError(
+                f"trainer.max_duration={self.max_duration} with trainer.token_counting=non_pad: a token duration "
+                "is converted to steps from batch x row length; set trainer.token_counting=padded, or give the "
+                "duration in ba/sp/ep"
+            )
         self.compile = normalize_compile(self.compile)
         if self.speed not in SPEEDS:
             raise ValueError(f"trainer.speed={self.speed!r}: use auto or off")

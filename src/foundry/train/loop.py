@@ -220,6 +220,15 @@ class Trainer:
             loss_sum += loss.detach().float() * (weight / ranks)
         return all_reduce_sum(loss_sum)
 
+    def _tokens_of(self, batch: dict[str, torch.Tensor]) -> int:
+        """Tokens of the global batch by `trainer.token_counting`: batch x row length (`padded`), or the
+        `attention_mask` ones summed over ranks (`non_pad`, Composer's count; all of `input_ids` without one)."""
+        if self.cfg.token_counting != "non_pad":
+            return self.plan.global_batch_size * batch["input_ids"].shape[1]
+        mask = batch.get("attention_mask")
+        mine = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+        return int(all_reduce_sum(torch.tensor(float(mine), dtype=torch.float64, device=self.device)))
+
     def train_step(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One optimizer step on one device batch (with OOM retries under `auto`); returns its metrics."""
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
@@ -272,7 +281,7 @@ class Trainer:
         s.step += 1
         s.step_in_epoch += 1
         s.samples += self.plan.global_batch_size
-        s.tokens += self.plan.global_batch_size * batch["input_ids"].shape[1]
+        s.tokens += self._tokens_of(batch)
         if stream_id is not None and self.streams is not None:
             self.streams.add(stream_id, batch["labels"])
         metrics["train/loss"] = float(loss)
