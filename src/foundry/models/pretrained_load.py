@@ -11,8 +11,8 @@ then fills every entry of `model.state_dict()` from the safetensors files: a sha
 only the slice this rank holds (`safe_open(...).get_slice`, offsets from the DTensor's mesh and
 placements), a plain one the whole tensor. Tied weights (one tensor under two names) are read once, from
 whichever name the checkpoint holds. No rank communicates: each reads the files itself, so the peak extra
-memory is one tensor's local slice at a time (the files are memory-mapped; mapped pages count in RSS only
-while they are read). The checkpoint's key names must be the model's `state_dict()` names (what
+memory is one tensor's local slice at a time (the file is memory-mapped once per tensor and unmapped after
+it: a mapping kept for the whole load would count every page read in the RSS, up to the model's size). The checkpoint's key names must be the model's `state_dict()` names (what
 `save_pretrained` of the same transformers class writes); a missing or differently shaped tensor is an
 error naming it, keys the model does not have are ignored (old `rotary_emb.inv_freq` entries).
 
@@ -26,10 +26,8 @@ import os
 import resource
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -203,6 +201,29 @@ def _entries(model: nn.Module) -> Iterator[tuple[list[str], torch.Tensor]]:
     yield from by_id.values()
 
 
+def _read_into(tensor: torch.Tensor, file: Path, key: str) -> int:
+    """Copies this rank's part of checkpoint tensor `key` into `tensor`; returns the bytes read.
+
+    The file is mapped for this one tensor only: mapped pages count in the process's RSS while the mapping
+    lives, so one mapping for the whole load would grow RSS by every slice read, up to the model's size."""
+    from safetensors import safe_open
+
+    with safe_open(str(file), framework="pt", device="cpu") as handle:
+        part = handle.get_slice(key)
+        if list(part.get_shape()) != list(tensor.shape):
+            raise ValueError(
+                f"{file.parent}: tensor {key!r} has shape {list(part.get_shape())} in the checkpoint but "
+                f"{list(tensor.shape)} in the model; check model.config_overrides"
+            )
+        index = _local_index(tensor)
+        local = tensor if index is None else tensor.to_local()  # type: ignore[attr-defined]
+        if not local.numel():
+            return 0
+        value = part[index] if index is not None else part[:]
+        local.copy_(value)
+        return value.numel() * value.element_size()
+
+
 @torch.no_grad()
 def load_pretrained_local_(model: nn.Module, folder: Path, *, device: torch.device | str) -> LoadReport:
     """Allocates `model`'s meta tensors on `device` (only the local shards of `fully_shard`-ed ones) and
@@ -219,8 +240,6 @@ def load_pretrained_local_(model: nn.Module, folder: Path, *, device: torch.devi
     Raises:
         ValueError: A model tensor is missing from the checkpoint or has another shape, naming it.
     """
-    from safetensors import safe_open
-
     from foundry.parallel.meta_init import to_empty_keeping_ties_
 
     reset_peak_rss()
@@ -230,33 +249,16 @@ def load_pretrained_local_(model: nn.Module, folder: Path, *, device: torch.devi
     _init_buffers(model)
     loaded: set[str] = set()
     count = read = 0
-    with ExitStack() as stack:
-        handles: dict[Path, Any] = {}
-        for names, tensor in _entries(model):
-            key = next((n for n in names if n in keys), None)
-            if key is None:
-                raise ValueError(
-                    f"{folder}: the checkpoint has no tensor {names[0]!r} (model.pretrained_model_name_or_path); "
-                    "its keys must be the model's state_dict names (save_pretrained of the same architecture)"
-                )
-            file = keys[key]
-            if file not in handles:
-                handles[file] = stack.enter_context(safe_open(str(file), framework="pt", device="cpu"))
-            part = handles[file].get_slice(key)
-            if list(part.get_shape()) != list(tensor.shape):
-                raise ValueError(
-                    f"{folder}: tensor {key!r} has shape {list(part.get_shape())} in the checkpoint but "
-                    f"{list(tensor.shape)} in the model; check model.config_overrides"
-                )
-            index = _local_index(tensor)
-            local = tensor if index is None else tensor.to_local()  # type: ignore[attr-defined]
-            if local.numel():
-                value = part[index] if index is not None else part[:]
-                local.copy_(value)
-                read += value.numel() * value.element_size()
-                del value
-            loaded.update(names)
-            count += 1
+    for names, tensor in _entries(model):
+        key = next((n for n in names if n in keys), None)
+        if key is None:
+            raise ValueError(
+                f"{folder}: the checkpoint has no tensor {names[0]!r} (model.pretrained_model_name_or_path); "
+                "its keys must be the model's state_dict names (save_pretrained of the same architecture)"
+            )
+        read += _read_into(tensor, keys[key], key)
+        loaded.update(names)
+        count += 1
     return LoadReport(
         tensors=count,
         bytes_read=read,
