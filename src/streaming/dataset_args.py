@@ -63,8 +63,8 @@ def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray) -> N
     largest = int(bytes_per_shard.max()) if len(bytes_per_shard) else 0
     if cache_limit < 4 * largest:
         raise ValueError(
-            f"cache_limit={format_bytes(cache_limit)} ({cache_limit} bytes) is too small for this dataset: the "
-            f"minimum is 4x its largest shard, {format_bytes(4 * largest)} ({4 * largest} bytes), so that the "
+            f"Minimum cache usage ({4 * largest} bytes) is larger than the cache limit ({cache_limit} bytes): "
+            f"cache_limit={format_bytes(cache_limit)} is too small for this dataset: the minimum is 4x its largest shard, {format_bytes(4 * largest)} ({4 * largest} bytes), so that the "
             "shards being read, prefetched and prepared fit at once; raise cache_limit or write smaller shards"
         )
 

@@ -222,7 +222,7 @@ def check_shard_safe(info: ShardInfo, *, path: str, allow_unsafe_types: bool) ->
     for name, enc in zip(info.column_names, info.column_encodings):
         if not is_encoding_safe(enc):
             raise ValueError(
-                f"{path}: column {name!r} uses the unsafe encoding {enc!r} (pickle can run arbitrary code); "
+                f"{path} contains an unsafe type: column {name!r} uses the unsafe encoding {enc!r} (pickle can run arbitrary code); "
                 "pass allow_unsafe_types=True only if you trust this dataset"
             )
 

@@ -91,7 +91,7 @@ class Writer(ABC):
     ) -> None:
         if unknown:
             raise WriterArgumentError(
-                f"{type(self).__name__}: unknown argument(s) {sorted(unknown)}; valid: out, columns, compression, "
+                f"Invalid Writer argument(s): {type(self).__name__} got unknown argument(s) {sorted(unknown)}; valid: out, columns, compression, "
                 "hashes, size_limit, keep_local, exist_ok, append, progress_bar, max_workers, retry"
             )
         self._compression = get_compression(compression) if compression else None
@@ -101,7 +101,8 @@ class Writer(ABC):
         limit = parse_bytes(size_limit, name="size_limit") if size_limit is not None else 0
         if limit > MAX_SHARD_BYTES:
             raise ValueError(
-                f"size_limit={size_limit!r} is {limit} bytes; shards must stay below 4 GiB because shard offsets "
+                f"`size_limit` must be less than {MAX_SHARD_BYTES} bytes: size_limit={size_limit!r} is {limit} "
+                "bytes; shards must stay below 4 GiB because shard offsets "
                 "are uint32: use e.g. '64mb' (the default) up to '4095mb'"
             )
         self.size_limit = limit or None
@@ -239,7 +240,7 @@ class Writer(ABC):
         if os.path.isdir(local) and os.listdir(local) and not append:
             if not exist_ok:
                 raise FileExistsError(
-                    f"output directory {local} exists and is not empty: pass exist_ok=True to replace it or "
+                    f"Directory is not empty: {local}; pass exist_ok=True to replace it or "
                     "append=True to add shards to the dataset there"
                 )
             shutil.rmtree(local)

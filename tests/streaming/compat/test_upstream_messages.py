@@ -1,0 +1,42 @@
+"""Issue 41: error messages start with mosaicml-streaming 0.13.0's wording (its tests match on it), then ours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streaming import MDSWriter, StreamingDataset
+from streaming.plan.sampling import epoch_sampling_seed
+
+
+def _write(out: Path, columns: dict[str, str] | None = None) -> None:
+    with MDSWriter(out=str(out), columns=columns or {"x": "int"}, size_limit=1 << 8) as w:
+        for i in range(20):
+            w.write({name: i for name in (columns or {"x": "int"})})
+
+
+def test_invalid_sampling_method() -> None:
+    with pytest.raises(ValueError, match="^Invalid sampling method"):
+        epoch_sampling_seed(seed=0, epoch=0, sampling_method="other", shuffle=False)
+
+
+def test_writer_messages(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="^Invalid Writer argument"):
+        MDSWriter(out=str(tmp_path / "a"), columns={"x": "int"}, bogus=1)
+    with pytest.raises(ValueError, match="^`size_limit` must be less than"):
+        MDSWriter(out=str(tmp_path / "b"), columns={"x": "int"}, size_limit=1 << 33)
+    _write(tmp_path / "c")
+    with pytest.raises(FileExistsError, match="^Directory is not empty"):
+        MDSWriter(out=str(tmp_path / "c"), columns={"x": "int"})
+
+
+def test_unsafe_type_and_cache_limit(tmp_path: Path) -> None:
+    _write(tmp_path / "pkl", {"x": "pkl"})
+    with pytest.raises(ValueError, match="contains an unsafe type"):
+        StreamingDataset(local=str(tmp_path / "pkl"), batch_size=1)
+    _write(tmp_path / "ok")
+    with pytest.raises(ValueError, match="^Minimum cache usage.*is larger than the cache limit"):
+        StreamingDataset(
+            remote=str(tmp_path / "ok"), local=str(tmp_path / "cache"), cache_limit=10, batch_size=1
+        )
