@@ -139,7 +139,7 @@ def epoch_sampling_seed(*, seed: int, epoch: int, sampling_method: str, shuffle:
     """The seed of per-epoch resampling: ``seed + epoch`` for ``balanced`` (shuffled or not, as upstream: the
     partial repeats of a stream differ every epoch), ``seed`` for ``fixed`` (the same samples every epoch)."""
     if sampling_method not in ("balanced", "fixed"):
-        raise ValueError(f"Invalid sampling method: {sampling_method!r}; sampling_method must be 'balanced' or 'fixed', got {sampling_method!r}")
+        raise ValueError(f"Invalid sampling method: {sampling_method!r}; it must be 'balanced' or 'fixed'")
     return seed + epoch if sampling_method == "balanced" else seed
 
 
