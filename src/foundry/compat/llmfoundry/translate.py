@@ -109,6 +109,7 @@ def _trainer_defaults(out: Out) -> None:
         ("grad_clip_norm", None),
         ("log_interval", 1),
         ("progress_bar", False),
+        ("token_counting", "non_pad"),  # Composer counts attention_mask ones (tok durations: padded, below)
     ):
         out.set(f"trainer.{key}", value)
     out.choose("checkpoint", "_checkpoint")
@@ -142,6 +143,8 @@ def _scalar(out: Out, key: str, value: Any, cfg: Mapping[str, Any]) -> bool:  # 
         out.set(f"checkpoint.{key}", value)
     elif key in ("max_duration", "eval_interval"):
         out.set(f"trainer.{key}", duration(out, key, value))
+        if key == "max_duration" and out.tr.values[f"trainer.{key}"].endswith("tok"):
+            out.set("trainer.token_counting", "padded")  # a tok duration is converted to steps from B x S
     elif key == "save_interval":
         out.set("checkpoint.save_interval", duration(out, key, value))
     elif key == "load_strict_model_weights":
