@@ -9,7 +9,8 @@ re-run on a saved results JSON. Semantics follow llm-foundry's `EvalGauntlet`:
   when also `rescale_accuracy` (so chance is 0 and perfect is 1);
 * a category is the weighted mean of its benchmarks (weights: `EQUAL` 1, `SAMPLE_SZ` n,
   `LOG_SAMPLE_SZ` max(log2 n, 1)); a category with any benchmark missing is `None`;
-* a named average is the plain mean of its categories, `None` if one of them is `None`.
+* a named average is the plain mean of its categories, `None` if one of them is `None` (llm-foundry instead
+  averages the complete categories, 0 when none is: returned as `llmfoundry_averages`).
 
 Missing benchmarks (e.g. task files absent from the data root) are listed under `missing` with a warning,
 and `partial` carries the same aggregation over the benchmarks that did run, clearly labelled, so a run on
@@ -101,7 +102,8 @@ class GauntletConfig:
         names = [c.name for c in self.categories]
         if len(set(names)) != len(names):
             raise ValueError(f"eval_gauntlet.categories: duplicate category names in {names}")
-        for avg, cats in (self.averages or {}).items():
+        averages = self.averages or {}
+        for avg, cats in averages.items():
             if avg in names:
                 raise ValueError(
                     f"eval_gauntlet.averages.{avg}: also a category name; rename the average "
@@ -116,7 +118,7 @@ class GauntletConfig:
                     unknown,
                     names,
                 )
-                self.averages[avg] = [c for c in cats if c in names]
+                averages[avg] = [c for c in cats if c in names]
 
     def resolved_averages(self) -> dict[str, list[str]]:
         if self.averages:
@@ -240,7 +242,8 @@ def compute_gauntlet(results: Mapping[str, Any], gauntlet_cfg: Any) -> dict[str,
 
     Returns:
         `{"benchmarks": {label: {accuracy, score, random_baseline, weight, num_samples}}, "categories":
-        {name: score|None}, "averages": {name: score|None}, "missing": [labels], "partial": {"categories",
+        {name: score|None}, "averages": {name: score|None}, "llmfoundry_averages": {name: score} (llm-foundry's
+        numbers: the mean of the complete categories, 0 when none is), "missing": [labels], "partial": {"categories",
         "averages"} over the benchmarks present}`; `None` marks a category / average with missing input.
     """
     cfg = gauntlet_config(gauntlet_cfg)
@@ -278,10 +281,15 @@ def compute_gauntlet(results: Mapping[str, Any], gauntlet_cfg: Any) -> dict[str,
         )
     categories, averages = _aggregate(cfg, scores, partial=False)
     p_categories, p_averages = _aggregate(cfg, scores, partial=True)
+    llmfoundry_averages = {}  # llm-foundry drops an incomplete category and averages the rest (0 if none)
+    for name, cats in cfg.resolved_averages().items():
+        complete = [v for c in cats if (v := categories[c]) is not None]
+        llmfoundry_averages[name] = sum(complete) / len(complete) if complete else 0.0
     return {
         "benchmarks": benchmarks,
         "categories": categories,
         "averages": averages,
+        "llmfoundry_averages": llmfoundry_averages,
         "missing": missing,
         "partial": {"categories": p_categories, "averages": p_averages},
     }

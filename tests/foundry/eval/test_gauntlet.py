@@ -109,6 +109,8 @@ def test_named_averages_and_missing_benchmark(caplog):
     assert out["missing"] == ["jeopardy/3-shot"]
     assert out["categories"] == {"wk": None, "lu": pytest.approx(0.6)}
     assert out["averages"] == {"core": None, "lu_only": pytest.approx(0.6)}
+    # llm-foundry drops the incomplete category (wk) and averages the rest
+    assert out["llmfoundry_averages"] == pytest.approx({"core": 0.6, "lu_only": 0.6})
     assert out["partial"]["categories"] == pytest.approx({"wk": 0.4, "lu": 0.6})
     assert out["partial"]["averages"] == pytest.approx({"core": 0.5, "lu_only": 0.6})
     assert gauntlet_metrics(out) == pytest.approx(
