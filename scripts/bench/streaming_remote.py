@@ -252,6 +252,7 @@ def compare(args: argparse.Namespace) -> None:
             for mib in shard_mibs:
                 for w in workers:
                     runs: dict[str, list[dict[str, Any]]] = {lib: [] for lib in libs}
+                    errors: dict[str, list[str]] = {lib: [] for lib in libs}
                     for rep in range(args.repeats):
                         for lib in libs:  # alternating, so drift on a shared machine hits every library alike
                             cache = os.path.join(scratch, f"cache-{lib}-{mib}-{w}-{rep}")
@@ -259,7 +260,16 @@ def compare(args: argparse.Namespace) -> None:
                             proxy.reset()
                             argv = ["read", "--remote", remote, "--cache", cache, "--workers", str(w),
                                     "--batch", "32", "--endpoint", proxy.url]  # fmt: skip
-                            got = _run(pythons[lib], lib, argv, env, scratch)
+                            try:
+                                got = _run(pythons[lib], lib, argv, env, scratch)
+                            except (
+                                RuntimeError,
+                                subprocess.TimeoutExpired,
+                            ) as err:  # a library's own failure
+                                proxy.reset()
+                                errors[lib].append(str(err).strip().splitlines()[-1][:300])
+                                shutil.rmtree(cache, ignore_errors=True)
+                                continue
                             seen = proxy.reset()
                             runs[lib].append(
                                 {
@@ -272,6 +282,11 @@ def compare(args: argparse.Namespace) -> None:
                             shutil.rmtree(cache, ignore_errors=True)
                     for lib in libs:
                         r, (_, size) = runs[lib], remotes[lib, mib]
+                        if not r:
+                            row = {"bench": "streaming_remote_latency", "library": lib, "shard_mib": mib,
+                                   "workers": w, "failed": len(errors[lib]), "errors": errors[lib]}  # fmt: skip
+                            print(json.dumps(row), flush=True)
+                            continue
                         row = {
                             "bench": "streaming_remote_latency",
                             "library": lib,
@@ -287,6 +302,8 @@ def compare(args: argparse.Namespace) -> None:
                             "latency_ms": args.latency_ms,
                             "mb_per_s_per_connection": args.mb_per_s,
                             "repeats": args.repeats,
+                            "failed": len(errors[lib]),
+                            "errors": errors[lib][:1],
                         }
                         rows.append(row)
                         print(json.dumps(row), flush=True)
