@@ -176,3 +176,10 @@ def test_a_mid_epoch_shuffled_run_says_its_order_differs() -> None:
     assert not _other_order({**ours, "sample_in_epoch": 0}) and not _other_order({**ours, "shuffle": False})
     assert _dataset_state(ours) == {"epoch": 0, "sample_in_epoch": 12, "num_canonical_nodes": 1,
                                     "shuffle_seed": 17, "initial_physical_nodes": 1}  # fmt: skip
+
+
+def test_docs_way_back_table_is_the_codes() -> None:
+    from foundry.compat.composer.export import carried_table
+
+    page = (REPO / "docs" / "guides" / "from-llm-foundry.md").read_text()
+    assert carried_table() in page[page.index("### The way back") :]
