@@ -26,12 +26,12 @@ def save_tiny_mpt(folder: Path, *, seed: int = 0) -> Path:
 
 
 def save_tiny_llama(
-    folder: Path, *, seed: int = 0, tied: bool = False, hidden: int = 32, layers: int = 3
+    folder: Path, *, seed: int = 0, tied: bool = False, hidden: int = 32, layers: int = 3, vocab: int = VOCAB
 ) -> Path:
     """A Llama-shaped transformers model (rotary embeddings, GQA), saved with `save_pretrained`."""
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=2 * hidden + 7,  # not a multiple of the world size: uneven shards
         num_hidden_layers=layers,

@@ -51,3 +51,20 @@ def test_sharded_load_equals_plain_load_and_trains(tmp_path, kind):
     assert "[foundry] pretrained load (rank 1)" in proc.stdout
     losses = result["losses"]
     assert len(losses) == 3 and losses[-1] < losses[0]
+
+
+def test_train_py_meta_pretrained_fsdp_matches_one_process_plain_load(tmp_path):
+    """The real path: `torchrun train.py model=hf-causal-lm model.init_device=meta model.pretrained=true
+    parallelism=fsdp` follows the loss curve of one process that loads the same weights with from_pretrained."""
+    from tests.foundry.parallel.test_torchrun import _train
+
+    folder = save_tiny_llama(tmp_path / "llama", vocab=320)  # the quick-start data's 300 ids fit
+    hf = [
+        "model=hf-causal-lm",
+        f"model.pretrained_model_name_or_path={folder}",
+        "model.pretrained=true",
+        "data.max_seq_len=32",
+    ]
+    one = _train(tmp_path / "cache", tmp_path, [*hf, "model.init_device=cpu"])
+    two = _train(tmp_path / "cache", tmp_path, [*hf, "model.init_device=meta", "parallelism=fsdp"], nproc=2)
+    assert two == pytest.approx(one, abs=1e-5, rel=0)
