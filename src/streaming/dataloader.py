@@ -192,7 +192,7 @@ class StreamingDataLoader(DataLoader):
             bs = kwargs.get("batch_size", args[0] if args else 1)
             if dataset.batch_size is None:
                 raise ValueError(
-                    f"pass batch_size={bs} to StreamingDataset too (the per-device batch size it plans with)"
+                    f"Please pass `batch_size` to StreamingDataset: pass batch_size={bs} to it too (the per-device batch size it plans with)"
                 )
             if bs != dataset.batch_size:
                 raise ValueError(

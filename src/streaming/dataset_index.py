@@ -21,7 +21,7 @@ from streaming.index_cache import ShardTable
 from streaming.shard_sequence import ShardSequence
 from streaming.stream import Stream
 
-__all__ = ["AllShards", "DatasetShards", "load_dataset_shards"]
+__all__ = ["AllShards", "DatasetShards", "EmptyStreamError", "load_dataset_shards"]
 
 
 class AllShards(ShardSequence):
@@ -75,6 +75,10 @@ class DatasetShards:
         return np.cumsum(self.samples_per_shard, dtype=np.int64)
 
 
+class EmptyStreamError(ValueError, RuntimeError):
+    """A stream whose index lists no shards (a ``RuntimeError`` too, as mosaicml-streaming raises)."""
+
+
 def load_dataset_shards(streams: Sequence[Stream], *, allow_unsafe_types: bool) -> DatasetShards:
     """Load every stream's shard table and check (unless ``allow_unsafe_types``) that no shard has a pickle column.
 
@@ -85,8 +89,8 @@ def load_dataset_shards(streams: Sequence[Stream], *, allow_unsafe_types: bool) 
     tables = [s.shard_table() for s in streams]
     for s, t in zip(streams, tables):
         if len(t) == 0:
-            raise ValueError(
-                f"{s.dirname}: index.json lists no shards (an empty dataset, or a writer that never finished); "
+            raise EmptyStreamError(
+                f"Stream contains no samples: {s.dirname}: index.json lists no shards (an empty dataset, or a writer that never finished); "
                 "write samples to it or leave this stream out"
             )
     if not allow_unsafe_types:

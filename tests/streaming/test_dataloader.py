@@ -34,7 +34,7 @@ def make(path, **kw):
 def test_batch_size_must_match(data):
     with pytest.raises(ValueError, match="differs from StreamingDataset batch_size"):
         StreamingDataLoader(make(data), batch_size=8)
-    with pytest.raises(ValueError, match="pass batch_size=4 to StreamingDataset"):
+    with pytest.raises(ValueError, match="pass batch_size=4 to it"):
         StreamingDataLoader(StreamingDataset(local=data), batch_size=4)
 
 

@@ -450,14 +450,16 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
                 f"{folder}: no such folder (check the path, or the dataset's split)"
             ) from None
         raise IndexNotFoundError(
-            f"no {INDEX_FILENAME} at {path}: write the dataset with MDSWriter/JSONWriter/CSVWriter, or recreate "
+            f"No `remote` provided, but local file {path} does not exist (no {INDEX_FILENAME} there): write the dataset with MDSWriter/JSONWriter/CSVWriter, or recreate "
             f"the index from its shards with `python -m streaming rebuild-index {folder}`"
         ) from None
     try:
         obj = parse_json(raw, source=source or path)  # nesting capped: a deep value is one error, not a crash
     except NotJSON as err:
         if isinstance(err.__cause__, json.JSONDecodeError):
-            raise IndexJSONError(str(err), err.__cause__) from None
+            raise IndexJSONError(
+                f"Index file at {path} is empty or corrupted: {err}", err.__cause__
+            ) from None
         raise IndexError_(str(err)) from None
     except TooLarge as err:
         raise IndexError_(str(err)) from None

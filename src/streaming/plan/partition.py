@@ -64,7 +64,8 @@ class CanonicalOrder:
             raise ValueError(f"num_canonical_nodes must be >= 1, got {self.num_canonical_nodes}")
         if self.num_positions < self.num_canonical_nodes:
             raise ValueError(
-                f"the epoch has {self.num_positions} samples, fewer than num_canonical_nodes="
+                f"The number of samples assigned to a canonical node is zero: the epoch has "
+                f"{self.num_positions} samples, fewer than num_canonical_nodes="
                 f"{self.num_canonical_nodes}; lower num_canonical_nodes or use more data"
             )
 

@@ -40,3 +40,20 @@ def test_unsafe_type_and_cache_limit(tmp_path: Path) -> None:
         StreamingDataset(
             remote=str(tmp_path / "ok"), local=str(tmp_path / "cache"), cache_limit=10, batch_size=1
         )
+
+
+def test_index_and_stream_messages(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "nojson").mkdir()
+    with pytest.raises(RuntimeError, match="^No `remote` provided, but local file"):
+        StreamingDataset(local=str(tmp_path / "nojson"), batch_size=1)
+    (tmp_path / "nojson" / "index.json").write_text("")
+    with pytest.raises(json.JSONDecodeError, match="^Index file at.*is empty or corrupted"):
+        StreamingDataset(local=str(tmp_path / "nojson"), batch_size=1)
+    (tmp_path / "nojson" / "index.json").write_text('{"version": 2, "shards": []}')
+    with pytest.raises(RuntimeError, match="^Stream contains no samples: "):
+        StreamingDataset(local=str(tmp_path / "nojson"), batch_size=1)
+    _write(tmp_path / "one")
+    with pytest.raises(ValueError, match="^The number of samples assigned to a canonical node"):
+        list(StreamingDataset(local=str(tmp_path / "one"), batch_size=1, num_canonical_nodes=64))
