@@ -168,3 +168,19 @@ def test_llmfoundry_big_model_finetune_yaml_translates_and_loads(tmp_path, init_
     _assert_same_model(
         model, build_model_on(HFCausalLMConfig(pretrained_model_name_or_path=str(folder)), device="cpu")
     )
+
+
+def test_sharded_checkpoint_files_with_index(tmp_path):
+    """Big checkpoints come as several safetensors files and `model.safetensors.index.json` (the hub's 30B,
+    DBRX and Llama folders): every tensor is read from the file the index names."""
+    from transformers import AutoModelForCausalLM
+
+    single = save_tiny_llama(tmp_path / "one")
+    AutoModelForCausalLM.from_pretrained(single).save_pretrained(tmp_path / "many", max_shard_size="40KB")
+    assert len(list((tmp_path / "many").glob("*.safetensors"))) > 2
+    assert (tmp_path / "many" / "model.safetensors.index.json").is_file()
+    cfg = HFCausalLMConfig(pretrained_model_name_or_path=str(tmp_path / "many"), init_device="meta")
+    model = build_model_on(cfg, device="cpu")
+    _assert_same_model(
+        model, build_model_on(HFCausalLMConfig(pretrained_model_name_or_path=str(single)), device="cpu")
+    )
