@@ -160,7 +160,8 @@ class StratifiedOrder(GlobalOrder):
         if (share <= 0).any():
             empty = int(np.flatnonzero(share <= 0)[0])
             raise ValueError(
-                f"batching_method='stratified': stream {empty}'s share of a global batch of {self.g} rounds to 0 "
+                f"Number of samples for stream {empty} per global batch is 0: batching_method='stratified': its "
+                f"share of a global batch of {self.g} rounds to 0 "
                 f"samples (shares {share.tolist()}), so its samples would never be read; raise the global batch "
                 "size or that stream's weight, or use batching_method='random'"
             )
@@ -171,6 +172,7 @@ class StratifiedOrder(GlobalOrder):
         self.num_batches = int(per[used].min()) if used.any() else 0
         if self.num_batches == 0:
             raise ValueError(
+                "Number of samples for stream is less than its share of a global batch: "
                 f"batching_method='stratified': a stream has fewer samples than its share of a global batch "
                 f"(shares {share.tolist()}); use a smaller batch or batching_method='random'"
             )
