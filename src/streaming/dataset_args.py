@@ -50,7 +50,10 @@ def check_choices_and_bounds(
     }
     for name, value in choices.items():
         if value not in allowed[name]:
-            raise ValueError(f"{name} must be one of {', '.join(allowed[name])}; got {value!r}")
+            prefix = (
+                f"Invalid sampling method: {value!r}; " if name == "sampling_method" else ""
+            )  # upstream's
+            raise ValueError(f"{prefix}{name} must be one of {', '.join(allowed[name])}; got {value!r}")
     for name, (number, low) in bounds.items():
         if number is not None and number < low:
             raise ValueError(f"{name} must be >= {low}, got {number}")

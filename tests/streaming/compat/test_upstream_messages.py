@@ -57,3 +57,9 @@ def test_index_and_stream_messages(tmp_path: Path) -> None:
     _write(tmp_path / "one")
     with pytest.raises(ValueError, match="^The number of samples assigned to a canonical node"):
         list(StreamingDataset(local=str(tmp_path / "one"), batch_size=1, num_canonical_nodes=64))
+
+
+def test_invalid_sampling_method_of_a_dataset(tmp_path: Path) -> None:
+    _write(tmp_path / "ds")
+    with pytest.raises(ValueError, match="^Invalid sampling method"):
+        StreamingDataset(local=str(tmp_path / "ds"), batch_size=1, sampling_method="ayo")
