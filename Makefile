@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 PYTEST_FAST := -m "not slow and not dist and not gpu and not bench"
 
 .DEFAULT_GOAL := help
-.PHONY: help docs docs-serve install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check gpu-wheels lint format config-index bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
+.PHONY: upstream-suite help docs docs-serve install install-latest lock test-compat install-emulators install-browser test test-all test-dist test-browser test-gpu gpu-check gpu-wheels lint format config-index bench clean train train-ddp launch bench-trainer eval-harness eval generate finetune
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -51,6 +51,9 @@ lock: $(PY) ## refresh requirements/dev.lock: the newest versions pyproject.toml
 
 test-compat: $(PY) ## model/generation/export/eval-adapter tests on the lowest and the newest allowed dependencies and the GPU image's (venvs in /tmp/foundry-compat)
 	$(PY) scripts/test_compat.py $(ARGS)
+
+upstream-suite: $(ENV_READY) ## mosaicml-streaming 0.13.0's own tests against ours (fetches its source package and pytest 8 from PyPI into .cache/); ARGS="--python /tmp/ref/venv-streaming/bin/python" runs them against upstream
+	$(PY) scripts/upstream_streaming_suite.py $(ARGS)
 
 AZURITE ?= 3.35.0
 install-emulators: ## Azurite (Azure Blob emulator, npm) into .cache/node for the Azure tests; skipped (tests skip) without node >= 18
