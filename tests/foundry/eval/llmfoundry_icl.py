@@ -3,12 +3,14 @@
     /tmp/ref/venv-llmfoundry/bin/python llmfoundry_icl.py SPEC.json OUT.json
 
 SPEC.json: {"model": HF folder, "tokenizer": tokenizer.json, "icl_tasks": [llm-foundry task dicts],
-"max_seq_len": int, "batch_size": int}. The model is loaded as llm-foundry's `hf_causal_lm`
+"max_seq_len": int, "batch_size": int, "gauntlet": an `eval_gauntlet` mapping}. The model is loaded as llm-foundry's `hf_causal_lm`
 (ComposerHFCausalLM), the tasks are built by `build_icl_evaluators` (as llm-foundry's eval entry does), and a
-Composer `Trainer(...).eval()` on the CPU in fp32 runs them. OUT.json: evaluator label -> {metric name:
-value} from `trainer.state.eval_metric_values`. Used by test_llmfoundry_parity.py.
+Composer `Trainer(...).eval()` on the CPU in fp32 runs them, and llm-foundry's `EvalGauntlet` callback
+aggregates them. OUT.json: {"metrics": evaluator label -> {metric name: value}, "gauntlet": the callback's
+`eval_after_all` scores}. Used by test_llmfoundry_parity.py.
 """
 
+import copy
 import json
 import os
 import sys
@@ -27,6 +29,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 from composer import Trainer  # noqa: E402
+from llmfoundry.callbacks import EvalGauntlet  # noqa: E402
 from llmfoundry.models.hf import ComposerHFCausalLM  # noqa: E402
 from llmfoundry.utils.builders import build_icl_evaluators  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
@@ -44,7 +47,7 @@ def main() -> None:
     model = ComposerHFCausalLM(
         tokenizer=tok, pretrained_model_name_or_path=spec["model"], pretrained=True, trust_remote_code=False
     )
-    evaluators, _ = build_icl_evaluators(
+    evaluators, logger_keys = build_icl_evaluators(
         spec["icl_tasks"], tok, spec["max_seq_len"], spec["batch_size"], destination_dir=TMP
     )
     trainer = Trainer(
@@ -55,8 +58,14 @@ def main() -> None:
     out: dict[str, dict[str, float]] = {}
     for label, metrics in trainer.state.eval_metrics.items():
         out[label] = {name: float(m.compute()) for name, m in metrics.items()}
+    g = copy.deepcopy(spec["gauntlet"])
+    # benchmark_sizes: llm-foundry's builder always passes them (its EQUAL check compares a str to an enum)
+    sizes = {label: 1 for label in out}
+    gauntlet = EvalGauntlet(logger_keys, g.pop("categories"), benchmark_sizes=sizes, **g).eval_after_all(
+        trainer.state, None
+    )
     trainer.close()
-    json.dump(out, open(sys.argv[2], "w"), indent=1)
+    json.dump({"metrics": out, "gauntlet": gauntlet}, open(sys.argv[2], "w"), indent=1)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ One tiny MPT is exported as a Hugging Face folder (`export_hf`); llm-foundry loa
 runs `build_icl_evaluators` through a Composer `Trainer.eval()` (tests/foundry/eval/llmfoundry_icl.py), we
 run `evaluate_task` on our model class, and every evaluator's accuracy must be equal: multiple choice
 (piqa, 3-shot), schema (winograd, 3-shot), language modelling split by category (jeopardy, 1-shot) and
-plain (lambada, 0-shot). Both read the same llm-foundry task dicts and the same jsonl files (a slice of
-shared/data/icl, so the few-shot pool is the same). The model is first fitted on half of the jeopardy
+plain (lambada, 0-shot); so must llm-foundry's `EvalGauntlet` scores (categories and named averages, our
+`llmfoundry_averages`) and ours. Both read the same llm-foundry task dicts and the same jsonl files (a slice
+of shared/data/icl, so the few-shot pool is the same). The model is first fitted on half of the jeopardy
 answers, so the LM accuracy is neither 0 nor 1 and a prompt or scoring difference changes it.
 """
 
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from foundry.eval import EvalConfig, evaluate_task, load_tasks
+from foundry.eval.runner import _gauntlet
 
 REF_PYTHON = Path("/tmp/ref/venv-llmfoundry/bin/python")
 MAX_SEQ_LEN = 256
@@ -53,6 +55,23 @@ TASKS = [
         "num_fewshot": [0],
     },
 ]
+GAUNTLET = {  # a category with a benchmark that did not run (copa) is dropped by llm-foundry
+    "weighting": "EQUAL",
+    "subtract_random_baseline": True,
+    "rescale_accuracy": True,
+    "averages": {"core": ["choice", "lm", "incomplete"], "choice_only": ["choice"]},
+    "categories": [
+        {"name": "choice", "benchmarks": [
+            {"name": "piqa", "num_fewshot": 3, "random_baseline": 0.5},
+            {"name": "winograd", "num_fewshot": 3, "random_baseline": 0.5}]},
+        {"name": "lm", "benchmarks": [
+            {"name": "jeopardy", "num_fewshot": 1, "random_baseline": 0.0},
+            {"name": "lambada_openai", "num_fewshot": 0, "random_baseline": 0.0}]},
+        {"name": "incomplete", "benchmarks": [
+            {"name": "piqa", "num_fewshot": 3, "random_baseline": 0.5},
+            {"name": "copa", "num_fewshot": 0, "random_baseline": 0.5}]},
+    ],
+}  # fmt: skip
 ACCURACY = {
     "multiple_choice": "InContextLearningMultipleChoiceAccuracy",
     "schema": "InContextLearningMultipleChoiceAccuracy",
@@ -122,17 +141,22 @@ def test_same_accuracies_as_llmfoundry(tmp_path, shared_data, neox_tokenizer_pat
                 "icl_tasks": lf_tasks,
                 "max_seq_len": MAX_SEQ_LEN,
                 "batch_size": BATCH,
+                "gauntlet": GAUNTLET,
             }
         )  # fmt: skip
     )
     out = tmp_path / "ref.json"
     script = Path(__file__).with_name("llmfoundry_icl.py")
     subprocess.run([str(REF_PYTHON), str(script), str(spec), str(out)], check=True, cwd=tmp_path, timeout=900)
-    theirs = json.loads(out.read_text())
+    ref = json.loads(out.read_text())
+    theirs = ref["metrics"]
 
     ours: dict[str, float] = {}
-    for task in load_tasks(EvalConfig(icl_tasks=TASKS, data_root=str(data), max_seq_len=MAX_SEQ_LEN)):
+    results = []
+    eval_cfg = EvalConfig(icl_tasks=TASKS, data_root=str(data), max_seq_len=MAX_SEQ_LEN, gauntlet=GAUNTLET)
+    for task in load_tasks(eval_cfg):
         result = evaluate_task(model, tok, task, device="cpu", batch_size=BATCH)
+        results.append(result)
         name = ACCURACY[result.task_type]
         if result.categories:
             ours.update({f"{result.label}/{c}": m[name] for c, m in result.categories.items()})
@@ -143,5 +167,12 @@ def test_same_accuracies_as_llmfoundry(tmp_path, shared_data, neox_tokenizer_pat
     assert sorted(ours) == sorted(reference)
     for label, acc in reference.items():
         assert ours[label] == pytest.approx(acc, abs=1e-6), label  # theirs is a float32
+    # the Eval Gauntlet: llm-foundry's callback on its metrics == ours on ours
+    gauntlet = _gauntlet(eval_cfg, results)
+    assert gauntlet is not None
+    want = {k.removeprefix("icl/metrics/eval_gauntlet/"): v for k, v in ref["gauntlet"].items()}
+    got = {c: v for c, v in gauntlet["categories"].items() if v is not None} | gauntlet["llmfoundry_averages"]
+    print(json.dumps({"gauntlet_ours": got, "gauntlet_llmfoundry": want}, indent=1))
+    assert got == pytest.approx(want, abs=1e-6)
     jeopardy = [v for k, v in ours.items() if k.startswith("jeopardy/")]
     assert 0 < sum(jeopardy) / len(jeopardy) < 1  # the fitted half is right, the other half mostly not
