@@ -21,6 +21,7 @@ import bisect
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -297,10 +298,18 @@ class ShardAccess:
             allow_unsafe_types=self.allow_unsafe_types,
         )
         growing = GrowingFile()
-        fut = pool.submit(self.prepare, shard, prefetch=True, on_tmp=growing.announce)
-        pending[shard] = fut
         start = int(self.shard_ends[shard - 1]) if shard else 0
-        raw = early_sample_bytes(growing, info, sample_id - start, fut)
+        # held from before the preparation until the read closes the file: an eviction in between would leave
+        # bytes on disk (this open file) that no one counts against cache_limit
+        held: AbstractContextManager[None] = (
+            self.shard_cache().held_while_prepared(shard)
+            if stream.is_remote and self.cache_limit is not None
+            else nullcontext()
+        )
+        with held:
+            fut = pool.submit(self.prepare, shard, prefetch=True, on_tmp=growing.announce)
+            pending[shard] = fut
+            raw = early_sample_bytes(growing, info, sample_id - start, fut)
         if raw is None:
             return None
         try:

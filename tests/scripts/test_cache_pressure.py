@@ -1,5 +1,6 @@
 """scripts/bench/cache_pressure.py, short: 2 jobs x 2 workers share one cache on a loopback S3 server under a
-two-batches limit and the tightest accepted limit; no hang, no crash, every sample right, the ceiling held."""
+two-batches limit and the tightest accepted limit (and the two unlimited baselines, shared and one folder per
+job); no hang, no crash, every sample right, the ceiling held."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def test_short_pressure_run_holds_the_ceiling_with_no_hang_crash_or_wrong_sample
     rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     passes = {r["pass"]: r for r in rows if "pass" in r}
     (summary,) = [r for r in rows if r.get("summary")]
-    assert set(passes) == {"unlimited", "two_batches", "tight"}
+    assert set(passes) == {"unlimited", "unlimited_private", "two_batches", "tight"}
+    assert "two_batches_iter_cost" in summary and "two_batches_iter_cost_vs_private" in summary
     assert all(r["samples_per_s"] > 0 and r["disk_samples"] > 0 for r in passes.values()), rows
     for key in ("hangs", "crashes", "wrong", "missing", "duplicates"):
         assert summary[key] == 0, (key, rows)

@@ -266,3 +266,31 @@ def test_validate_hash_still_checks_before_the_first_sample(s3_bucket, s3_env, t
     ds = StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=4, validate_hash="sha1")
     with pytest.raises(HashMismatchError, match="sha1"):
         next(iter(ds))
+
+
+def test_first_sample_read_keeps_its_shard_from_eviction_until_the_read_ends(
+    s3_bucket, s3_env, tmp_path, monkeypatch
+):
+    """With ``cache_limit``, the shard whose first sample is read while a pool thread downloads it holds its use
+    lock (as a pin) from before the download until the read ends: once the download is done the shard is present,
+    unpinned and not being prepared, and an eviction then would leave the bytes the read still has open
+    uncounted."""
+    from streaming import shard_access
+    from streaming.cache.locks import try_lock, use_lock
+
+    remote = f"{s3_bucket}/ds"
+    _write(remote)
+    cache = str(tmp_path / "cache")
+    real = shard_access.early_sample_bytes
+    evictable: list[bool] = []
+
+    def read_then_look(growing: GrowingFile, info: Any, index: int, done: Future[None]) -> bytes | None:
+        out = real(growing, info, index, done)
+        done.result()  # the download is over (its prepare lock released); the reader is still in its read
+        with try_lock(cache, use_lock(info.raw_data.basename)) as free:  # what an eviction tries first
+            evictable.append(free)
+        return out
+
+    monkeypatch.setattr(shard_access, "early_sample_bytes", read_then_look)
+    _check(list(StreamingDataset(remote=remote, local=cache, batch_size=4, cache_limit="20mb")))
+    assert evictable == [False], "the shard could be evicted while its first sample was being read"

@@ -20,12 +20,17 @@ by the preparer under the prepare lock, by eviction and for the lock folder).
 Protocol. Each evictable shard has two locks; the cache folder has one more.
 
 - *use lock* (``locks.use_lock``): held **shared** by every reader that has the shard open (a *pin*), for as
-  long as the reader is open, across ``yield`` s (a DataLoader worker parked on a full queue keeps it). Taken
-  **exclusively** only by eviction, which never waits for it.
+  long as the reader is open, across ``yield`` s (a DataLoader worker parked on a full queue keeps it), and by
+  a reader that reads the first sample from the file while a pool thread prepares the shard, from before that
+  preparation until the read closes the file (``held_while_prepared``: the shard is not present yet, so it is
+  not a ``Pins`` pin). Taken **exclusively** only by eviction, which never waits for it.
 - *prepare lock* (``locks.prep_lock``): held exclusively by the one thread that changes the shard's files:
   download, hash check (deleting a bad file), decompression, eviction. Waiting to see a preparer finish holds
   it shared.
-- *cache lock*: held while the disk and the reservations are read and victims chosen.
+- *cache lock*: held while the disk and the reservations are read and victims chosen. The threads of one
+  process first queue on an in-process lock (``SpaceKeeper``), so at most one of them waits on or holds the
+  file lock; the in-process lock is taken only right before the cache lock and nothing else is taken while
+  either is held but the shard locks eviction only tries, so it adds no wait to the list below.
 
 States of a shard: *absent*; *being prepared* (prepare lock held, temp files, a reservation); *present*
 (every raw file under its real name); *pinned* (present, use lock held shared by one or more readers). Only a
@@ -38,10 +43,12 @@ is read is simply prepared again.
 Who waits for whom. A thread blocks on a lock only where every holder of a conflicting mode finishes without
 itself waiting for anything that may not end:
 
-1. use lock, shared (``pin``): conflicts only with an eviction, which holds it for a few unlinks.
+1. use lock, shared (``pin``, ``held_while_prepared``): conflicts only with an eviction, which holds it for a
+   few unlinks. A first-sample reader holding it waits for the shard's preparer (2), which waits on no reader.
 2. prepare lock: its holder waits only for (1), for the network (bounded by the download timeout and
    retries) and for its own CPU work; never for space, for the cache lock or for another shard's lock.
-3. cache lock: its holder only *tries* shard locks (never waits) and reads, writes and deletes small files.
+3. cache lock (and the in-process lock before it): its holder only *tries* shard locks (never waits) and
+   reads, writes and deletes small files.
 4. space (``SpaceKeeper.reserve``), the one wait on readers: a shard's space is freed when its pins go. It
    is entered holding no prepare lock and no cache lock. A prefetch never waits for it (``wait=False``). A
    reader (``acquire``) first drops its own idle pins (``on_full``), then waits at most ``fallback_after``
@@ -55,9 +62,10 @@ pins while the loader waits for another worker), and nobody blocks on a mode tha
 evictions only try, and the wait for space (4) is bounded. Every other wait is on a holder that finishes:
 (1) an eviction, which waits for nothing; (2) a preparer, which waits only for (1) and the network; (3) a
 holder that waits for nothing. So no cycle of waits can form, the DataLoader's in-order wait on its workers
-included, and no thread waits for ever. Apart from a reader's own pins, the only lock ever taken while
-holding another is the use lock under the prepare lock, in that order everywhere (eviction tries them in the
-same order).
+included, and no thread waits for ever. Apart from a reader's own pins (``held_while_prepared`` included),
+the only locks ever taken while holding another are the use lock under the prepare lock, in that order
+everywhere (eviction tries them in the same order), and the cache lock under its process's in-process lock
+(always that order; the file lock is never taken without it).
 """
 
 from __future__ import annotations
@@ -335,9 +343,23 @@ class ShardCache:
         self._pins.drain()
 
     def close(self) -> None:
-        """Drop every pin of this process."""
+        """Drop every pin of this process (and close its descriptor of the cache lock)."""
         if hasattr(self, "_pins"):
             self._pins.close()
+        if hasattr(self, "_space"):
+            self._space.close()
+
+    @contextmanager
+    def held_while_prepared(self, shard_id: int) -> Iterator[None]:
+        """Hold shard ``shard_id``'s use lock (shared, as a pin) for the ``with`` block, present or not: how a
+        reader that reads the shard's file while another thread prepares it (the first sample:
+        ``streaming.growing_shard``) keeps it from being evicted before that read closes the file (its bytes
+        would be on disk and counted by no one). Nothing to hold for a shard that is never evicted."""
+        if shard_id not in self._space.entries or self.cache_limit is None:
+            yield
+            return
+        with file_lock(self.shards[shard_id].local, use_lock(self._lock_name(shard_id)), shared=True):
+            yield
 
     def __del__(self) -> None:
         self.close()
