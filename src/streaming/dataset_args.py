@@ -64,11 +64,21 @@ def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray) -> N
     if cache_limit is None:
         return
     largest = int(bytes_per_shard.max()) if len(bytes_per_shard) else 0
+    if cache_limit < largest:  # not even one shard fits: upstream's "minimum usage" wording
+        raise ValueError(
+            f"Minimum cache usage ({largest} bytes) is larger than the cache limit ({cache_limit} bytes): "
+            f"cache_limit={format_bytes(cache_limit)} cannot hold this dataset's largest shard "
+            f"({format_bytes(largest)}); the minimum is 4x that, {format_bytes(4 * largest)} ({4 * largest} bytes), "
+            "so that the shards being read, prefetched and prepared fit at once; raise cache_limit or write "
+            "smaller shards"
+        )
     if cache_limit < 4 * largest:
         raise ValueError(
-            f"Minimum cache usage ({4 * largest} bytes) is larger than the cache limit ({cache_limit} bytes): "
-            f"cache_limit={format_bytes(cache_limit)} is too small for this dataset: the minimum is 4x its largest shard, {format_bytes(4 * largest)} ({4 * largest} bytes), so that the "
-            "shards being read, prefetched and prepared fit at once; raise cache_limit or write smaller shards"
+            f"Cache limit ({cache_limit} bytes) is too low. Increase the `cache_limit` to at-least four times the "
+            f"largest shard size ({largest} bytes): cache_limit={format_bytes(cache_limit)} is too small for this "
+            f"dataset: the minimum is 4x its largest shard, {format_bytes(4 * largest)} ({4 * largest} bytes), so "
+            "that the shards being read, prefetched and prepared fit at once; raise cache_limit or write smaller "
+            "shards"
         )
 
 
@@ -84,6 +94,8 @@ def warn_on_settings(
     """The warnings upstream gives for settings that work but cost throughput or shuffle quality."""
     if predownload is not None and batch_size and predownload < batch_size:
         warnings.warn(
+            f"predownload < batch_size ({predownload} < {batch_size}). This may result in slower batch time. "
+            "Recommendation is to set predownload to at-least batch_size: "
             f"predownload={predownload} is smaller than batch_size={batch_size}: every batch waits for shards "
             "prepared a few samples at a time; use predownload >= batch_size (default: 8 x batch_size)",
             stacklevel=3,
@@ -95,6 +107,7 @@ def warn_on_settings(
         and shuffle_block_size < largest_shard
     ):
         warnings.warn(
+            "Shuffle block size was smaller than shard size for some shards: "
             f"shuffle_block_size={shuffle_block_size} is smaller than the largest shard ({largest_shard} samples): "
             "samples of such a shard are not mixed with other shards'; use a block of at least 10x the samples per "
             "shard",

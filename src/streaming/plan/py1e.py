@@ -91,6 +91,8 @@ class ExpandingShuffle(BlockShuffle):
             self._warned = True
             i = int(np.flatnonzero((h == 0) & (n > 1))[0])
             warnings.warn(
+                "Shuffle block size was smaller than shard size for some shards (their samples are not shuffled "
+                "with other shards; set shuffle_block_size to a larger value for a higher quality shuffle): "
                 f"py1e: a span of {int(n[i])} samples is at least its drawn block size ({int(bsp[i])}, from "
                 f"shuffle_block_size={self.block_size}); its samples are not mixed with other shards. Raise "
                 "shuffle_block_size (>= 10x the samples per shard is advised).",

@@ -63,3 +63,30 @@ def test_invalid_sampling_method_of_a_dataset(tmp_path: Path) -> None:
     _write(tmp_path / "ds")
     with pytest.raises(ValueError, match="^Invalid sampling method"):
         StreamingDataset(local=str(tmp_path / "ds"), batch_size=1, sampling_method="ayo")
+
+
+def test_cache_limit_between_one_and_four_shards(tmp_path: Path) -> None:
+    _write(tmp_path / "ok")
+    with pytest.raises(ValueError, match="^Cache limit .* is too low. Increase the `cache_limit` to"):
+        StreamingDataset(
+            remote=str(tmp_path / "ok"), local=str(tmp_path / "cache"), cache_limit=400, batch_size=1
+        )
+
+
+def test_settings_warnings_start_with_upstreams(tmp_path: Path) -> None:
+    _write(tmp_path / "ds")
+    with pytest.warns(UserWarning, match="^predownload < batch_size.*This may result in slower batch time"):
+        StreamingDataset(local=str(tmp_path / "ds"), batch_size=4, predownload=2)
+    with pytest.warns(UserWarning, match="^Shuffle block size was smaller than shard size"):
+        StreamingDataset(
+            local=str(tmp_path / "ds"), batch_size=1, shuffle=True, shuffle_algo="py1e", shuffle_block_size=2
+        )
+
+
+def test_py1e_span_warning_starts_with_upstreams(tmp_path: Path) -> None:
+    _write(tmp_path / "ds")
+    ds = StreamingDataset(
+        local=str(tmp_path / "ds"), batch_size=1, shuffle=True, shuffle_algo="py1e", shuffle_block_size=2
+    )
+    with pytest.warns(UserWarning, match="^Shuffle block size was smaller than shard size"):
+        list(ds)
