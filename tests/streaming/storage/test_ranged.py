@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from streaming.sizes import SizeLimitExceeded
 from streaming.storage import RetryPolicy, download_file
 from streaming.storage.errors import TransientStorageError
-from streaming.storage.ranged import RangedConfig, download_ranged, plan_part_bytes, split_ranges
+from streaming.storage.ranged import (
+    RangeBudget,
+    RangedConfig,
+    download_ranged,
+    plan_part_bytes,
+    shared_concurrency,
+    split_ranges,
+)
 from tests.streaming.storage.fault_proxy import FaultProxy
 
 SMALL = RangedConfig(concurrency=4, min_part_bytes=1000, max_part_bytes=4000)
@@ -199,3 +206,24 @@ def test_parallel_first_use_builds_one_s3_client(s3_env, monkeypatch):
     for t in threads:
         t.join()
     assert len(builds) == 1
+
+
+@settings(deadline=None)
+@given(st.integers(1, 64), st.integers(0, 100), st.integers(0, 16))
+def test_shared_concurrency_is_an_even_share_of_at_least_one(budget, in_flight, sharers):
+    share = shared_concurrency(budget, in_flight, sharers)
+    assert share >= 1
+    assert share == 1 or share * max(1, in_flight) * max(1, sharers) <= budget
+    assert shared_concurrency(budget, 1, 1) == budget
+
+
+def test_range_budget_splits_among_downloads_in_flight_and_sharers():
+    budget = RangeBudget(RangedConfig(concurrency=8), sharers=2)
+    with budget.lease() as first:
+        assert first.concurrency == 4  # alone in this process, one of 2 processes
+        with budget.lease() as second, budget.lease() as third:
+            assert (second.concurrency, third.concurrency) == (2, 1)
+    with budget.lease() as again:
+        assert again.concurrency == 4 and again.min_part_bytes == RangedConfig().min_part_bytes
+    with pytest.raises(ValueError, match="sharers"):
+        RangeBudget(RangedConfig(), sharers=0)
