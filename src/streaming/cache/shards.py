@@ -90,7 +90,13 @@ from streaming.format.reader import decompress_shard
 from streaming.safepath import refuse_links, safe_join
 from streaming.sizes import SizeLimitExceeded, format_bytes
 from streaming.storage import RetryPolicy, download_file
-from streaming.storage.transfer import HashMismatchError, can_download_to_memory, download_to_memory
+from streaming.storage.ranged import RangeBudget
+from streaming.storage.transfer import (
+    DEFAULT_RANGED,
+    HashMismatchError,
+    can_download_to_memory,
+    download_to_memory,
+)
 from streaming.storage.url import join_url, redact
 
 __all__ = ["CacheTooSmallError", "CachedShard", "ShardCache", "fetch_index", "minimum_cache_bytes"]
@@ -224,6 +230,8 @@ class ShardCache:
         fallback_after: Seconds ``acquire`` (a reader) waits for other readers to free space before it returns
             False, so the shard is read without keeping it (``read_unkept``). None, or where memory files are not
             available (not Linux): wait ``wait_timeout`` s, then raise.
+        ranged: How shard downloads split into parallel ranges, shared among those in flight
+            (``streaming.storage.ranged.RangeBudget``; None: one budget for this cache, shared by no process).
     """
 
     def __init__(
@@ -236,7 +244,9 @@ class ShardCache:
         concurrent: int = 2,
         wait_timeout: float = 600.0,
         fallback_after: float | None = 1.0,
+        ranged: RangeBudget | None = None,
     ) -> None:
+        self.ranged = ranged or RangeBudget(DEFAULT_RANGED)
         self.shards = list(shards)
         self.cache_limit = cache_limit
         self.policy = policy or RetryPolicy()
@@ -610,7 +620,7 @@ class ShardCache:
                     "no remote to download it from"
                 )
             url = join_url(shard.remote, info.basename)
-            with _declared_size(shard, info, url):
+            with _declared_size(shard, info, url), self.ranged.lease() as ranged:
                 download_file(
                     url,
                     path,
@@ -619,6 +629,7 @@ class ShardCache:
                     validate_hash=algo,
                     on_tmp=on_tmp if info is shard.info.raw_data else None,
                     max_bytes=info.bytes,
+                    ranged=ranged,
                 )
             self.downloads += 1
             if algo is not None:  # download_file verified it against the index
