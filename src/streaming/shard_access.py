@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
+from torch.utils.data import get_worker_info
 
 from streaming.batch_read import SampleRef
 from streaming.cache import CachedShard, ShardCache
@@ -33,6 +34,8 @@ from streaming.format.index import ShardInfo, recorded_digests
 from streaming.format.mds import MDSSchema, ShardFormatError
 from streaming.format.reader import FileMap, ShardReader, check_shard_safe, open_shard
 from streaming.growing_shard import GrowingFile, early_sample_bytes
+from streaming.storage.ranged import RangeBudget
+from streaming.storage.transfer import DEFAULT_RANGED
 from streaming.stream import Stream
 
 __all__ = ["ShardAccess", "first_positions"]
@@ -105,7 +108,12 @@ class ShardAccess:
                         keep_zip=bool(stream.keep_zip),
                     )
                 )
-            self.cache = ShardCache(shards=shards, cache_limit=self.cache_limit)
+            worker = get_worker_info()  # the rank's workers share the node's link: their downloads split it
+            self.cache = ShardCache(
+                shards=shards,
+                cache_limit=self.cache_limit,
+                ranged=RangeBudget(DEFAULT_RANGED, sharers=worker.num_workers if worker is not None else 1),
+            )
         return self.cache
 
     def prepare(
