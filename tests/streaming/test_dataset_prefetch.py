@@ -75,3 +75,40 @@ def test_pool_starts_after_the_first_sample(tmp_path, monkeypatch):
     assert sorted(ids) == list(range(200))
     assert len(threads) == len(ds.shards)  # each shard once
     assert any(name != threading.current_thread().name for name in threads)  # prepared ahead, in the pool
+
+
+def test_workers_share_the_ranges_of_their_shard_downloads(s3_bucket, s3_env, tmp_path, monkeypatch):
+    """Issue 42: each of 4 workers split every 4 MiB shard into 4 ranges of 1 MiB while preparing 4 shards at
+    once: 64 requests in flight shared one link and every shard arrived at the end, so the first batch waited
+    for the whole dataset. The workers of a rank now share the range budget (8): at most 2 ranges a shard."""
+    from collections import Counter
+
+    import numpy as np
+
+    from streaming import StreamingDataLoader
+    from streaming.storage.ranged import RangedConfig
+    from tests.streaming.storage.fault_proxy import FaultProxy
+
+    remote = f"{s3_bucket}/ds"
+    row = np.arange(1024, dtype=np.int32)
+    with MDSWriter(
+        out=remote, columns={"id": "int", "tokens": "ndarray:int32:1024"}, size_limit=4 << 20
+    ) as w:
+        for i in range(3000):
+            w.write({"id": i, "tokens": row})
+    gets: Counter[str] = Counter()
+
+    def record(n: int, method: str, path: str) -> None:
+        if method == "GET":
+            gets[path.split("?")[0].rsplit("/", 1)[-1]] += 1
+
+    with FaultProxy(s3_env, record) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        ds = StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=32, shuffle=True)
+        loader = StreamingDataLoader(ds, batch_size=32, num_workers=4)
+        ids = [int(i) for batch in loader for i in batch["id"]]
+    assert sorted(ids) == list(range(3000))
+    shard_gets = {k: v for k, v in gets.items() if k.startswith("shard.")}
+    assert len(shard_gets) == len(ds.shards) >= 2
+    assert all(ds.shards[k].raw_data.bytes >= 3 * RangedConfig().min_part_bytes for k in range(2))
+    assert max(shard_gets.values()) <= RangedConfig().concurrency // 4, shard_gets
