@@ -6,6 +6,7 @@ single-node runs). Uploads write a temp file then rename, so a reader never sees
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 
@@ -24,7 +25,8 @@ class LocalBackend(Backend):
     def download(self, url: str, path: str, *, timeout: float, max_bytes: int | None = None) -> None:
         src = self._path(url)
         if not os.path.exists(src):
-            raise FileNotFoundError(f"{src}: no such file")
+            # The OS's wording ("[Errno 2] No such file or directory: '<path>'"), as mosaicml-streaming gives.
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", src)
         if max_bytes is None:
             shutil.copyfile(src, path)
             return
