@@ -17,6 +17,7 @@ pure functions).
 from __future__ import annotations
 
 import bisect
+import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -206,7 +207,7 @@ class StreamingDataset(IterableDataset):
         for s, p, r, c in zip(self.streams, proportions, repeats, self.choose_per_stream.tolist()):
             s.proportion, s.repeat, s.choose = float(p), float(r), int(c)  # as upstream fills them in
         self.cache_limit = None if cache_limit is None else parse_bytes(cache_limit, name="cache_limit")
-        check_cache_limit(self.cache_limit, self._bytes_per_shard)
+        check_cache_limit(self.cache_limit, self._bytes_per_shard, self._index_bytes())
         if world is not None and replication is not None:
             world = replace(world, replication=replication)
         self._plan = EpochPlanner(
@@ -249,6 +250,11 @@ class StreamingDataset(IterableDataset):
         self._any_compressed = index.any_compressed
         self.size = int(self.samples_per_shard.sum())
         self._stream_ends = np.cumsum(self.samples_per_stream).tolist()
+
+    def _index_bytes(self) -> int:
+        """Bytes of the streams' local index.json files (what upstream's minimum cache usage counts)."""
+        paths = (os.path.join(s.dirname, "index.json") for s in self.streams)
+        return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
     def _reset_process_caches(self) -> None:
         self._access: ShardAccess | None = None

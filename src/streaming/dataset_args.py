@@ -59,18 +59,19 @@ def check_choices_and_bounds(
             raise ValueError(f"{name} must be >= {low}, got {number}")
 
 
-def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray) -> None:
-    """Raise ValueError when ``cache_limit`` is below 4x the largest shard (all of its files)."""
+def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray, index_bytes: int = 0) -> None:
+    """Raise ValueError when ``cache_limit`` is at most the streams' index.json bytes (``index_bytes``), as
+    upstream, or below 4x the largest shard (all of its files)."""
     if cache_limit is None:
         return
     largest = int(bytes_per_shard.max()) if len(bytes_per_shard) else 0
-    if cache_limit < largest:  # not even one shard fits: upstream's "minimum usage" wording
+    if cache_limit <= index_bytes:
         raise ValueError(
-            f"Minimum cache usage ({largest} bytes) is larger than the cache limit ({cache_limit} bytes): "
-            f"cache_limit={format_bytes(cache_limit)} cannot hold this dataset's largest shard "
-            f"({format_bytes(largest)}); the minimum is 4x that, {format_bytes(4 * largest)} ({4 * largest} bytes), "
-            "so that the shards being read, prefetched and prepared fit at once; raise cache_limit or write "
-            "smaller shards"
+            f"Minimum cache usage ({index_bytes} bytes) is larger than the cache limit ({cache_limit} bytes): "
+            f"cache_limit={format_bytes(cache_limit)} is not even the size of the streams' index.json files "
+            f"({format_bytes(index_bytes)}); the minimum is 4x the largest shard, {format_bytes(4 * largest)} "
+            f"({4 * largest} bytes), so that the shards being read, prefetched and prepared fit at once; raise "
+            "cache_limit or write smaller shards"
         )
     if cache_limit < 4 * largest:
         raise ValueError(

@@ -65,11 +65,14 @@ def test_invalid_sampling_method_of_a_dataset(tmp_path: Path) -> None:
         StreamingDataset(local=str(tmp_path / "ds"), batch_size=1, sampling_method="ayo")
 
 
-def test_cache_limit_between_one_and_four_shards(tmp_path: Path) -> None:
-    _write(tmp_path / "ok")
+def test_cache_limit_between_index_and_four_shards(tmp_path: Path) -> None:
+    with MDSWriter(out=str(tmp_path / "ok"), columns={"x": "bytes"}, size_limit=1 << 12) as w:
+        for _ in range(8):
+            w.write({"x": bytes(1000)})
+    index = (tmp_path / "ok" / "index.json").stat().st_size
     with pytest.raises(ValueError, match="^Cache limit .* is too low. Increase the `cache_limit` to"):
         StreamingDataset(
-            remote=str(tmp_path / "ok"), local=str(tmp_path / "cache"), cache_limit=400, batch_size=1
+            remote=str(tmp_path / "ok"), local=str(tmp_path / "cache"), cache_limit=index + 1, batch_size=1
         )
 
 
@@ -90,3 +93,9 @@ def test_py1e_span_warning_starts_with_upstreams(tmp_path: Path) -> None:
     )
     with pytest.warns(UserWarning, match="^Shuffle block size was smaller than shard size"):
         list(ds)
+
+
+def test_remote_folder_without_index_json(tmp_path: Path) -> None:
+    (tmp_path / "remote").mkdir()
+    with pytest.raises(FileNotFoundError, match="No such file or directory"):
+        StreamingDataset(remote=str(tmp_path / "remote"), local=str(tmp_path / "cache"), batch_size=1)
