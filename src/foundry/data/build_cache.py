@@ -50,7 +50,8 @@ def publish_once(root: Path, name: str, *, build: Callable[[Path], None], what: 
     """`root/name`, built first by `build(tmp_folder)` unless it is already published.
 
     Args:
-        root: The cache folder (created if absent); the lock files live in `root/.locks`.
+        root: The cache folder (created if absent); the lock files live in its hidden sibling folder
+            `.<root name>.locks` (`streaming.cache.locks.lock_dir`), not inside it.
         name: The build's folder name; it must encode every input of `build` (see `build_key`).
         build: Writes the complete build into the (empty) folder it is given.
         what: What is built, for the log line printed while waiting for another builder.
