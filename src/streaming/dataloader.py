@@ -190,11 +190,8 @@ class StreamingDataLoader(DataLoader):
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
         if isinstance(dataset, StreamingDataset):
             bs = kwargs.get("batch_size", args[0] if args else 1)
-            if dataset.batch_size is None:
-                raise ValueError(
-                    f"Please pass `batch_size` to StreamingDataset: pass batch_size={bs} to it too (the per-device batch size it plans with)"
-                )
-            if bs != dataset.batch_size:
+            # A dataset without batch_size is refused when iterated (StreamingDataset's own check), as upstream.
+            if dataset.batch_size is not None and bs != dataset.batch_size:
                 raise ValueError(
                     f"the DataLoader batch_size ({bs}) differs from StreamingDataset batch_size "
                     f"({dataset.batch_size}); they must be equal for the sample order and resumption to be right"
@@ -217,7 +214,7 @@ class StreamingDataLoader(DataLoader):
         super().__init__(dataset, *args, **kwargs)
         self.num_samples_yielded = 0
         self._grouped: DataLoader | None = None
-        if split and isinstance(dataset, StreamingDataset):
+        if split and isinstance(dataset, StreamingDataset) and dataset.batch_size is not None:
             self._grouped = self._group_loader(dataset, pack, slots)  # type: ignore[arg-type]
 
     def __setattr__(self, name: str, value: Any) -> None:  # noqa: ANN401

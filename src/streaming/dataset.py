@@ -256,6 +256,14 @@ class StreamingDataset(IterableDataset):
         paths = (os.path.join(s.dirname, "index.json") for s in self.streams)
         return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
+    def _shard_budget(self) -> int | None:
+        """What ``cache_limit`` leaves for shard files: the index.json files count toward it (as upstream),
+        but the shards always keep at least the 4x largest shard the limit was checked against."""
+        if self.cache_limit is None:
+            return None
+        largest = int(self._bytes_per_shard.max()) if len(self._bytes_per_shard) else 0
+        return max(self.cache_limit - self._index_bytes(), 4 * largest)
+
     def _reset_process_caches(self) -> None:
         self._access: ShardAccess | None = None
 
@@ -277,7 +285,7 @@ class StreamingDataset(IterableDataset):
                 stream_per_shard=self.stream_per_shard,
                 shard_ends=self._shard_ends,
                 any_compressed=lambda: self._any_compressed,
-                cache_limit=self.cache_limit,
+                cache_limit=self._shard_budget(),
                 allow_unsafe_types=self.allow_unsafe_types,
                 download_concurrency=self.download_concurrency,
             )

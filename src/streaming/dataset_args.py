@@ -60,12 +60,14 @@ def check_choices_and_bounds(
 
 
 def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray, index_bytes: int = 0) -> None:
-    """Raise ValueError when ``cache_limit`` is at most the streams' index.json bytes (``index_bytes``), as
-    upstream, or below 4x the largest shard (all of its files)."""
+    """Raise ValueError when ``cache_limit`` is below 4x the largest shard (all of its files); the message is
+    upstream's "Minimum cache usage" one when the limit is also at most the streams' index.json bytes
+    (``index_bytes``), else its "Cache limit ... is too low" one. A limit of 4x the largest shard is accepted
+    whatever the index size (the shards then keep that much; see ``StreamingDataset._shard_budget``)."""
     if cache_limit is None:
         return
     largest = int(bytes_per_shard.max()) if len(bytes_per_shard) else 0
-    if cache_limit <= index_bytes:
+    if cache_limit < 4 * largest and cache_limit <= index_bytes:
         raise ValueError(
             f"Minimum cache usage ({index_bytes} bytes) is larger than the cache limit ({cache_limit} bytes): "
             f"cache_limit={format_bytes(cache_limit)} is not even the size of the streams' index.json files "

@@ -99,3 +99,20 @@ def test_remote_folder_without_index_json(tmp_path: Path) -> None:
     (tmp_path / "remote").mkdir()
     with pytest.raises(FileNotFoundError, match="No such file or directory"):
         StreamingDataset(remote=str(tmp_path / "remote"), local=str(tmp_path / "cache"), batch_size=1)
+
+
+def test_index_json_counts_toward_cache_limit(tmp_path: Path) -> None:
+    """Shards plus index.json over the limit (shards alone under it): some shards are evicted, as upstream."""
+    with MDSWriter(out=str(tmp_path / "remote"), columns={"x": "bytes"}, size_limit=500) as w:
+        for _ in range(2000):
+            w.write({"x": b"\0"})
+    remote = tmp_path / "remote"
+    shards = sum(p.stat().st_size for p in remote.iterdir() if p.name != "index.json")
+    index = (remote / "index.json").stat().st_size
+    limit = shards + index // 2
+    ds = StreamingDataset(remote=str(remote), local=str(tmp_path / "cache"), cache_limit=limit, batch_size=1)
+    for _ in range(2):
+        list(ds)
+    kept = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert len(kept) < len(list(remote.iterdir()))
+    assert sum((tmp_path / "cache" / name).stat().st_size for name in kept) <= limit
