@@ -59,7 +59,9 @@ SELECTED: dict[str, str] = {
     "test_unsafe_types.py": "allow_unsafe_types",
     "test_compression.py": "compressed datasets (the codec-class tests are internal: skipped)",
     "test_hashing.py": "hash validation of datasets (the hash-function tests are internal: skipped)",
-    "test_util.py": "streaming.base.util helpers and merge_index (internal helpers: skipped)",
+    "test_util.py": "streaming.base.util's public helpers (bytes_to_int, number_abbrev_to_int, get_list_arg); "
+    "private helpers skipped, merge_index tests skipped without pyspark (they build input with upstream's "
+    "internal dataframe_to_mds, its optional [spark] extra)",
 }
 # Left out: test_array, test_barrier, test_shared, test_partition, test_shuffle, test_spanner, test_sampling
 # (upstream's internal shared-memory, partition and shuffle modules); test_download, test_upload (upstream's
@@ -74,8 +76,10 @@ UPSTREAM_FAILS: dict[str, str] = {}
 _PLAIN_REMOTE = (
     "a remote that is a plain folder path is read in place (local = remote), not copied to a temp dir"
 )
-_INDEX_NOT_COUNTED = (
-    "cache_limit counts shard files only; index.json (never evicted) is not part of the budget"
+_DRAWN_SUBSET = (
+    "which samples a down-sampled stream draws comes from this library's own generator (not numpy's call "
+    "sequence); the per-stream counts match upstream's (80 and 120 of epoch_size=200), but this draw includes "
+    "sample 600, which the test's `samples > 600` counts in neither stream"
 )
 # Upstream tests we fail on purpose; the compat test asserts every failure is listed here.
 DELIBERATE: dict[str, str] = {
@@ -84,13 +88,22 @@ DELIBERATE: dict[str, str] = {
     "test_stream.py::test_existing_local_raises_exception": (
         "Stream() with neither remote nor local is refused at once (ValueError), before any temp folder is made"
     ),
-    "test_streaming.py::test_no_batch_size_exception": (
-        "StreamingDataLoader refuses a StreamingDataset without batch_size when it is built, not at iteration"
+    **{
+        f"test_streaming.py::test_dataloader_epoch_size_multiple_streams_default[200-8-{w}-{d}-False-2222-4]": (
+            _DRAWN_SUBSET
+        )
+        for w in (3, 6)
+        for d in (False, True)
+    },
+    "test_reader.py::test_accidental_shard_delete": (
+        "a shard being read stays open (mapped): deleting its file by hand mid-epoch does not disturb the reads "
+        "and the file is not downloaded again within that epoch (upstream reopens the file per sample and "
+        "re-downloads it at once)"
     ),
-    "test_eviction.py::test_eviction_nozip[shard_eviction]": _INDEX_NOT_COUNTED,
-    "test_eviction.py::test_eviction_zip_nokeep[shard_eviction]": _INDEX_NOT_COUNTED,
-    "test_eviction.py::test_eviction_zip_keep[shard_eviction]": _INDEX_NOT_COUNTED,
-    "test_eviction.py::test_cache_limit_lower_than_index_json[2048]": _INDEX_NOT_COUNTED,
+    "test_streaming.py::test_same_local_diff_remote": (
+        "two live datasets may share one local cache folder (they coordinate through file locks); upstream "
+        "refuses a local folder already used by a live dataset with a remote"
+    ),
 }
 
 CONFTEST = '''
@@ -139,7 +152,7 @@ INTERNALS = {
     "streaming.base.stream": {"streams_registry": None},
     "streaming.base.registry_utils": {"construct_from_registry": None},
     "streaming.base.util": {"clean_stale_shared_memory": lambda: None, "retry": None, "merge_index": None,
-                            "get_list_arg": None, "bytes_to_int": None, "number_abbrev_to_int": None},
+                            "_format_remote_index_files": None, "get_list_arg": None, "bytes_to_int": None, "number_abbrev_to_int": None},
     "streaming.base.constant": {"RESUME": None, "LOCALS": None},
     "streaming.base.shared.prefix": {"_get_path": None},
     "streaming.base.storage.download": {"CloudDownloader": None},
@@ -183,6 +196,14 @@ def pytest_runtest_logreport(report):
 def pytest_configure(config):
     config.addinivalue_line("markers", "world_size(n): upstream's distributed-test marker (ignored)")
     config.addinivalue_line("markers", "remote: upstream's remote-bucket marker")
+
+
+@pytest.fixture(autouse=True)
+def _needs_spark(request):
+    """Upstream's merge_index tests build their input with pyspark and its internal ``dataframe_to_mds``
+    converter (the optional ``[spark]`` extra): without pyspark they cannot start, on upstream either."""
+    if request.node.name.startswith("test_merge_index_from_"):
+        pytest.importorskip("pyspark", reason="upstream's merge_index tests need pyspark (its [spark] extra)")
 
 
 @pytest.fixture(scope="class", autouse=True)

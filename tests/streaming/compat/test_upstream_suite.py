@@ -29,11 +29,6 @@ def _script_module():  # noqa: ANN202
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="issue 41 part 1 unfinished: first full run 259/341 = 76% before the message fixes (merge_index, "
-    "epoch_size split, writer exist_ok/size_limit and reader edge cases still open); remove when >= 97%",
-    strict=False,
-)
 def test_upstream_suite_passes(tmp_path: Path) -> None:
     suite = _script_module()
     try:
