@@ -84,7 +84,8 @@ class StreamingDataset(IterableDataset):
         epoch_size: Samples per epoch (int or ``"100k"``-style string); relative weights only.
         predownload: Samples a worker may prepare ahead (default ``8 * batch_size``, or 64).
         download_concurrency: Shard downloads each worker runs ahead at once (remote streams).
-        cache_limit: Local cache budget (bytes or ``"10gb"``); checked against the largest shard.
+        cache_limit: Local cache budget (bytes or ``"10gb"``): the streams' index.json files count toward it;
+            at least 4x the largest shard (all of its files).
         sampling_method: ``balanced`` (partial repeats change per epoch) or ``fixed``.
         sampling_granularity: Pick size for spreading a stream's partial repeat over shards.
         partition_algo: ``relaxed`` (any world) or ``orig`` (canonical and physical nodes divide each other).
