@@ -2,7 +2,7 @@
 
 A Llama-shaped model (default ~134M parameters, ~0.5 GiB fp32) is saved as safetensors in a temp folder;
 then for each mode, 2 ranks (torchrun, gloo, CPU) build and shard it with `build_model_on` + `wrap_model`,
-as training does. `meta`: built on meta, each rank reads only its shards (`foundry.models.pretrained_load`);
+as training does. `meta`: built on meta, each rank reads only its shards (`foundry.parallel.pretrained_load`);
 `plain`: every rank loads the whole model with `from_pretrained` (model.init_device=cpu), then shards it.
 Each rank measures its own peak resident memory (VmHWM) minus a baseline taken after imports and process
 group setup; the line reports the per-rank figures against the model's size. Target: `meta` peak growth per
@@ -46,8 +46,8 @@ def rank_main(folder: Path, mode: str, out: Path) -> None:
 
     from foundry.models import build_model_on
     from foundry.models.hf_causal_lm import HFCausalLMConfig
-    from foundry.models.pretrained_load import reset_peak_rss, rss_bytes
     from foundry.parallel import ParallelismConfig, init_distributed, teardown, wrap_model
+    from foundry.parallel.pretrained_load import reset_peak_rss, rss_bytes
 
     pc = ParallelismConfig(strategy="fsdp")
     ctx = init_distributed(pc, device=torch.device("cpu"))

@@ -21,6 +21,7 @@ __all__ = [
     "default_data_root",
     "load_task_configs",
     "register_eval_configs",
+    "task_config",
 ]
 
 TASK_TYPES = ("language_modeling", "multiple_choice", "schema", "generation_task_with_answers")
@@ -158,7 +159,7 @@ class EvalConfig:
             )
         if not isinstance(self.icl_tasks, list | tuple):
             raise ValueError(f"eval.icl_tasks must be a list of tasks, got {type(self.icl_tasks).__name__}")
-        self.icl_tasks = [_task(item, where="eval.icl_tasks") for item in self.icl_tasks]
+        self.icl_tasks = [task_config(item, where="eval.icl_tasks") for item in self.icl_tasks]
 
 
 def _to_plain(value: Any) -> Any:  # noqa: ANN401 - OmegaConf containers or plain data
@@ -190,7 +191,7 @@ def read_yaml_key(path: str | Path, key: str) -> Any:  # noqa: ANN401
     return doc.get(key, doc) if isinstance(doc, dict) else doc
 
 
-def _task(item: Any, *, where: str) -> ICLTaskConfig:  # noqa: ANN401 - a mapping or an ICLTaskConfig
+def task_config(item: Any, *, where: str) -> ICLTaskConfig:  # noqa: ANN401 - a mapping or an ICLTaskConfig
     """`item` as a validated `ICLTaskConfig` (`where` names its source in errors)."""
     if isinstance(item, ICLTaskConfig):
         return item
@@ -214,8 +215,8 @@ def load_task_configs(cfg: EvalConfig) -> list[ICLTaskConfig]:
         tasks = read_yaml_key(cfg.icl_tasks_file, "icl_tasks") or []
         if not isinstance(tasks, list):
             raise ValueError(f"{cfg.icl_tasks_file}: `icl_tasks:` must be a list of tasks")
-        out += [_task(item, where=f"{cfg.icl_tasks_file}: icl_tasks") for item in tasks]
-    out += [_task(item, where="eval.icl_tasks") for item in _to_plain(cfg.icl_tasks) or []]
+        out += [task_config(item, where=f"{cfg.icl_tasks_file}: icl_tasks") for item in tasks]
+    out += [task_config(item, where="eval.icl_tasks") for item in _to_plain(cfg.icl_tasks) or []]
     labels = [t.label for t in out]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:

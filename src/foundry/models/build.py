@@ -4,7 +4,7 @@ Design note: a model is built in three steps that every caller used to write its
 from its schema (`build_model`: MPT on an init device, or any transformers causal LM), materialise it (a
 meta-device MPT is allocated and initialised by `materialize_`, or given a checkpoint's tensors), and move
 it to the run's device (a meta-built transformers causal LM marked `pretrained` reads its safetensors
-instead of being initialised, `foundry.models.pretrained_load`). `build_model_on` does all three; training, `task=eval`, the lm-eval adapter,
+instead of being initialised, `foundry.parallel.pretrained_load`). `build_model_on` does all three; training, `task=eval`, the lm-eval adapter,
 checkpoint conversion and the benchmarks call it. FSDP keeps the meta model (`defer_init`) and materialises
 per shard after wrapping (`foundry.parallel.meta_init`). Casting to a dtype stays with the caller that loads
 weights (the lm-eval adapter): weights load at full precision, then cast. Nothing is registered at import:
@@ -32,9 +32,9 @@ from foundry.models.mpt.hf_config import MPTConfig
 from foundry.models.mpt.init import init_model_
 from foundry.models.mpt.model import MPTForCausalLM
 from foundry.models.mpt.schema import MPTModelConfig
-from foundry.models.pretrained_load import pretrained_folder
 from foundry.models.schema import ModelConfig
-from foundry.parallel.meta_init import is_meta, materialize_local_
+from foundry.parallel.meta_init import is_meta
+from foundry.parallel.pretrained_load import materialize_or_load_, pretrained_folder
 from foundry.tokenizers import padded_vocab_size
 
 __all__ = [
@@ -121,7 +121,7 @@ def build_model_on(
         tokenizer: Its `len()` must fit in an MPT's `vocab_size`; None (`tokenizer.name=null`, rows of token
             ids) skips the check (the collator checks ids against `model.vocab_size`).
         init_device: Overrides an MPT schema's `init_device` (e.g. `meta` when weights are loaded next).
-        defer_init: Keep a meta-created model on meta, for FSDP to shard it before `materialize_local_`
+        defer_init: Keep a meta-created model on meta, for FSDP to shard it before `materialize_or_load_`
             (which loads the pretrained weights of an `init_device: meta` + `pretrained: true` one).
         state_dict: Weights to assign instead of initialising (an MPT is then created on meta); the module's
             non-persistent buffers (position tables, ALiBi slopes) are rebuilt on `device`.
@@ -141,7 +141,7 @@ def build_model_on(
         if not is_meta(model):
             return model.to(device)
         # meta (`init_device: meta`): pretrained weights are loaded, others initialised, after FSDP sharding
-        return model if defer_init else materialize_local_(model, device=device)
+        return model if defer_init else materialize_or_load_(model, device=device)
     check_vocab_fits(cfg, tokenizer)
     where = "meta" if state_dict is not None else init_device or cfg.init_device
     model = build_model(cfg, device=where)

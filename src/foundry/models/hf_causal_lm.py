@@ -5,7 +5,7 @@ Design note: this is a thin adapter, not a wrapper class: the trainer gets the t
 adds architectures. Network access is never assumed: a missing local/cached model fails with a message
 naming the field to change. `init_device: meta` with `pretrained: true` (llm-foundry's big-model finetuning)
 builds the architecture on meta and records the weights' folder; they are read when the model is
-materialised, after FSDP sharding (`foundry.models.pretrained_load`).
+materialised, after FSDP sharding (`foundry.parallel.pretrained_load`).
 
 Packed rows (`attn_uses_sequence_id`, which llm-foundry does not offer for HF models): a forward pre-hook,
 registered on the model itself (so its class, parameter names and checkpoints stay transformers'), turns
@@ -26,8 +26,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from foundry.models.documents import document_causal_mask, document_positions
 from foundry.models.mpt.auto import register_auto_classes
-from foundry.models.pretrained_load import mark_pretrained, resolve_weights_folder
 from foundry.models.schema import ModelConfig
+from foundry.parallel.pretrained_load import mark_pretrained, resolve_weights_folder
 
 __all__ = ["HFCausalLMConfig", "build_hf_causal_lm"]
 

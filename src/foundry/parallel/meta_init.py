@@ -7,9 +7,8 @@ model's own per-module init (transformers' `_init_weights`), keeps its shard and
 consumes the random generator exactly as a single process would, so a sharded meta init equals the unsharded
 one for the same seed, while the peak extra memory is one full parameter at a time.
 
-A model marked with pretrained weights (`foundry.models.pretrained_load.mark_pretrained`: `init_device: meta`
-with `pretrained: true`) is not initialised but loaded: each rank reads only its shards from the
-safetensors files (`load_pretrained_local_`) and prints how much it read and its peak memory growth.
+A model marked with pretrained weights (`init_device: meta` with `pretrained: true`) is loaded instead of
+initialised: `foundry.parallel.pretrained_load.materialize_or_load_` is the entry for both.
 """
 
 from __future__ import annotations
@@ -59,24 +58,15 @@ def init_sharded_module_(module: nn.Module, init: Callable[[nn.Module], None]) -
 
 
 def materialize_local_(model: nn.Module, *, device: torch.device | str) -> nn.Module:
-    """Allocates `model`'s (possibly sharded) meta tensors on `device` and initialises them, or loads them
-    from the pretrained checkpoint `mark_pretrained` recorded on the model.
+    """Allocates `model`'s (possibly sharded) meta tensors on `device` and initialises them.
 
     Args:
         model: A meta-device transformers model, optionally already `fully_shard`-ed.
         device: Where the local shards go.
 
     Returns:
-        `model`, with weights equal to an unsharded `materialize_` of the same model and seed, or to a plain
-        (unsharded) load of its pretrained checkpoint.
+        `model`, with weights equal to an unsharded `materialize_` of the same model and seed.
     """
-    from foundry.models.pretrained_load import load_pretrained_local_, pretrained_folder
-
-    folder = pretrained_folder(model)
-    if folder is not None:
-        report = load_pretrained_local_(model, folder, device=device)
-        print(report.line(rank=_rank()), flush=True)
-        return model
     init = _init_fn(model)
     to_empty_keeping_ties_(model, device=device)
     for module in model.modules():
@@ -100,9 +90,3 @@ def to_empty_keeping_ties_(model: nn.Module, *, device: torch.device | str) -> n
             if module._parameters[other] is not shared:
                 module._parameters[other] = shared
     return model
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

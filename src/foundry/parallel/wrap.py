@@ -109,7 +109,8 @@ def wrap_model(model: nn.Module, *, cfg: ParallelismConfig, ctx: DistContext, pr
     Returns:
         The model to train: `DistributedDataParallel`, the same module made an `FSDPModule`, or `model`.
     """
-    from foundry.parallel.meta_init import is_meta, materialize_local_
+    from foundry.parallel.meta_init import is_meta
+    from foundry.parallel.pretrained_load import materialize_or_load_
 
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
@@ -117,10 +118,10 @@ def wrap_model(model: nn.Module, *, cfg: ParallelismConfig, ctx: DistContext, pr
         meta = is_meta(model)
         model = _fsdp(model, cfg=cfg, ctx=ctx, precision=precision)
         if meta:
-            materialize_local_(model, device=ctx.device)
+            materialize_or_load_(model, device=ctx.device)
         return model
     if is_meta(model):
-        materialize_local_(model, device=ctx.device)
+        materialize_or_load_(model, device=ctx.device)
     if cfg.strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-import foundry.models.pretrained_load as loader
+import foundry.parallel.pretrained_load as loader
 from foundry.models import build_model_on
 from foundry.models.hf_causal_lm import HFCausalLMConfig
 from foundry.parallel import ParallelismConfig, init_distributed, teardown, wrap_model

@@ -3,7 +3,7 @@
 Design note: two callers. A training YAML's `icl_tasks` / `eval_gauntlet` go through `eval_section` (ICL
 evaluation during training); a YAML for llm-foundry's eval entry (`scripts/eval/eval.py`: a `models:` list,
 or a top-level `model` with no `train_loader`) goes through `translate_eval` and becomes `task=eval`. Both
-read the task list and the gauntlet the way `train.py` later will (`foundry.eval.config._task`,
+read the task list and the gauntlet the way `train.py` later will (`foundry.eval.config.task_config`,
 `foundry.eval.gauntlet.gauntlet_config`), so an unknown task or gauntlet key fails at translation, naming
 it. A string `icl_tasks` / `eval_gauntlet` is a path relative to llm-foundry's `scripts/` folder (its own
 YAMLs say `eval/yamls/tasks_v0.3.yaml`); one found from the cwd or the checkout (as `train.py` looks) is kept as
@@ -20,7 +20,7 @@ from typing import Any
 from foundry.compat.llmfoundry import sections
 from foundry.compat.llmfoundry.keys import PRECISIONS
 from foundry.compat.llmfoundry.result import Out, Translation
-from foundry.eval.config import _task, read_yaml_key
+from foundry.eval.config import read_yaml_key, task_config
 from foundry.eval.gauntlet import gauntlet_config
 
 __all__ = ["eval_section", "is_eval_yaml", "translate_eval"]
@@ -78,7 +78,7 @@ def _tasks(out: Out, value: Any) -> None:  # noqa: ANN401 - a path or a list of 
             if not isinstance(items, list):
                 raise ValueError("its `icl_tasks:` must be a list of tasks")
             for item in items:
-                _task(item, where=f"{path}: icl_tasks")
+                task_config(item, where=f"{path}: icl_tasks")
         except ValueError as err:
             raise out.fail("icl_tasks", str(err)) from None
         out.set("eval.icl_tasks_file", path)
@@ -89,7 +89,7 @@ def _tasks(out: Out, value: Any) -> None:  # noqa: ANN401 - a path or a list of 
         )
     try:
         for item in value:
-            _task(item, where="icl_tasks")
+            task_config(item, where="icl_tasks")
     except ValueError as err:
         raise out.fail("icl_tasks", str(err)) from None
     out.set("eval.icl_tasks", value)

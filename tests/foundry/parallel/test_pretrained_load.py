@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 
 from foundry.models import build_model_on
 from foundry.models.hf_causal_lm import HFCausalLMConfig
-from foundry.models.pretrained_load import load_pretrained_local_, pretrained_folder
+from foundry.parallel.pretrained_load import load_pretrained_local_, pretrained_folder
 from tests.foundry.models._tiny_checkpoints import VOCAB, save_tiny_llama, save_tiny_mpt
 
 REPO = Path(__file__).resolve().parents[3]

@@ -4,7 +4,8 @@ Design note: llm-foundry's big-model finetuning builds the model on the meta dev
 or `mixed`) with `pretrained: true`, so that no rank ever holds the whole model. `build_hf_causal_lm` then
 creates the architecture on meta and records the checkpoint's folder on the module (`mark_pretrained`);
 whoever materialises the model (`build_model_on` in one process, `wrap_model` after `fully_shard`) calls
-`load_pretrained_local_` instead of running the random init. It allocates the local tensors
+`materialize_or_load_`, which runs `load_pretrained_local_` instead of the random init. It lives in `parallel`
+(the DTensor slices), so `foundry.models` never imports `torch.distributed`. It allocates the local tensors
 (`to_empty`: only the shards under FSDP2), recomputes the non-persistent buffers (rotary `inv_freq`, MPT's
 ALiBi/position tables) with the module's own `reset_buffers` or transformers' per-module `_init_weights`,
 then fills every entry of `model.state_dict()` from the safetensors files: a sharded (DTensor) entry reads
@@ -31,6 +32,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from foundry.parallel.meta_init import init_sharded_module_, materialize_local_, to_empty_keeping_ties_
 
 __all__ = [
     "LoadReport",
@@ -171,8 +174,6 @@ def _local_index(tensor: torch.Tensor) -> tuple[slice, ...] | None:
 
 def _init_buffers(model: nn.Module) -> None:
     """Recomputes the non-persistent buffers (not in checkpoints) of every module that has one."""
-    from foundry.parallel.meta_init import init_sharded_module_
-
     init = getattr(model, "_init_weights", None)
     persistent_names = set(model.state_dict(keep_vars=True))
     for prefix, module in model.named_modules():
@@ -240,8 +241,6 @@ def load_pretrained_local_(model: nn.Module, folder: Path, *, device: torch.devi
     Raises:
         ValueError: A model tensor is missing from the checkpoint or has another shape, naming it.
     """
-    from foundry.parallel.meta_init import to_empty_keeping_ties_
-
     reset_peak_rss()
     before = rss_bytes()
     keys = safetensors_files(folder)
@@ -265,3 +264,21 @@ def load_pretrained_local_(model: nn.Module, folder: Path, *, device: torch.devi
         ignored_keys=len(set(keys) - loaded),
         peak_rss_growth_mb=max(0, peak_rss_bytes() - before) / 2**20,
     )
+
+
+def materialize_or_load_(model: nn.Module, *, device: torch.device | str) -> nn.Module:
+    """Allocates `model`'s (possibly sharded) meta tensors on `device` and fills them: from the pretrained
+    checkpoint `mark_pretrained` recorded on it (printing what each rank read and its peak memory growth), else
+    with the model's own init (`materialize_local_`)."""
+    folder = pretrained_folder(model)
+    if folder is None:
+        return materialize_local_(model, device=device)
+    report = load_pretrained_local_(model, folder, device=device)
+    print(report.line(rank=_rank()), flush=True)
+    return model
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
