@@ -73,7 +73,9 @@ def _ds(folder: Path) -> Path:
 
 
 def write_roots(folder: Path) -> list[Path]:
-    return [_ds(folder), folder / "a" / "b" / "local"]
+    """The dataset and cache folders, and their lock folders (hidden siblings, `streaming.cache.locks.lock_dir`)."""
+    b = folder / "a" / "b"
+    return [_ds(folder), b / "local", b / ".ds.locks", b / ".local.locks"]
 
 
 def planted(folder: Path) -> list[Path]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 import subprocess
 import sys
 import urllib.request
@@ -70,6 +71,9 @@ def test_proxy_forwards_and_counts_body_bytes(tmp_path):
             for _ in range(2):
                 with urllib.request.urlopen(f"{proxy.url}/blob", timeout=10) as resp:
                     assert resp.read() == payload
+            deadline = time.monotonic() + 60  # the proxy counts a request after its last byte went out
+            while proxy.stats.requests < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
             stats = proxy.reset()
         assert (stats.requests, stats.gets, stats.body_bytes) == (2, 2, 2 * len(payload))
         assert proxy.stats.requests == 0
