@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import time
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
