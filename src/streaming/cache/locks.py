@@ -3,7 +3,8 @@
 The lock folder of cache folder ``local`` (``lock_dir``) is its hidden sibling ``.<name>.locks`` next to the
 real path of ``local`` (links resolved), so the cache folder holds exactly the dataset's files (its listing
 equals the remote's, as mosaicml-streaming's) and every job sharing one ``local``, by whatever path, finds the
-same locks. Where that sibling cannot be created (the parent folder is read-only or not ours), the lock folder
+same locks. Where that sibling cannot be created (the parent folder is read-only or not ours) or already exists owned by
+another user than us and the cache folder's owner (a shared parent such as ``/tmp``), the lock folder
 is ``streaming-locks/<sha256 of the real path>`` under the per-user runtime folder (``$XDG_RUNTIME_DIR``, else
 ``<tmp>/streaming-locks-<uid>``): still one folder per cache folder, shared by that user's jobs on this host.
 The lock folder also holds the cache's small bookkeeping files (source marker, hash verdicts, reservations).
@@ -42,6 +43,13 @@ def _runtime_lock_dir(real: str) -> str:
     return os.path.join(base, "streaming-locks", hashlib.sha256(real.encode()).hexdigest()[:32])
 
 
+def _owned_here(folder: str, cache: str) -> bool:
+    """Whether ``folder`` belongs to this user or to the cache folder's owner: a lock folder someone else made
+    beside the cache (in a shared parent such as ``/tmp``) could hold forged hash verdicts or reservations."""
+    owner = os.stat(folder).st_uid
+    return owner == os.geteuid() or (os.path.exists(cache) and owner == os.stat(cache).st_uid)
+
+
 def lock_dir(directory: str) -> str:
     """The lock folder of cache folder ``directory`` (outside it; see the module note), created if missing."""
     real = os.path.realpath(directory)
@@ -51,7 +59,8 @@ def lock_dir(directory: str) -> str:
         refuse_links(parent, sibling, doing="use lock folder")
         try:
             os.makedirs(sibling, exist_ok=True)
-            return sibling
+            if _owned_here(sibling, real):
+                return sibling
         except OSError as err:
             if err.errno not in _NOT_OURS:
                 raise

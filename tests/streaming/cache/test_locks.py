@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from streaming import MDSWriter, StreamingDataset
 from streaming.cache.locks import file_lock, lock_dir, try_lock
 
@@ -55,3 +57,19 @@ def test_a_read_only_parent_puts_the_locks_in_the_runtime_folder(tmp_path: Path,
     with file_lock(cache, "index.json"):
         pass
     assert os.listdir(tmp_path / "ro") == ["cache"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder owned by another user needs root")
+def test_a_lock_folder_planted_by_another_user_is_not_used(tmp_path: Path, monkeypatch) -> None:
+    """In a shared parent (``/tmp``) another user may create ``.<name>.locks`` first: it could hold forged hash
+    verdicts, so the locks go to this user's runtime folder instead."""
+    local = tmp_path / "cache"
+    local.mkdir()
+    planted = tmp_path / ".cache.locks"
+    planted.mkdir()
+    os.chown(planted, 4242, 4242)
+    os.chown(local, os.geteuid(), os.getegid())
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "runtime"))
+    (tmp_path / "runtime").mkdir()
+    assert lock_dir(str(local)) != str(planted)
+    assert lock_dir(str(local)).startswith(str(tmp_path / "runtime"))
