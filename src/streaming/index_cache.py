@@ -300,6 +300,10 @@ def load_shard_table(
     table = _open_cache(file, key, path=path, source=source)
     if table is not None:
         return table
+    try:
+        os.makedirs(cache_dir, exist_ok=True)  # the lock folder is its sibling: it no longer creates the folder
+    except OSError:
+        return ShardTable.from_index(load_index(dirname, split, source=source), source=source)
     with file_lock(cache_dir, os.path.basename(file)):  # one builder per node; the others wait, then read
         table = _open_cache(file, key, path=path, source=source)
         if table is not None:
