@@ -18,7 +18,7 @@ Remote vs local (``--local-vs-remote``). One JSON line per case: time to the fir
 of shard GETs seen by a counting proxy (a separate, untimed pass).
 
 Usage: ``python scripts/bench/streaming_remote.py [--samples 20000] [--workers 1,4,8] [--shard-mib 8,64]
-[--repeats 3] [--svg docs/images/streaming_remote.svg]``; ``--local-vs-remote [--compression zstd]``.
+[--repeats 3] [--svg docs/assets/bench-runs/streaming-remote-latency.svg]``; ``--local-vs-remote [--compression zstd]``.
 """
 
 from __future__ import annotations
