@@ -301,7 +301,9 @@ def load_shard_table(
     if table is not None:
         return table
     try:
-        os.makedirs(cache_dir, exist_ok=True)  # the lock folder is its sibling: it no longer creates the folder
+        os.makedirs(
+            cache_dir, exist_ok=True
+        )  # the lock folder is its sibling: it no longer creates the folder
     except OSError:
         return ShardTable.from_index(load_index(dirname, split, source=source), source=source)
     with file_lock(cache_dir, os.path.basename(file)):  # one builder per node; the others wait, then read

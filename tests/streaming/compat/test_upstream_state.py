@@ -183,5 +183,7 @@ def test_stratified_shares_match_upstream_and_a_zero_share_is_refused(dataset, t
         batch_size=5,
         batching_method="stratified",
     )
-    with pytest.raises(ValueError, match="^Number of samples for stream 1 .*share of a global batch of 5 rounds to 0"):
+    with pytest.raises(
+        ValueError, match="^Number of samples for stream 1 .*share of a global batch of 5 rounds to 0"
+    ):
         next(iter(tiny))
