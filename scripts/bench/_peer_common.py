@@ -41,6 +41,16 @@ def parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def write_mds(args: argparse.Namespace, writer: Any) -> None:  # noqa: ANN401 - either library's MDSWriter class
+    """The benchmark's dataset as MDS shards of ``args.shard_mib`` MiB, with ``writer`` (ours or upstream's: the
+    same arguments and format)."""
+    rows = pool()
+    columns = {"tokens": "ndarray:int32:2048", "id": "int"}
+    with writer(out=args.out, columns=columns, size_limit=args.shard_mib << 20) as w:
+        for i in range(args.samples):
+            w.write({"tokens": rows[i % 64], "id": i})
+
+
 def timed_epoch(build: Callable[[], Iterable[Any]], count: Callable[[Any], int]) -> None:
     """Print ``{"first_batch_s", "epoch_s", "samples"}`` for one pass over ``build()``'s loader."""
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from _peer_common import parse, pool, timed_epoch
+from _peer_common import parse, timed_epoch, write_mds
 
 
 def main() -> None:
@@ -10,11 +10,7 @@ def main() -> None:
     from streaming import MDSWriter, StreamingDataLoader, StreamingDataset
 
     if args.cmd == "write":
-        rows = pool()
-        columns = {"tokens": "ndarray:int32:2048", "id": "int"}
-        with MDSWriter(out=args.out, columns=columns, size_limit=args.shard_mib << 20) as w:
-            for i in range(args.samples):
-                w.write({"tokens": rows[i % 64], "id": i})
+        write_mds(args, MDSWriter)
         return
 
     def build() -> StreamingDataLoader:
