@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "src"))
-from stackbase.venv import use_project_venv  # noqa: E402 - stdlib only, before any third-party import
+from stackbase.venv import use_project_venv
 
 use_project_venv(__file__)  # a fresh shell's `python` lacks the packages: run in the checkout's .venv
-from foundry.quick_check import exit_on_mistake  # noqa: E402 - standard library only
+from foundry.quick_check import exit_on_mistake
 
 # typos, unknown options and mistyped numbers are answered before torch and transformers load
 exit_on_mistake(sys.argv[1:], conf=Path(__file__).resolve().parent / "conf")

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from stackbase.venv import use_project_venv  # noqa: E402 - stdlib only, before any third-party import
+from stackbase.venv import use_project_venv
 
 use_project_venv(__file__)  # a fresh shell's `python` lacks the packages: run in the checkout's .venv
 

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from stackbase.venv import use_project_venv  # noqa: E402 - stdlib only, before any third-party import
+from stackbase.venv import use_project_venv
 
 use_project_venv(__file__)  # a fresh shell's `python` lacks the packages: run in the checkout's .venv
 
@@ -45,7 +45,7 @@ from foundry.tokenizers import TokenizerConfig, build_tokenizer, run_tokenizer_c
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _tokenizer(name: str | None, src: str, *, trainer_checkpoint: bool) -> Any:  # noqa: ANN401
+def _tokenizer(name: str | None, src: str, *, trainer_checkpoint: bool) -> Any:
     """`--tokenizer` when given; else, for a trainer checkpoint, its run's tokenizer (None if unavailable)."""
     if name:
         return build_tokenizer(TokenizerConfig(name=name))

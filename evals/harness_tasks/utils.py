@@ -24,7 +24,7 @@ def _root(data_root: str | None) -> Path:
 
 def load_jsonl(
     file: str, data_root: str | None = None, limit: int | None = None, **unused: Any
-) -> dict[str, Any]:  # noqa: ANN401
+) -> dict[str, Any]:
     """`{"test": Dataset}` of the jsonl `file` (relative to the data root), first `limit` rows if given."""
     import datasets
 
@@ -46,7 +46,7 @@ def load_jsonl(
 
 def load_text(
     file: str, data_root: str | None = None, limit: int | None = None, **unused: Any
-) -> dict[str, Any]:  # noqa: ANN401
+) -> dict[str, Any]:
     """`{"test": Dataset}` of `{"text": paragraph}` rows: a text file split at blank lines."""
     import datasets
 

@@ -41,7 +41,7 @@ def parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def write_mds(args: argparse.Namespace, writer: Any) -> None:  # noqa: ANN401 - either library's MDSWriter class
+def write_mds(args: argparse.Namespace, writer: Any) -> None:  # either library's MDSWriter class
     """The benchmark's dataset as MDS shards of ``args.shard_mib`` MiB, with ``writer`` (ours or upstream's: the
     same arguments and format)."""
     rows = pool()

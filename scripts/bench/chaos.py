@@ -236,7 +236,7 @@ def chaos(run: Run, plan: list[Fault], faults: StoreFaults, args: argparse.Names
         raise RuntimeError(f"the chaos run did not finish in {args.timeout} s")
 
 
-def s3_client(endpoint: str) -> Any:  # noqa: ANN401 - a boto3 client
+def s3_client(endpoint: str) -> Any:  # a boto3 client
     import boto3
 
     return boto3.client(
@@ -254,7 +254,7 @@ def final_state(endpoint: str, prefix: str) -> tuple[str, Any, Any]:
     s3 = s3_client(endpoint)
     name = s3.get_object(Bucket="chaos", Key=f"{prefix}/latest")["Body"].read().decode().strip()
 
-    def load(f: str) -> Any:  # noqa: ANN401
+    def load(f: str) -> Any:
         body = s3.get_object(Bucket="chaos", Key=f"{prefix}/{name}/{f}")["Body"].read()
         return torch.load(io.BytesIO(body), weights_only=True)
 

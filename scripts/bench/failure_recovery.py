@@ -113,7 +113,7 @@ def finish(run: Run, timeout: float = 900) -> int:
         return run.proc.wait()
 
 
-def _only(events: list[dict[str, Any]], kind: str, **match: Any) -> dict[str, Any]:  # noqa: ANN401
+def _only(events: list[dict[str, Any]], kind: str, **match: Any) -> dict[str, Any]:
     found = [e for e in events if e["event"] == kind and all(e.get(k) == v for k, v in match.items())]
     if not found:
         kinds = [e["event"] for e in events]
@@ -122,7 +122,7 @@ def _only(events: list[dict[str, Any]], kind: str, **match: Any) -> dict[str, An
 
 
 def line(case: str, run: Run, *, injected_at: float, detected: float, first_step: float, steps_lost: int,
-         resumed_step: int, **extra: Any) -> dict[str, Any]:  # fmt: skip  # noqa: ANN401
+         resumed_step: int, **extra: Any) -> dict[str, Any]:  # fmt: skip
     work_lost_s = steps_lost * run.median_step_s()
     detection, restart = detected - injected_at, first_step - detected
     return {
@@ -232,7 +232,7 @@ def repeated_crashes(work: Path, args: argparse.Namespace, n: int = 3) -> dict[s
     }  # fmt: skip
 
 
-def _wait_event(run: Run, kind: str, timeout: float = 600, **match: Any) -> None:  # noqa: ANN401
+def _wait_event(run: Run, kind: str, timeout: float = 600, **match: Any) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if any(e["event"] == kind and all(e.get(k) == v for k, v in match.items()) for e in run.events()):

@@ -60,7 +60,7 @@ def write_data(root: Path, *, examples: int, seed: int = 0) -> None:
     train_bpe_tokenizer(quickstart_corpus(1_000_000), vocab_size=512, path=root / "tokenizer.json")
 
 
-def _tokenizer(root: Path) -> Any:  # noqa: ANN401
+def _tokenizer(root: Path) -> Any:
     from transformers import PreTrainedTokenizerFast
 
     eos = "<|endoftext|>"
@@ -106,7 +106,7 @@ def _timed_loop(step, batches, *, device: str, warmup: int, steps: int) -> dict[
     }
 
 
-def _cycle(loader):  # noqa: ANN001, ANN202
+def _cycle(loader):  # noqa: ANN001
     while True:
         yield from loader
 

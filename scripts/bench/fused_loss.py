@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
+from _common import machine
 
 LOSS_FNS = ("torch_crossentropy", "chunked_crossentropy")
 COMPILED = "+compile"

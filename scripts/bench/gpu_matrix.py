@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
+from _common import machine
 
 SIZES = {  # name: (d_model, n_heads, n_layers, micro batch, vocab, seq)
     "mpt-tiny": (64, 4, 2, 4, 512, 128),
@@ -311,7 +311,7 @@ def attempt(size: str, config: str, data: list[torch.Tensor], *, device: torch.d
     start = time.monotonic()
     try:
         row = run(size, config, data, device=device)
-    except Exception as e:  # noqa: BLE001 - each configuration reports its own failure and the next one runs
+    except Exception as e:  # each configuration reports its own failure and the next one runs
         row = {"case": size, "config": config, "error": error_text(e)}
     free(device)
     row["seconds"] = round(time.monotonic() - start, 1)

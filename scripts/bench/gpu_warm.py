@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_matrix import (  # noqa: E402
+from gpu_matrix import (
     SIZES,
     autocast,
     batches,
@@ -59,7 +59,7 @@ def warm(size: str, config: str, *, device: torch.device) -> dict[str, Any]:
         loss.backward()
         del model, forward, loss
         row: dict[str, Any] = {"warm": size, "config": config, "fxgraph_cache": cache_counts(since=before)}
-    except Exception as e:  # noqa: BLE001 - a warm-up's failure is its line; the matrix compiles for itself
+    except Exception as e:  # a warm-up's failure is its line; the matrix compiles for itself
         row = {"warm": size, "config": config, "error": error_text(e)}
     free(device)
     row["seconds"] = round(time.monotonic() - start, 1)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
+from _common import machine
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(
@@ -82,7 +82,7 @@ def _build_model(name: str, *, max_seq_len: int, device: str) -> torch.nn.Module
 
 def _ours(
     model: Any, tok: Any, spec: dict, *, limit: int, bs: int, device: str, padded: bool, precision: str
-) -> dict:  # noqa: ANN401
+) -> dict:
     from foundry.eval import EvalConfig, evaluate_task, load_tasks
 
     cfg = EvalConfig(icl_tasks=[{**spec, "num_fewshot": [0]}], data_root=str(SHARED / "icl"), limit=limit)
@@ -105,7 +105,7 @@ def _ours(
     }
 
 
-def _lm_eval(lm: Any, task: str, *, limit: int, bs: int, device: str) -> dict:  # noqa: ANN401
+def _lm_eval(lm: Any, task: str, *, limit: int, bs: int, device: str) -> dict:
     import lm_eval
     from lm_eval.tasks import TaskManager
 

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
-from gpu_matrix import SIZES  # noqa: E402
+from _common import machine
+from gpu_matrix import SIZES
 
 BACKENDS = {
     "flash": SDPBackend.FLASH_ATTENTION,

@@ -91,7 +91,7 @@ def help_text(cls: type, name: str) -> str:
     return ""
 
 
-def _strip_optional(kind: Any) -> tuple[Any, bool]:  # noqa: ANN401 - a type annotation
+def _strip_optional(kind: Any) -> tuple[Any, bool]:  # a type annotation
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(kind) if a is not type(None)]
         if len(args) == 1 and len(typing.get_args(kind)) == 2:
@@ -99,7 +99,7 @@ def _strip_optional(kind: Any) -> tuple[Any, bool]:  # noqa: ANN401 - a type ann
     return kind, False
 
 
-def type_name(kind: Any) -> str:  # noqa: ANN401 - a type annotation
+def type_name(kind: Any) -> str:  # a type annotation
     """A short readable name: `int`, `str or null`, `list[str]`, `dict[str, StreamConfig]`, `TimeUnit (a, b)`."""
     inner, optional = _strip_optional(kind)
     if optional:
@@ -119,7 +119,7 @@ def type_name(kind: Any) -> str:  # noqa: ANN401 - a type annotation
     return str(kind).replace("typing.", "")
 
 
-def _yaml_value(value: Any) -> str:  # noqa: ANN401 - any default
+def _yaml_value(value: Any) -> str:  # any default
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -154,7 +154,7 @@ def default_text(f: dataclasses.Field) -> str:
     return f"`{_yaml_value(value)}`"
 
 
-def nested_schema(kind: Any) -> tuple[type, str] | None:  # noqa: ANN401 - a type annotation
+def nested_schema(kind: Any) -> tuple[type, str] | None:  # a type annotation
     """(schema, key suffix) when `kind` holds dataclasses: `X`/`X | None` -> '', dict[str, X] -> '.<name>',
     list[X] -> '[]'."""
     inner, _ = _strip_optional(kind)

@@ -205,7 +205,7 @@ def unknown_keys(cfg: DictConfig) -> list[tuple[str, type, Any]]:
     return found
 
 
-def _collect_unknown(node: Any, path: str, found: list[tuple[str, type, Any]]) -> None:  # noqa: ANN401
+def _collect_unknown(node: Any, path: str, found: list[tuple[str, type, Any]]) -> None:
     if not isinstance(node, DictConfig | ListConfig):
         return
     if node._is_none() or node._is_missing() or node._is_interpolation():
@@ -226,7 +226,7 @@ def _collect_unknown(node: Any, path: str, found: list[tuple[str, type, Any]]) -
             _collect_unknown(child, full, found)
 
 
-def unknown_key_message(full_key: str, schema: type, value: Any = None) -> str:  # noqa: ANN401
+def unknown_key_message(full_key: str, schema: type, value: Any = None) -> str:
     """One line about `full_key`, which `schema` does not declare: the llm-foundry equivalent or closest key.
 
     Args:

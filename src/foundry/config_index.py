@@ -23,7 +23,7 @@ INDEX_NAME = "_keys.json"
 """The index's file name in the config folder (`conf/_keys.json`; Hydra reads only `.yaml` files there)."""
 
 
-def _schemas_for(kind: Any) -> list[type]:  # noqa: ANN401 - a type annotation
+def _schemas_for(kind: Any) -> list[type]:  # a type annotation
     """The dataclasses a field of type `kind` may hold (a base schema's subclasses too), else []."""
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
@@ -39,7 +39,7 @@ def _schemas_for(kind: Any) -> list[type]:  # noqa: ANN401 - a type annotation
     return []
 
 
-def _type_name(kind: Any) -> str:  # noqa: ANN401
+def _type_name(kind: Any) -> str:
     """`int`, `float`, `bool`, `str`, `dict`, `list`, `node` (a schema) or `any`, for the quick check."""
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(args) == 1:

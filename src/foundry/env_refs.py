@@ -29,7 +29,7 @@ _LIVE_ENV = re.compile(r"(?<!\\)((?:\\\\)*)\$\{oc\.env:")
 _ENV_NAME = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
 
 
-def escape_env(value: Any) -> Any:  # noqa: ANN401 - a config tree
+def escape_env(value: Any) -> Any:  # a config tree
     """`value` (a plain container from `OmegaConf.to_container(resolve=False)`) with every live `${oc.env:`
     made literal."""
     if isinstance(value, str):
@@ -41,7 +41,7 @@ def escape_env(value: Any) -> Any:  # noqa: ANN401 - a config tree
     return value
 
 
-def record_container(cfg: DictConfig | ListConfig) -> Any:  # noqa: ANN401 - a plain container
+def record_container(cfg: DictConfig | ListConfig) -> Any:  # a plain container
     """`cfg` resolved for a record: every interpolation but `${oc.env:...}`, which stays as written.
 
     A resolver that reads its argument again (`${oc.decode:${oc.env:X}}`) would still see the value, so every
@@ -53,18 +53,18 @@ def record_container(cfg: DictConfig | ListConfig) -> Any:  # noqa: ANN401 - a p
         return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     try:
         rec = OmegaConf.to_container(OmegaConf.create(escape_env(raw)), resolve=True, enum_to_str=True)
-    except Exception:  # noqa: BLE001 - any resolver's error: resolve as the run does, then scrub below
+    except Exception:  # any resolver's error: resolve as the run does, then scrub below
         rec = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     values = [v for n in names if (v := os.environ.get(n))]
     return _scrub(rec, raw, values)
 
 
-def _holds(value: Any, secrets: list[str]) -> bool:  # noqa: ANN401
+def _holds(value: Any, secrets: list[str]) -> bool:
     text = str(value)
     return any(text == v or (len(v) >= 4 and v in text) for v in secrets)
 
 
-def _scrub(rec: Any, raw: Any, values: list[str]) -> Any:  # noqa: ANN401
+def _scrub(rec: Any, raw: Any, values: list[str]) -> Any:
     if isinstance(rec, Mapping):
         raw_map = raw if isinstance(raw, Mapping) else {}
         return {k: _scrub(v, raw_map.get(k), values) for k, v in rec.items()}
@@ -76,7 +76,7 @@ def _scrub(rec: Any, raw: Any, values: list[str]) -> Any:  # noqa: ANN401
     return rec
 
 
-def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:  # noqa: ANN401
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(tree, Mapping):
         out: dict[str, Any] = {}
         for k, v in tree.items():
@@ -101,7 +101,7 @@ def env_refs(cfg: DictConfig | ListConfig) -> dict[str, tuple[Any, str]]:
     return {k: (resolved[k], v) for k, v in recorded.items() if k in resolved and v != resolved[k]}
 
 
-def keep_env_refs(tree: Any, refs: Mapping[str, tuple[Any, str]]) -> Any:  # noqa: ANN401
+def keep_env_refs(tree: Any, refs: Mapping[str, tuple[Any, str]]) -> Any:
     """`tree` (a plain dict of the typed config, `dataclasses.asdict`) with each `env_refs` path set back to
     its recorded text, where the tree still holds the resolved value there (a value the run derived from it
     is left alone). `tree` is not changed."""
@@ -110,7 +110,7 @@ def keep_env_refs(tree: Any, refs: Mapping[str, tuple[Any, str]]) -> Any:  # noq
     return _keep(tree, refs, "")
 
 
-def _keep(tree: Any, refs: Mapping[str, tuple[Any, str]], prefix: str) -> Any:  # noqa: ANN401
+def _keep(tree: Any, refs: Mapping[str, tuple[Any, str]], prefix: str) -> Any:
     if isinstance(tree, Mapping):
         return {k: _keep(v, refs, f"{prefix}{k}.") for k, v in tree.items()}
     if isinstance(tree, list | tuple):
@@ -121,7 +121,7 @@ def _keep(tree: Any, refs: Mapping[str, tuple[Any, str]], prefix: str) -> Any:  
     return tree
 
 
-def resolve_recorded(value: Any) -> Any:  # noqa: ANN401 - a value read back from a record
+def resolve_recorded(value: Any) -> Any:  # a value read back from a record
     """A value read back from a record (`run.json`'s tokenizer path, for a later `generate.py` or export) with its
     `${oc.env:...}` interpolations resolved in the current environment; other values unchanged.
 
@@ -136,5 +136,5 @@ def resolve_recorded(value: Any) -> Any:  # noqa: ANN401 - a value read back fro
         return value
     try:
         return OmegaConf.create({"v": value}).v
-    except Exception as err:  # noqa: BLE001 - OmegaConf's resolution errors
+    except Exception as err:  # OmegaConf's resolution errors
         raise ValueError(f"{value!r}: cannot be resolved here ({' '.join(str(err).split()[:20])})") from None

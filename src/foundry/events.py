@@ -22,7 +22,7 @@ __all__ = ["EVENTS_FILE", "append_event", "read_events"]
 EVENTS_FILE = layout.EVENTS
 
 
-def append_event(run_dir: str | Path, event: str, **fields: Any) -> dict[str, Any]:  # noqa: ANN401
+def append_event(run_dir: str | Path, event: str, **fields: Any) -> dict[str, Any]:
     """Appends `{"event": event, "time": now, **fields}` to `<run_dir>/events.jsonl`; returns the record."""
     record: dict[str, Any] = {"event": event, "time": round(time.time(), 3), **fields}
     path = Path(run_dir) / EVENTS_FILE

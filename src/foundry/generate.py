@@ -76,7 +76,7 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:  # noqa: ANN401 - a tokenizer
+def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:  # a tokenizer
     """A conversation as the prompt text the model continues (the assistant's turn opened)."""
     template = getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
     for i, m in enumerate(messages):
@@ -113,7 +113,7 @@ def read_prompts(path: str | Path) -> list[str | list[dict[str, str]]]:
 @torch.no_grad()
 def generate(
     model: nn.Module,
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     prompts: Sequence[str | list[dict[str, str]]],
     cfg: SamplingConfig,
 ) -> list[str]:
@@ -145,7 +145,7 @@ def generate(
     return out
 
 
-def _generate_kwargs(tokenizer: Any, cfg: SamplingConfig) -> dict[str, Any]:  # noqa: ANN401
+def _generate_kwargs(tokenizer: Any, cfg: SamplingConfig) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "max_new_tokens": cfg.max_new_tokens,
         "use_cache": cfg.use_cache,

@@ -37,7 +37,7 @@ __all__ = [
 REDACT_RESOLVER = "foundry.redact"
 
 
-def redacted_yaml(cfg: Any, *, resolve: bool = False) -> str:  # noqa: ANN401 - DictConfig, ListConfig or plain
+def redacted_yaml(cfg: Any, *, resolve: bool = False) -> str:  # DictConfig, ListConfig or plain
     """`OmegaConf.to_yaml` of `cfg` with every credential masked (`cfg` itself is not changed).
 
     Args:
@@ -106,13 +106,13 @@ class RedactedHydraFiles(HydraCallback):
     def __init__(self) -> None:
         register_redact_resolver()
 
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ANN401
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Rewrites the sweep's `multirun.yaml` with secrets masked (a sweep job only)."""
         hydra_cfg = HydraConfig.get()
         if hydra_cfg.mode == RunMode.MULTIRUN:
             _redact_file(Path(str(hydra_cfg.sweep.dir)) / "multirun.yaml")
 
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:  # noqa: ANN401
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         """Masks the job's recorded overrides (Hydra prints them to stderr when the job failed)."""
         overrides = getattr(job_return, "overrides", None)
         if overrides:

@@ -21,7 +21,7 @@ def load_file(
     allow_pickle: bool,
     opt_in: str | None = "set checkpoint.allow_pickle=true",
     mmap: bool = False,
-) -> Any:  # noqa: ANN401 - whatever the file holds
+) -> Any:  # whatever the file holds
     """`torch.load` to CPU (memory-mapped with `mmap`), refusing pickled objects unless `allow_pickle`.
 
     Raises:

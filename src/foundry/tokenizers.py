@@ -59,7 +59,7 @@ class TokenizerConfig:
             raise ValueError(f"tokenizer.padding_side={self.padding_side!r}: use left or right")
 
 
-def register_tokenizer_configs(cs: Any) -> None:  # noqa: ANN401 - hydra's ConfigStore
+def register_tokenizer_configs(cs: Any) -> None:  # hydra's ConfigStore
     """Stores the `tokenizer` group schema node `_tokenizer` in a Hydra `ConfigStore`."""
     cs.store(group="tokenizer", name="_tokenizer", node=TokenizerConfig)
 
@@ -72,7 +72,7 @@ def _offline_error(name: str, err: Exception) -> ValueError:
     )
 
 
-def _assign_roles(tok: Any, cfg: TokenizerConfig, *, source: str) -> None:  # noqa: ANN401
+def _assign_roles(tok: Any, cfg: TokenizerConfig, *, source: str) -> None:
     """Gives each configured role (eos/bos/unk, then pad) to its token when the tokenizer has that token."""
     vocab = tok.get_vocab()
     missing = []
@@ -102,7 +102,7 @@ def _assign_roles(tok: Any, cfg: TokenizerConfig, *, source: str) -> None:  # no
         )
 
 
-def build_tokenizer(cfg: TokenizerConfig) -> Any:  # noqa: ANN401 - transformers.PreTrainedTokenizerFast
+def build_tokenizer(cfg: TokenizerConfig) -> Any:  # transformers.PreTrainedTokenizerFast
     """Loads the tokenizer `cfg` names.
 
     Returns:
@@ -143,7 +143,7 @@ def round_vocab_size(n: int, *, multiple: int = 64) -> int:
     return (n + multiple - 1) // multiple * multiple
 
 
-def padded_vocab_size(tokenizer: Any, *, multiple: int = 64) -> int:  # noqa: ANN401
+def padded_vocab_size(tokenizer: Any, *, multiple: int = 64) -> int:
     """len(tokenizer) rounded up to `multiple` (gpt-neox-20b: 50277 -> 50304; MPT uses 50368 for headroom)."""
     return round_vocab_size(len(tokenizer), multiple=multiple)
 

@@ -153,7 +153,7 @@ def check_yaml_expansion(
     sizes: dict[int, int] = {}
     open_: set[int] = set()  # the nodes being counted: meeting one again is an alias inside itself
 
-    def size(node: Any, depth: int) -> int:  # noqa: ANN401 - a yaml node
+    def size(node: Any, depth: int) -> int:  # a yaml node
         if depth > max_depth:
             raise TooLarge(f"{source}: nested deeper than {max_depth} levels: not a training config")
         key = id(node)
@@ -241,7 +241,7 @@ def json_depth(text: bytes, *, limit: int) -> int:
     return limit + 1 if text else depth
 
 
-def parse_json(text: str | bytes, *, source: str, max_depth: int | None = None) -> Any:  # noqa: ANN401
+def parse_json(text: str | bytes, *, source: str, max_depth: int | None = None) -> Any:
     """The value of JSON `text` from `source` (a file's path or URL, for messages), its nesting checked first
     (at most `max_depth` levels; default `FOUNDRY_MAX_JSON_DEPTH`, `stackbase.limits`).
 
@@ -279,7 +279,7 @@ def read_json(
     max_depth: int | None = None,
     max_bytes: int | None = None,
     source: str = "",
-) -> Any:  # noqa: ANN401
+) -> Any:
     """The value of the JSON file at `path`, bounded: at most `max_bytes` read (default `FOUNDRY_MAX_JSON_MB`
     MiB), nesting at most `max_depth` (see `parse_json`); `source` names it in messages (default: the path).
 
@@ -302,7 +302,7 @@ _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 2, 60, 60, 4, 4
 
 
-def short_repr(value: Any) -> str:  # noqa: ANN401 - any value read from an untrusted file
+def short_repr(value: Any) -> str:  # any value read from an untrusted file
     """A `repr` bounded in length and depth, for messages about a value from an untrusted file (a crafted
     one can nest a value 100,000 deep, which the builtin `repr` cannot print)."""
     return _SHORT.repr(value)

@@ -17,7 +17,7 @@ __all__ = ["MAX_NAME_BYTES", "NameError_", "check_name", "child_path", "inside",
 MAX_NAME_BYTES = 255
 
 
-class NameError_(ValueError):  # noqa: N801 - `NameError` is a builtin
+class NameError_(ValueError):  # `NameError` is a builtin
     """A name that cannot be one path component; the message names the field and the fix."""
 
 

@@ -236,7 +236,7 @@ def redact_text(text: str) -> str:
     )
 
 
-def _mask_all(obj: Any) -> Any:  # noqa: ANN401 - any config value
+def _mask_all(obj: Any) -> Any:  # any config value
     """Every string leaf masked (the value of a credential key that is a mapping or list)."""
     if isinstance(obj, str):
         return MASK if obj else obj
@@ -249,7 +249,7 @@ def _mask_all(obj: Any) -> Any:  # noqa: ANN401 - any config value
     return obj
 
 
-def redact_value(obj: Any, *, key: object = None) -> Any:  # noqa: ANN401 - any config value
+def redact_value(obj: Any, *, key: object = None) -> Any:  # any config value
     """A redacted copy of a config tree (the input is never mutated).
 
     Walks mappings, lists, tuples and dataclass instances (which become dicts, as `dataclasses.asdict`
@@ -281,7 +281,7 @@ def masked_traceback(err: BaseException) -> str:
     return redact_text("".join(traceback.format_exception(err)))
 
 
-def _hook(kind: type[BaseException], err: BaseException, tb: Any) -> None:  # noqa: ANN401 - a traceback
+def _hook(kind: type[BaseException], err: BaseException, tb: Any) -> None:  # a traceback
     if err.__traceback__ is None:
         err = err.with_traceback(tb)
     sys.stderr.write(masked_traceback(err))

@@ -46,7 +46,7 @@ class BatchGroup:
         return BatchGroup(self.worker, [_convert(b, pin=True) for b in self.batches])
 
 
-def _convert(batch: Any, *, pin: bool) -> Any:  # noqa: ANN401
+def _convert(batch: Any, *, pin: bool) -> Any:
     if hasattr(batch, "to_tensors"):
         return batch.pin_memory() if pin else batch.to_tensors()
     return batch
@@ -74,7 +74,7 @@ class GroupedBatches(IterableDataset):
         drop_last: bool,
         group: int,
         columns: Sequence[str] | None = None,
-    ) -> None:  # noqa: ANN401
+    ) -> None:
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
         self.drop_last, self.group = drop_last, group
         self.columns = None if columns is None else tuple(columns)

@@ -59,10 +59,10 @@ class WorkerBatch(ABC):
     """A batch as a worker sends it (numpy arrays, pickled through the pipe); tensors in the rank process."""
 
     @abstractmethod
-    def to_tensors(self) -> Any:  # noqa: ANN401 - the batch the training loop gets
+    def to_tensors(self) -> Any:  # the batch the training loop gets
         """The batch of tensors (runs in the rank process, or in DataLoader's pin-memory thread)."""
 
-    def pin_memory(self) -> Any:  # noqa: ANN401
+    def pin_memory(self) -> Any:
         """``to_tensors()`` with every tensor pinned: DataLoader's pin thread calls this."""
         return pin_tensors(self.to_tensors())
 
@@ -87,21 +87,21 @@ class SplitCollator(ABC):
     def pack(self, samples: list[Any]) -> WorkerBatch:
         """The worker half."""
 
-    def __call__(self, samples: list[Any]) -> Any:  # noqa: ANN401
+    def __call__(self, samples: list[Any]) -> Any:
         return self.pack(samples).to_tensors()
 
 
 class NumpyBatch(WorkerBatch):
     """A ``numpy_collate`` result in transit; ``to_tensors`` wraps its arrays without copying."""
 
-    def __init__(self, data: Any) -> None:  # noqa: ANN401
+    def __init__(self, data: Any) -> None:
         self.data = data
 
-    def to_tensors(self) -> Any:  # noqa: ANN401
+    def to_tensors(self) -> Any:
         return to_tensors(self.data)
 
 
-def pin_tensors(batch: Any) -> Any:  # noqa: ANN401
+def pin_tensors(batch: Any) -> Any:
     """``batch`` with each tensor (in dicts, lists, tuples) replaced by a pinned copy."""
     if isinstance(batch, torch.Tensor):
         return batch.pin_memory()
@@ -139,7 +139,7 @@ def iteration_seed(seed: int, epoch: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-def unprofiled(it: Any) -> Iterator[Any]:  # noqa: ANN401 - a torch _BaseDataLoaderIter
+def unprofiled(it: Any) -> Iterator[Any]:  # a torch _BaseDataLoaderIter
     """``it``'s items without the ``record_function`` span torch's ``__next__`` opens per item (~25 us, a
     tenth of the rank's per-batch cost with workers) unless a profiler is recording: ``__next__`` calls
     ``_next_data`` and counts, plus a warning for IterableDatasets that yield more than their ``len``, which a
@@ -162,7 +162,7 @@ def unprofiled(it: Any) -> Iterator[Any]:  # noqa: ANN401 - a torch _BaseDataLoa
 _END = object()
 
 
-def same(item: Any) -> Any:  # noqa: ANN401
+def same(item: Any) -> Any:
     """The identity (a picklable collate function for items that are batches already)."""
     return item
 
@@ -217,7 +217,7 @@ class StreamingDataLoader(DataLoader):
         if split and isinstance(dataset, StreamingDataset) and dataset.batch_size is not None:
             self._grouped = self._group_loader(dataset, pack, slots)  # type: ignore[arg-type]
 
-    def __setattr__(self, name: str, value: Any) -> None:  # noqa: ANN401
+    def __setattr__(self, name: str, value: Any) -> None:
         """Worker settings changed after construction (e.g. a `worker_init_fn` chained in to shield the workers
         from preemption signals) also reach the grouped DataLoader whose workers actually run."""
         super().__setattr__(name, value)
@@ -257,7 +257,7 @@ class StreamingDataLoader(DataLoader):
             in_order=self.in_order,
         )
 
-    def _get_iterator(self) -> Any:  # noqa: ANN401 - a torch _BaseDataLoaderIter
+    def _get_iterator(self) -> Any:  # a torch _BaseDataLoaderIter
         return self._grouped._get_iterator() if self._grouped is not None else super()._get_iterator()
 
     # a generator that counts the batches it hands out, not DataLoader's `_BaseDataLoaderIter`

@@ -141,7 +141,7 @@ _MAX_COUNT = 2**62
 """Epochs and sample counts past this are not a run's position (they overflow the plan's int64 arithmetic)."""
 
 
-def _count(value: Any, low: int = 0) -> bool:  # noqa: ANN401
+def _count(value: Any, low: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= _MAX_COUNT
 
 
@@ -192,7 +192,7 @@ def from_upstream(obj: dict[str, Any], *, shuffle_seed: int, config: dict[str, A
     )
 
 
-def check_state_version(obj: Any) -> None:  # noqa: ANN401
+def check_state_version(obj: Any) -> None:
     """Raises ValueError unless ``obj`` is a state dict of ``STATE_VERSION`` whose position (``epoch``,
     ``sample_in_epoch``) and recorded world (``global_batch_size``, ``initial_physical_nodes``) have their types
     and ranges (each named with its value)."""
@@ -237,7 +237,7 @@ def mixture_changes(saved: Sequence[dict[str, Any]], current: Sequence[dict[str,
     return out
 
 
-def _summaries(value: Any) -> bool:  # noqa: ANN401
+def _summaries(value: Any) -> bool:
     """Whether a state's ``streams`` is a list of ``stream_summary`` dicts (a crafted one may hold anything)."""
     keys = ("where", "fingerprint", "samples_per_epoch")
     return isinstance(value, list) and all(

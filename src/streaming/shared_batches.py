@@ -94,7 +94,7 @@ class ArenaRegistry:
                 del self.arenas[key]
 
 
-def _strip(obj: Any, arrays: list[np.ndarray]) -> Any:  # noqa: ANN401
+def _strip(obj: Any, arrays: list[np.ndarray]) -> Any:
     """``obj`` with each numpy array (in dicts, lists, tuples, object attributes) replaced by its index in
     ``arrays`` (appended); other values kept."""
     if isinstance(obj, np.ndarray) and obj.dtype != object:
@@ -111,7 +111,7 @@ def _strip(obj: Any, arrays: list[np.ndarray]) -> Any:  # noqa: ANN401
     return obj
 
 
-def _fill(obj: Any, get: Callable[[int], Any]) -> Any:  # noqa: ANN401
+def _fill(obj: Any, get: Callable[[int], Any]) -> Any:
     """The inverse of ``_strip``: each ``_Slot(i)`` replaced by ``get(i)`` (in place for objects)."""
     if isinstance(obj, _Slot):
         return get(obj.index)
@@ -139,7 +139,7 @@ class _Writer:
         self.generation = itertools.count()
         self.cursor = 0
 
-    def export(self, batch: Any) -> Any:  # noqa: ANN401 - a WorkerBatch
+    def export(self, batch: Any) -> Any:  # a WorkerBatch
         arrays: list[np.ndarray] = []
         template = _strip(batch, arrays)
         refs, end = [], 0
@@ -182,7 +182,7 @@ class SharedBatchCollate:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_writer": None}
 
-    def __call__(self, samples: list[Any]) -> Any:  # noqa: ANN401
+    def __call__(self, samples: list[Any]) -> Any:
         if self._writer is None:
             self._writer = _Writer(self.token, self.slots)
         return self._writer.export(self.pack(samples))
@@ -197,7 +197,7 @@ class SharedBatch:
 
     def __init__(
         self, token: str, key: str, slot: int, batch: Any, refs: list[_Ref], shared: SlotArena | None
-    ) -> None:  # noqa: ANN401
+    ) -> None:
         self.token, self.key, self.slot, self.batch, self.refs, self.shared = (
             token,
             key,
@@ -211,13 +211,13 @@ class SharedBatch:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self.token, self.key, self.slot, self.batch, self.refs, self.shared))
 
-    def to_tensors(self) -> Any:  # noqa: ANN401
+    def to_tensors(self) -> Any:
         return self._convert(self.batch.to_tensors)
 
-    def pin_memory(self) -> Any:  # noqa: ANN401
+    def pin_memory(self) -> Any:
         return self._convert(self.batch.pin_memory)
 
-    def _convert(self, convert: Callable[[], Any]) -> Any:  # noqa: ANN401
+    def _convert(self, convert: Callable[[], Any]) -> Any:
         try:
             return _copied(convert(), self.arena)
         finally:
@@ -233,7 +233,7 @@ class SharedBatch:
         self.release()
 
 
-def _copied(out: Any, arena: SlotArena | None) -> Any:  # noqa: ANN401
+def _copied(out: Any, arena: SlotArena | None) -> Any:
     """``out`` with every tensor that views ``arena`` replaced by a copy (the slot is reused after this)."""
     if isinstance(out, torch.Tensor):
         # numpy's single-threaded copy: torch's clone runs its intra-op pool, which fights the workers for
@@ -248,7 +248,7 @@ def _copied(out: Any, arena: SlotArena | None) -> Any:  # noqa: ANN401
     return out
 
 
-def _rebuild(token: str, key: str, slot: int, batch: Any, refs: list[_Ref], shared: SlotArena | None) -> Any:  # noqa: ANN401
+def _rebuild(token: str, key: str, slot: int, batch: Any, refs: list[_Ref], shared: SlotArena | None) -> Any:
     """Unpickling in the rank: the batch with its arrays viewing the slot."""
     registry = _REGISTRIES.get(token)
     if registry is None:

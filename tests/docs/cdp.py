@@ -90,13 +90,13 @@ class Browser:
         self.call("Page.navigate", session=True, url=url)
         self.wait_event("Page.loadEventFired")
 
-    def js(self, expression: str) -> Any:  # noqa: ANN401 - whatever the page returns
+    def js(self, expression: str) -> Any:  # whatever the page returns
         result = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True)
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
-    def wait_for(self, expression: str, timeout: float = 30) -> Any:  # noqa: ANN401
+    def wait_for(self, expression: str, timeout: float = 30) -> Any:
         """Polls `expression` until it is truthy; returns its value."""
         deadline = time.monotonic() + timeout
         while True:

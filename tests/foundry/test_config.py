@@ -94,13 +94,13 @@ def test_bad_keys_and_types_fail_at_compose_naming_the_key(conf, override, needl
     ],
 )
 def test_invalid_values_fail_before_anything_is_built(conf, override, needle):
-    with pytest.raises(Exception) as info:  # noqa: B017 - OmegaConf wraps the ValueError
+    with pytest.raises(Exception) as info:
         to_train_config(_compose([override]))
     assert needle in str(info.value)
 
 
 def test_missing_mandatory_value_names_the_key(conf):
-    with pytest.raises(Exception, match="local"):  # noqa: B017
+    with pytest.raises(Exception, match="local"):
         to_train_config(_compose(["data=local-mds"]))
 
 

@@ -103,7 +103,7 @@ def test_no_documented_command_is_refused_that_the_full_check_accepts() -> None:
             if missing:  # optional groups: Hydra skips a missing option, `check_group_choices` refuses it
                 assert not (CONF / missing[0].replace("=", "/")).with_suffix(".yaml").exists()
                 continue
-            with pytest.raises(Exception):  # noqa: B017, PT011 - any refusal of the full check
+            with pytest.raises(Exception):  # noqa: B017 - any refusal of the full check
                 to_train_config(compose("train", overrides=given))
 
 

@@ -221,7 +221,7 @@ class _Guard:
         self.planted: set[str] = set()
         self.events: list[str] = []
 
-    def allowed(self, path: Any) -> bool:  # noqa: ANN401
+    def allowed(self, path: Any) -> bool:
         if isinstance(path, int):
             return True  # an open file descriptor
         path = os.fsdecode(os.fspath(path))
@@ -257,7 +257,7 @@ class _Guard:
                         self.events.append(f"{event} {path!r}")
             elif event in _PROCESS_EVENTS:
                 self.events.append(f"{event} {args!r:.200}")
-        except Exception as err:  # noqa: BLE001 - a path we cannot judge is recorded, not raised into the reader
+        except Exception as err:  # a path we cannot judge is recorded, not raised into the reader
             self.events.append(f"{event}: unjudged ({err!r:.100})")
         finally:
             self.busy = False
@@ -276,7 +276,7 @@ def _where(err: BaseException) -> str:
     return f"{name}:{frame.lineno}"
 
 
-def _short(value: Any, limit: int = 600) -> str:  # noqa: ANN401
+def _short(value: Any, limit: int = 600) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
@@ -286,7 +286,7 @@ class _Capture:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.file = open(path, "w+b")  # noqa: SIM115 - kept for the whole loop
+        self.file = open(path, "w+b")
         self.saved = (os.dup(1), os.dup(2))
 
     def __enter__(self) -> _Capture:
@@ -351,12 +351,12 @@ def _child(config: dict[str, Any]) -> None:
     counts = {"examples": 0, "ok": 0, "refused": 0}
     slowest: list[tuple[float, str]] = []
 
-    def on_alarm(signum: int, frame: Any) -> None:  # noqa: ANN401
+    def on_alarm(signum: int, frame: Any) -> None:
         raise Hang(f"one input ran past {per_example} s")
 
     signal.signal(signal.SIGALRM, on_alarm)
 
-    def find(kind: str, err: BaseException | None, message: str, case: Any, where: str = "-") -> None:  # noqa: ANN401
+    def find(kind: str, err: BaseException | None, message: str, case: Any, where: str = "-") -> None:
         key = (kind, type(err).__name__ if err else "-", _where(err) if err else where)
         if key in findings:
             findings[key]["count"] += 1
@@ -370,7 +370,7 @@ def _child(config: dict[str, Any]) -> None:
             "count": 1,
         }
 
-    def run_one(case: Any) -> None:  # noqa: ANN401
+    def run_one(case: Any) -> None:
         counts["examples"] += 1
         n = counts["examples"]
         folder = cases_dir / "case"
@@ -389,7 +389,7 @@ def _child(config: dict[str, Any]) -> None:
             signal.setitimer(signal.ITIMER_REAL, per_example)
             try:
                 mod.attempt(built, folder)
-            except BaseException as e:  # noqa: BLE001 - classified below
+            except BaseException as e:  # classified below
                 err = e
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)

@@ -130,11 +130,11 @@ class Deep:
         return f"Deep({self.depth}, {self.kind!r})"
 
 
-def dumps(value: Any) -> str:  # noqa: ANN401
+def dumps(value: Any) -> str:
     """`json.dumps` of a value that may hold `Deep` parts."""
     deep: dict[str, Deep] = {}
 
-    def token(obj: Any) -> str:  # noqa: ANN401
+    def token(obj: Any) -> str:
         if not isinstance(obj, Deep):
             raise TypeError(type(obj).__name__)
         deep[obj.token] = obj
@@ -232,7 +232,7 @@ def json_edits() -> st.SearchStrategy[tuple[Any, ...]]:
 
 def _leaves(
     obj: Any, want: type | None, key: str | None = None, path: tuple[Any, ...] = ()
-) -> list[tuple[Any, ...]]:  # noqa: ANN401
+) -> list[tuple[Any, ...]]:
     """Paths of leaves of type `want` (bool excluded for int), or of strings under a key named `key`, or (both
     None) of every dict key."""
     out: list[tuple[Any, ...]] = []
@@ -249,7 +249,7 @@ def _leaves(
     return out
 
 
-def _walk(obj: Any, picks: list[int]) -> tuple[Any, Any] | None:  # noqa: ANN401
+def _walk(obj: Any, picks: list[int]) -> tuple[Any, Any] | None:
     """The (container, key) that `picks` lead to (each pick taken modulo the container's size)."""
     parent, key = None, None
     for p in picks:
@@ -263,13 +263,13 @@ def _walk(obj: Any, picks: list[int]) -> tuple[Any, Any] | None:  # noqa: ANN401
     return None if parent is None else (parent, key)
 
 
-def _at(obj: Any, path: tuple[Any, ...]) -> Any:  # noqa: ANN401
+def _at(obj: Any, path: tuple[Any, ...]) -> Any:
     for k in path[:-1]:
         obj = obj[k]
     return obj
 
 
-def edit_value(obj: Any, edit: tuple[Any, ...], *, name_key: str = "basename", fill: Any = None) -> Any:  # noqa: ANN401
+def edit_value(obj: Any, edit: tuple[Any, ...], *, name_key: str = "basename", fill: Any = None) -> Any:
     """`obj` (decoded JSON, changed in place where it can be) after a structural `edit` from `json_edits`
     (`text` and `replace` edits: the replacement value itself); `fill(name)` fills a hostile name's
     placeholders (`{abs}`, `{shard}`)."""
@@ -306,7 +306,7 @@ def edit_value(obj: Any, edit: tuple[Any, ...], *, name_key: str = "basename", f
 
 def apply_json_edit(
     text: str, edit: tuple[Any, ...], *, name_key: str = "basename", fill: Any = None
-) -> bytes:  # noqa: ANN401
+) -> bytes:
     """The bytes of JSON `text` after `edit` (from `json_edits`), see `edit_value`."""
     kind = edit[0]
     if kind == "text":
@@ -318,7 +318,7 @@ def apply_json_edit(
     )
 
 
-def materialize(value: Any) -> Any:  # noqa: ANN401
+def materialize(value: Any) -> Any:
     """`value` with its `Deep` parts built as the nested Python objects they stand for (without recursion)."""
     if isinstance(value, Deep):
         out: Any = 0
@@ -332,11 +332,11 @@ def materialize(value: Any) -> Any:  # noqa: ANN401
     return value
 
 
-def replace_under(obj: Any, key: str, new: Any) -> Any:  # noqa: ANN401
+def replace_under(obj: Any, key: str, new: Any) -> Any:
     """`obj` with the first value under `key` (depth first) replaced by `new`."""
     done = False
 
-    def walk(node: Any) -> Any:  # noqa: ANN401
+    def walk(node: Any) -> Any:
         nonlocal done
         if isinstance(node, dict):
             out = type(node)() if isinstance(node, OrderedDict) else {}
@@ -391,19 +391,19 @@ def code_pickle_zip(command: str = "touch PWNED", *, tensors: bool = True) -> by
 
 
 class _Ref:
-    def __init__(self, kind: Any, key: str, numel: int) -> None:  # noqa: ANN401
+    def __init__(self, kind: Any, key: str, numel: int) -> None:
         self.kind, self.key, self.numel = kind, key, numel
 
 
 class _TensorPickle(pickle.Pickler):
-    def persistent_id(self, obj: Any) -> Any:  # noqa: ANN401
+    def persistent_id(self, obj: Any) -> Any:
         if isinstance(obj, _Ref):
             return ("storage", obj.kind, obj.key, "cpu", obj.numel)
         return None
 
 
 class _Rebuild:
-    def __init__(self, *args: Any) -> None:  # noqa: ANN401
+    def __init__(self, *args: Any) -> None:
         self.args = args
 
     def __reduce__(self) -> tuple[Any, ...]:

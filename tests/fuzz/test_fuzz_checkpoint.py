@@ -81,7 +81,7 @@ def _torch_values() -> st.SearchStrategy[Any]:
     return tree | ours
 
 
-def _materialize(value: Any, original: Any) -> Any:  # noqa: ANN401
+def _materialize(value: Any, original: Any) -> Any:
     """`value` from `_torch_values` as the object to save (`original`: the file's real content)."""
     import torch
 
@@ -97,13 +97,13 @@ def _materialize(value: Any, original: Any) -> Any:  # noqa: ANN401
     return value
 
 
-def _replace(obj: Any, key: str, new: Any) -> Any:  # noqa: ANN401
+def _replace(obj: Any, key: str, new: Any) -> Any:
     """`obj` with the first value under `key` (searched depth first), or else the first tensor, replaced."""
     import torch
 
     done = False
 
-    def walk(node: Any) -> Any:  # noqa: ANN401
+    def walk(node: Any) -> Any:
         nonlocal done
         if isinstance(node, dict):
             out = {}
@@ -123,7 +123,7 @@ def _replace(obj: Any, key: str, new: Any) -> Any:  # noqa: ANN401
     return walk(obj)
 
 
-def EXAMPLES() -> list[dict[str, Any]]:  # noqa: N802 - the harness's name
+def EXAMPLES() -> list[dict[str, Any]]:
     valid = [
         {"format": fmt, "target": "ep0-ba2", "edit": hostile.NO_EDIT, "entry": entry, "check": True}
         for fmt, entry in zip(FORMATS * 3, ENTRIES)
@@ -173,7 +173,7 @@ def build(case: dict[str, Any], folder: Path, base: dict[str, Path]) -> dict[str
             name = pt[edit[1] % len(pt)]
             try:
                 original = torch.load(ckpt / name, weights_only=True)
-            except Exception:  # noqa: BLE001 - a DCP file: replaced whole
+            except Exception:  # a DCP file: replaced whole
                 original = None
             buf = io.BytesIO()
             torch.save(_materialize(edit[2], original), buf)

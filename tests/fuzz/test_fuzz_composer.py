@@ -120,7 +120,7 @@ def cases() -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({"edit": edit, "weights_only": st.booleans()})
 
 
-def EXAMPLES() -> list[dict[str, Any]]:  # noqa: N802 - the harness's name
+def EXAMPLES() -> list[dict[str, Any]]:
     return [
         {"edit": ("none",), "weights_only": False, "check": True},
         {"edit": ("tar", "composer_states.pt", "plain"), "weights_only": False, "check": True},
@@ -137,7 +137,7 @@ def write_roots(folder: Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------------ building
 
 
-def _materialize(value: Any) -> Any:  # noqa: ANN401
+def _materialize(value: Any) -> Any:
     import torch
 
     if isinstance(value, tuple) and value and value[0] == "tensor":
@@ -149,7 +149,7 @@ def _materialize(value: Any) -> Any:  # noqa: ANN401
     return value
 
 
-def _rezip(blob: bytes, change: Any) -> bytes:  # noqa: ANN401
+def _rezip(blob: bytes, change: Any) -> bytes:
     """`blob` (a torch zip) rewritten record by record; `change(name, data) -> [(name, data, compress)]`."""
     src, out = zipfile.ZipFile(io.BytesIO(blob)), io.BytesIO()
     with zipfile.ZipFile(out, "w") as dst:

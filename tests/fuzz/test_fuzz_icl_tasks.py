@@ -69,7 +69,7 @@ def cases() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-def EXAMPLES() -> list[dict[str, Any]]:  # noqa: N802 - the harness's name
+def EXAMPLES() -> list[dict[str, Any]]:
     valid = {"edit": hostile.NO_EDIT, "num_fewshot": 1, "has_categories": False, "strip_dataset": True}
     return [
         *({"type": t, **valid, "max_seq_len": 256, "keys": None, "check": True} for t in sorted(TYPES)),

@@ -143,7 +143,7 @@ def cases() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-def EXAMPLES() -> list[dict[str, Any]]:  # noqa: N802 - the harness's name
+def EXAMPLES() -> list[dict[str, Any]]:
     valid = [
         {"base": i, "edit": ("edit", hostile.NO_EDIT), "overrides": [], "mode": "command", "check": True}
         for i in range(4)

@@ -99,7 +99,7 @@ def cases() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-def EXAMPLES() -> list[dict[str, Any]]:  # noqa: N802 - the harness's name
+def EXAMPLES() -> list[dict[str, Any]]:
     return [{"edit": ("none",), "command": c, "check": True} for c in ("list", "show", "resume", "report")]
 
 
@@ -112,7 +112,7 @@ def _write(run: Path, rel: str, data: bytes) -> None:
     (run / rel).write_bytes(data)
 
 
-def _text(value: Any) -> bytes:  # noqa: ANN401
+def _text(value: Any) -> bytes:
     if isinstance(value, list):
         return "".join(hostile.dumps(r) + "\n" for r in value).encode("utf-8", "surrogatepass")
     return hostile.dumps(value).encode("utf-8", "surrogatepass")

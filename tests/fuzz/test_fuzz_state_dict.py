@@ -70,7 +70,7 @@ def cases() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-def EXAMPLES() -> list[dict[str, Any]]:  # noqa: N802 - the harness's name
+def EXAMPLES() -> list[dict[str, Any]]:
     upstream = {"epoch": 0, "sample_in_epoch": 8, "num_canonical_nodes": 1, "shuffle_seed": 17}
     return [
         {"state": upstream, "shuffle": True, "shuffle_algo": "py1e", "seed": 17, "resumes_at": 8},
@@ -95,7 +95,7 @@ def write_roots(folder: Path) -> list[Path]:
     return []
 
 
-def _dataset(base: dict[str, Any], case: dict[str, Any]) -> Any:  # noqa: ANN401
+def _dataset(base: dict[str, Any], case: dict[str, Any]) -> Any:
     from streaming import StreamingDataset
 
     return StreamingDataset(

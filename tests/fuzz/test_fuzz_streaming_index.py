@@ -61,7 +61,7 @@ def cases() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-def EXAMPLES() -> list[dict[str, Any]]:  # noqa: N802 - the harness's name
+def EXAMPLES() -> list[dict[str, Any]]:
     return [  # no edit: the samples read back as written (the loop reads real data)
         {"dataset": kind, "edit": hostile.NO_EDIT, "reader": reader, "check": True}
         for kind, reader in zip(DATASETS * 2, ("local", "remote", "iterate", "LocalDataset"))

@@ -39,7 +39,7 @@ def cases() -> st.SearchStrategy[str]:
     return st.just("ok")
 
 
-def EXAMPLES() -> list[str]:  # noqa: N802 - the harness's name
+def EXAMPLES() -> list[str]:
     return BEHAVIOURS
 
 

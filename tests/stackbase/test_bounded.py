@@ -116,7 +116,7 @@ def test_a_line_over_the_limit_is_refused_naming_file_and_line(tmp_path):
 
 def test_an_icl_task_file_with_a_20_mb_line_is_refused(tmp_path):
     """The reproduction: one 20 MB line gave no output for 5 minutes."""
-    from foundry.eval.data import _read_jsonl  # noqa: PLC2701 - the reader every ICL task file goes through
+    from foundry.eval.data import _read_jsonl
 
     path = tmp_path / "task.jsonl"
     path.write_bytes(b'{"context": "' + b"y" * (20 << 20) + b'", "continuation": " z"}\n')

@@ -168,7 +168,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.kinds: list[type] = []
 
-    def __call__(self, samples):  # noqa: ANN001, ANN204
+    def __call__(self, samples):
         self.kinds.append(type(samples))
         return [dict(s) for s in samples]
 

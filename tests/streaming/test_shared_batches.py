@@ -15,7 +15,7 @@ from multiprocessing.reduction import ForkingPickler
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing  # noqa: F401 - registers the tensor reductions with ForkingPickler
+import torch.multiprocessing
 
 from streaming.dataloader import NumpyBatch, SplitCollator, StreamingDataLoader, WorkerBatch
 from streaming.dataset import StreamingDataset

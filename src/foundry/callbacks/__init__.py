@@ -41,8 +41,8 @@ def build_callbacks(
     cfg: CallbacksConfig,
     *,
     world_size: int,
-    model_config: Any = None,  # noqa: ANN401 - the run's `model` schema (a foundry.models ModelConfig)
-    tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer
+    model_config: Any = None,  # the run's `model` schema (a foundry.models ModelConfig)
+    tokenizer: Any = None,  # a transformers tokenizer
     run_dir: str | Path = ".",
 ) -> list[Callback]:
     """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime, hf export, heartbeat, liveness).

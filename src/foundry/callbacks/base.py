@@ -16,18 +16,18 @@ __all__ = ["Callback", "CallbacksConfig", "HFExportConfig", "SpeedMonitorConfig"
 class Callback:
     """Base class with no-op hooks; `trainer` is the `foundry.train.Trainer` being run."""
 
-    def on_fit_start(self, trainer: Any) -> None:  # noqa: ANN401 - Trainer (avoids an import cycle)
+    def on_fit_start(self, trainer: Any) -> None:  # Trainer (avoids an import cycle)
         """Before the first step."""
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         """After each optimizer step; returns metrics to log at this step."""
         return {}
 
-    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:
         """After each evaluation; returns metrics to log."""
         return {}
 
-    def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401
+    def on_fit_end(self, trainer: Any) -> None:
         """After the last step."""
 
 

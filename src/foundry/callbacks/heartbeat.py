@@ -77,12 +77,12 @@ class Heartbeat(Callback):
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
 
-    def on_fit_start(self, trainer: Any) -> None:  # noqa: ANN401 - Trainer
+    def on_fit_start(self, trainer: Any) -> None:  # Trainer
         write_beat(self.directory, beat_now("fit", trainer.state.step))
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         write_beat(self.directory, beat_now("step", trainer.state.step, step_seconds=step_seconds))
         return {}
 
-    def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401
+    def on_fit_end(self, trainer: Any) -> None:
         write_beat(self.directory, beat_now("done", trainer.state.step))

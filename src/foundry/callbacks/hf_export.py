@@ -47,8 +47,8 @@ class HFExport(Callback):
         self,
         cfg: HFExportConfig,
         *,
-        model_config: Any,  # noqa: ANN401 - a foundry.models ModelConfig
-        tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer or None
+        model_config: Any,  # a foundry.models ModelConfig
+        tokenizer: Any,  # a transformers tokenizer or None
         run_dir: str | Path,
     ) -> None:
         self.cfg = cfg
@@ -59,18 +59,18 @@ class HFExport(Callback):
         self.exported: list[str] = []
         """Where each export went (rank 0)."""
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         """Exports at every `every_n_steps` multiple."""
         step = trainer.state.step
         if self.cfg.every_n_steps and step % self.cfg.every_n_steps == 0:
             self.export(trainer)
         return {}
 
-    def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401
+    def on_fit_end(self, trainer: Any) -> None:
         """Exports the final model (unless this step was just exported)."""
         self.export(trainer)
 
-    def export(self, trainer: Any) -> None:  # noqa: ANN401
+    def export(self, trainer: Any) -> None:
         """Gathers the weights (every rank), writes and publishes the folder (rank 0), then a barrier."""
         # local: torch.distributed.checkpoint is imported only when an export happens
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -118,11 +118,11 @@ def _put(path: str, dst: str) -> None:
 
 
 def _save(
-    model_config: Any,  # noqa: ANN401
+    model_config: Any,
     weights: dict[str, Any],
     out: str,
     *,
-    tokenizer: Any,  # noqa: ANN401
+    tokenizer: Any,
     cfg: HFExportConfig,
     adapters: bool,
 ) -> str:

@@ -43,7 +43,7 @@ class Liveness(Callback):
         self.last_write = 0.0
         self.claim: Claim | None = None
 
-    def _write(self, trainer: Any, phase: str) -> None:  # noqa: ANN401 - Trainer
+    def _write(self, trainer: Any, phase: str) -> None:  # Trainer
         if self.rank != 0:
             return
         now = time.time()
@@ -61,16 +61,16 @@ class Liveness(Callback):
         os.replace(tmp, self.path)
         self.last_write = now
 
-    def on_fit_start(self, trainer: Any) -> None:  # noqa: ANN401
+    def on_fit_start(self, trainer: Any) -> None:
         self.started = time.time()
         self._write(trainer, "fit")
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         if getattr(trainer, "stop_requested", False):
             self._write(trainer, "preempted")  # the checkpoint follows; then the process exits 75
         elif time.time() - self.last_write >= self.interval_s:
             self._write(trainer, "step")
         return {}
 
-    def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401
+    def on_fit_end(self, trainer: Any) -> None:
         self._write(trainer, "done")

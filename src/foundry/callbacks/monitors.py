@@ -17,7 +17,7 @@ __all__ = ["LRMonitor", "MemoryMonitor", "RuntimeEstimator"]
 class LRMonitor(Callback):
     """Logs the learning rate of every parameter group after each step."""
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         """`lr-<OptimizerClass>/group<i>`."""
         name = type(trainer.optimizer).__name__
         return {f"lr-{name}/group{i}": float(g["lr"]) for i, g in enumerate(trainer.optimizer.param_groups)}
@@ -34,7 +34,7 @@ class MemoryMonitor(Callback):
         "reserved_bytes.all.peak": "peak_reserved_mem",
     }
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         """`memory/<key>` in GB and `memory/alloc_retries`."""
         import torch
 
@@ -60,7 +60,7 @@ class RuntimeEstimator(Callback):
         self._eval_seconds = 0.0
         self._evals = 0
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         """`time/remaining_estimate` (hours) once past the skipped steps."""
         step = trainer.state.step
         now = time.perf_counter()
@@ -74,7 +74,7 @@ class RuntimeEstimator(Callback):
             remaining += per_eval * ((trainer.max_steps - step) // trainer.eval_interval_steps)
         return {"time/remaining_estimate": remaining / 3600}
 
-    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:
         """Accumulates eval time (it does not count towards the training rate)."""
         self._eval_seconds += eval_seconds
         self._evals += 1

@@ -56,7 +56,7 @@ class SpeedMonitor(Callback):
         self._peak: float | None = cfg.peak_flops
         self._flops_per_token: float | None = None
 
-    def on_fit_start(self, trainer: Any) -> None:  # noqa: ANN401
+    def on_fit_start(self, trainer: Any) -> None:
         """Looks up the device peak and the model's FLOPs per token."""
         import torch
 
@@ -66,7 +66,7 @@ class SpeedMonitor(Callback):
         fpt = getattr(model, "flops_per_token", None)
         self._flops_per_token = fpt(trainer.max_seq_len) if callable(fpt) else None
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         """Window throughput after this step."""
         plan = trainer.plan
         self._window.append(

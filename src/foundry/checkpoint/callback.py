@@ -27,7 +27,7 @@ class CheckpointCallback(Callback):
         self.checkpointer = checkpointer
         self.fmt = fmt
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
         ckpt = self.checkpointer
         ckpt.poll()
         step = trainer.state.step
@@ -43,19 +43,19 @@ class CheckpointCallback(Callback):
             ckpt.wait()
         return {"checkpoint/blocked_seconds": ckpt.last_blocked}
 
-    def on_fit_end(self, trainer: Any) -> None:  # noqa: ANN401
+    def on_fit_end(self, trainer: Any) -> None:
         self.checkpointer.close()
 
 
 def attach_checkpointing(
-    trainer: Any,  # noqa: ANN401 - foundry.train.loop.Trainer
+    trainer: Any,  # foundry.train.loop.Trainer
     cfg: CheckpointConfig,
     *,
     start: StartPoint | None,
     run_name: str,
     run_dir: str,
     save_every_steps: int,
-    model_config: Any,  # noqa: ANN401 - the model's config dataclass
+    model_config: Any,  # the model's config dataclass
     global_batch_size: int,
     wandb_run_id: str | None = None,
     local_rank: int = 0,

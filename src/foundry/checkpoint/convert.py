@@ -187,7 +187,7 @@ def load_model(
 
 
 def _adapters_on_base(
-    schema: Any,  # noqa: ANN401 - a foundry.models ModelConfig
+    schema: Any,  # a foundry.models ModelConfig
     info: CheckpointInfo,
     local: str,
     *,
@@ -214,7 +214,7 @@ def _adapters_on_base(
     return model.to(device).eval(), info.manifest
 
 
-def to_hf(  # noqa: ANN401 - tokenizer
+def to_hf(  # tokenizer
     src: str,
     out_dir: str,
     *,

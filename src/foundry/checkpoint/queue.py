@@ -118,7 +118,7 @@ class UploadQueue(Generic[J]):
                     self._drop(old)
                 if job is not None:
                     self._run(job)
-            except BaseException as e:  # noqa: BLE001 - handed to the training thread
+            except BaseException as e:  # handed to the training thread
                 with self._cond:
                     self._error = e
                     self._busy = False

@@ -100,7 +100,7 @@ def resolve_start(
     return None
 
 
-def _plain(x: Any) -> Any:  # noqa: ANN401
+def _plain(x: Any) -> Any:
     return json.loads(json.dumps(x, default=str))
 
 
@@ -209,7 +209,7 @@ def fetch(
 
 
 def load_into(
-    trainer: Any,  # noqa: ANN401 - foundry.train.loop.Trainer
+    trainer: Any,  # foundry.train.loop.Trainer
     start: StartPoint,
     *,
     cfg: CheckpointConfig,

@@ -96,7 +96,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         super().__init__(file)
         self.source = source
 
-    def find_class(self, module: str, name: str) -> Any:  # noqa: ANN401 - a class or function
+    def find_class(self, module: str, name: str) -> Any:  # a class or function
         if (module, name) in ALLOWED_GLOBALS:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
@@ -108,7 +108,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         )
 
 
-def restricted_load(file: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
+def restricted_load(file: IO[bytes], *, source: str) -> Any:
     """Unpickles DCP metadata from `file`, refusing any global outside the allowlist (names `source`).
 
     Raises:
@@ -119,14 +119,14 @@ def restricted_load(file: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
         return _MetadataUnpickler(file, source=source).load()
     except (UnsafeCheckpointError, MemoryError):
         raise
-    except Exception as err:  # noqa: BLE001 - whatever a damaged or crafted pickle makes the allowed classes raise
+    except Exception as err:  # whatever a damaged or crafted pickle makes the allowed classes raise
         raise ValueError(
             f"{source}: not readable torch.distributed.checkpoint metadata ({type(err).__name__}: "
             f"{' '.join(str(err).split())[:200]})"
         ) from None
 
 
-def _check_metadata(metadata: Any, *, source: str) -> dcp_metadata.Metadata:  # noqa: ANN401
+def _check_metadata(metadata: Any, *, source: str) -> dcp_metadata.Metadata:
     """`metadata` if it is DCP `Metadata` whose storage file names are all safe relative names."""
     if not isinstance(metadata, dcp_metadata.Metadata):
         raise UnsafeCheckpointError(
@@ -143,7 +143,7 @@ def _check_metadata(metadata: Any, *, source: str) -> dcp_metadata.Metadata:  # 
 class RestrictedReader(FileSystemReader):
     """`FileSystemReader` whose `.metadata` is unpickled through the allowlist and checked (see module doc)."""
 
-    def read_metadata(self, *args: Any, **kwargs: Any) -> dcp_metadata.Metadata:  # noqa: ANN401
+    def read_metadata(self, *args: Any, **kwargs: Any) -> dcp_metadata.Metadata:
         rank = kwargs.get("rank")
         path = os.path.join(os.fspath(self.path), ".metadata" if rank is None else f"__{rank}.metadata")
         with open(path, "rb") as f:
@@ -163,7 +163,7 @@ class SafeLoadPlanner(DefaultLoadPlanner):
         **kwargs: Passed to `DefaultLoadPlanner`.
     """
 
-    def __init__(self, *, source: str, weights_only: bool = True, **kwargs: Any) -> None:  # noqa: ANN401
+    def __init__(self, *, source: str, weights_only: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source = source
         self.weights_only = weights_only
@@ -191,12 +191,12 @@ def storage_reader(directory: str, *, allow_pickle: bool) -> FileSystemReader:
     return FileSystemReader(directory) if allow_pickle else RestrictedReader(directory)
 
 
-def load_planner(directory: str, *, allow_pickle: bool, **kwargs: Any) -> DefaultLoadPlanner:  # noqa: ANN401
+def load_planner(directory: str, *, allow_pickle: bool, **kwargs: Any) -> DefaultLoadPlanner:
     """The load planner for a sharded checkpoint: weights-only `BYTE_IO` values unless `allow_pickle`."""
     return SafeLoadPlanner(source=directory, weights_only=not allow_pickle, **kwargs)
 
 
-def load(state: dict[str, Any], directory: str, *, allow_pickle: bool, **planner_kwargs: Any) -> None:  # noqa: ANN401
+def load(state: dict[str, Any], directory: str, *, allow_pickle: bool, **planner_kwargs: Any) -> None:
     """`dcp.load(state)` from `directory` with the reader and planner above.
 
     Raises:

@@ -58,7 +58,7 @@ _MARKER = ".done-rank{rank}.json"
 _DROPPED = ".dropped-rank{rank}.json"
 
 
-def resolve_format(fmt: str, model: Any) -> str:  # noqa: ANN401 - an nn.Module, maybe wrapped
+def resolve_format(fmt: str, model: Any) -> str:  # an nn.Module, maybe wrapped
     """`auto` -> `sharded` when any submodule is FSDP2-sharded, else `full`."""
     if fmt != "auto":
         return fmt
@@ -131,7 +131,7 @@ class Checkpointer:
         return final or (self.every_steps > 0 and step % self.every_steps == 0)
 
     # ----------------------------------------------------------------- save
-    def save(self, trainer: Any, *, fmt: str) -> None:  # noqa: ANN401 - foundry.train.loop.Trainer
+    def save(self, trainer: Any, *, fmt: str) -> None:  # foundry.train.loop.Trainer
         """Saves the trainer's state now (every rank calls it); returns once training may continue.
 
         To an object store it does not wait for an earlier checkpoint's upload: this one queues behind it

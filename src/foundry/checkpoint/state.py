@@ -73,7 +73,7 @@ def collect(
     return get_state_dict(model, optimizer, options=options)
 
 
-def snapshot(tree: Any) -> Any:  # noqa: ANN401 - nested containers
+def snapshot(tree: Any) -> Any:  # nested containers
     """A deep copy with every tensor cloned to CPU (so training may go on while a thread writes it)."""
     if isinstance(tree, torch.Tensor):
         return tree.detach().to("cpu", copy=True)
@@ -107,7 +107,7 @@ def save_sharded(
     model_sd: dict[str, Any],
     optim_sd: dict[str, Any] | None,
     run_state: dict[str, Any] | None,
-    rng: Any,  # noqa: ANN401
+    rng: Any,
     rank: int,
 ) -> list[str]:
     """`torch.distributed.checkpoint` of model (+ optimizer), plus this rank's RNG and rank 0's run state.
@@ -202,7 +202,7 @@ def _matched(
     return match.source, bool(match.skipped)
 
 
-def _stored_shape(meta: Any) -> tuple[int, ...] | None:  # noqa: ANN401 - a DCP storage metadata entry
+def _stored_shape(meta: Any) -> tuple[int, ...] | None:  # a DCP storage metadata entry
     size = getattr(meta, "size", None)
     return tuple(size) if size is not None else None
 
@@ -242,7 +242,7 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
 
-def read_state_file(path: str, *, allow_pickle: bool, keys: tuple[str, ...] = ()) -> Any:  # noqa: ANN401
+def read_state_file(path: str, *, allow_pickle: bool, keys: tuple[str, ...] = ()) -> Any:
     """`load_file(path)` of a checkpoint file, any failure of a damaged or crafted one as one `ValueError`
     naming it; with `keys`, the content must be a dict holding them.
 
@@ -253,7 +253,7 @@ def read_state_file(path: str, *, allow_pickle: bool, keys: tuple[str, ...] = ()
         obj = load_file(path, allow_pickle=allow_pickle)
     except (FileNotFoundError, MemoryError):
         raise
-    except Exception as err:  # noqa: BLE001 - torch.load raises whatever the damaged bytes lead it to
+    except Exception as err:  # torch.load raises whatever the damaged bytes lead it to
         if isinstance(err, ValueError) and str(err).startswith(path):
             raise  # load_file's own refusal of a pickle, naming the file
         raise ValueError(f"{path}: not a readable checkpoint file ({_one_line(err)})") from None
@@ -265,7 +265,7 @@ def read_state_file(path: str, *, allow_pickle: bool, keys: tuple[str, ...] = ()
     return obj
 
 
-def _weights(obj: Any, path: str) -> dict[str, Any]:  # noqa: ANN401
+def _weights(obj: Any, path: str) -> dict[str, Any]:
     """`obj` if it is a dict keyed by names (what `model.pt` holds; its values are checked once matched)."""
     if not isinstance(obj, dict) or not all(isinstance(k, str) for k in obj):
         raise ValueError(f"{path}: not model weights (an object of name -> tensor, got {type(obj).__name__})")
@@ -282,7 +282,7 @@ class _Restoring:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:  # noqa: ANN401
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: Any) -> None:
         if err is None or isinstance(err, ValueError | WeightMismatch) or not isinstance(err, Exception):
             return
         if isinstance(

@@ -129,7 +129,7 @@ class TextCollator(SplitCollator):
         max_seq_len: int,
         pad_token_id: int,
         token_encoding_type: str = "int64",
-        tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer, only for text rows
+        tokenizer: Any = None,  # a transformers tokenizer, only for text rows
         vocab_size: int | None = None,
         documents: DocumentRule | None = None,
         stream_map: Sequence[int] | None = None,

@@ -51,7 +51,7 @@ class DocumentRule:
     bos_id: int | None = None
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any) -> DocumentRule:  # noqa: ANN401 - a transformers tokenizer or None
+    def from_tokenizer(cls, tokenizer: Any) -> DocumentRule:  # a transformers tokenizer or None
         """The tokenizer's EOS and BOS ids (None without a tokenizer: rows then need `document_lengths`)."""
         if tokenizer is None:
             return cls()

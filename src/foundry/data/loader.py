@@ -32,7 +32,7 @@ class TextLoader(StreamingDataLoader):
         **kwargs: Passed to `StreamingDataLoader`.
     """
 
-    def __init__(self, dataset: Any, *args: Any, on_mixture_change: str = "error", **kwargs: Any) -> None:  # noqa: ANN401
+    def __init__(self, dataset: Any, *args: Any, on_mixture_change: str = "error", **kwargs: Any) -> None:
         super().__init__(dataset, *args, **kwargs)
         self.on_mixture_change = on_mixture_change
 

@@ -134,12 +134,12 @@ class ConvertStats:
 _WORKER_TOKENIZER: Any = None
 
 
-def _init_worker(tokenizer: Any) -> None:  # noqa: ANN401 - a transformers tokenizer
+def _init_worker(tokenizer: Any) -> None:  # a transformers tokenizer
     global _WORKER_TOKENIZER  # one tokenizer per pool process (process-local, set once)
     _WORKER_TOKENIZER = tokenizer
 
 
-def _encode(texts: list[str], tokenizer: Any = None) -> list[list[int]]:  # noqa: ANN401
+def _encode(texts: list[str], tokenizer: Any = None) -> list[list[int]]:
     tok = tokenizer if tokenizer is not None else _WORKER_TOKENIZER
     return tok(texts, add_special_tokens=False, truncation=False)["input_ids"]
 
@@ -153,7 +153,7 @@ def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
 def _encoded_docs(
     texts: Iterable[str],
     *,
-    tokenizer: Any,  # noqa: ANN401
+    tokenizer: Any,
     num_workers: int,
     batch_docs: int,
 ) -> Iterator[list[int]]:
@@ -174,7 +174,7 @@ def _encoded_docs(
 def convert_texts(
     texts: Iterable[str],
     *,
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     out: str,
     max_seq_len: int,
     bos_text: str = "",
@@ -183,7 +183,7 @@ def convert_texts(
     compression: str | None = None,
     num_workers: int = 1,
     batch_docs: int = 256,
-    progress: Any = None,  # noqa: ANN401 - a tqdm bar (updated with documents) or None
+    progress: Any = None,  # a tqdm bar (updated with documents) or None
     record_documents: bool = False,
 ) -> ConvertStats:
     """Tokenize `texts`, pack them into rows and write an MDS dataset with one `tokens` column.

@@ -230,7 +230,7 @@ def missing_data(cfg: TextDataConfig) -> str | None:
 def build_text_dataloader(
     cfg: TextDataConfig,
     *,
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer, or None for rows of token ids
+    tokenizer: Any,  # a transformers tokenizer, or None for rows of token ids
     device_batch_size: int,
     world: World,
     max_seq_len: int,
@@ -242,7 +242,7 @@ def build_text_dataloader(
     vocab_size: int | None = None,
     documents: DocumentRule | None = None,
     device_type: str = "cpu",
-) -> Any:  # noqa: ANN401 - foundry.data.loader.TextLoader (a streaming.StreamingDataLoader)
+) -> Any:  # foundry.data.loader.TextLoader (a streaming.StreamingDataLoader)
     """Builds the training or the eval loader: a `StreamingDataLoader` over a `StreamingDataset`.
 
     Args:
@@ -324,7 +324,7 @@ def _dataset(
     world: World,
     seed: int,
     shuffle: bool | None,
-) -> Any:  # noqa: ANN401 - streaming.StreamingDataset
+) -> Any:  # streaming.StreamingDataset
     """The `StreamingDataset` of one loader: every knob from `cfg` (the epoch-shaping ones for training only)."""
     from streaming import StreamingDataset
 

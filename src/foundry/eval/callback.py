@@ -28,12 +28,12 @@ class ICLEvalCallback(Callback):
         output_dir: where per-evaluation results go (`step_<N>/`); None writes nothing.
     """
 
-    def __init__(self, cfg: EvalConfig, *, tokenizer: Any, output_dir: str | Path | None = None) -> None:  # noqa: ANN401
+    def __init__(self, cfg: EvalConfig, *, tokenizer: Any, output_dir: str | Path | None = None) -> None:
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.output_dir = None if output_dir is None else Path(output_dir)
 
-    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:  # noqa: ANN401
+    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:
         """Runs the tasks; returns `icl/...` metrics, gauntlet entries and `icl/seconds`."""
         start = time.perf_counter()
         model = getattr(trainer.model, "module", trainer.model)
@@ -47,7 +47,7 @@ class ICLEvalCallback(Callback):
         return metrics
 
 
-def icl_callbacks(cfg: EvalConfig | None, *, tokenizer: Any, run_dir: str | Path) -> list[Callback]:  # noqa: ANN401
+def icl_callbacks(cfg: EvalConfig | None, *, tokenizer: Any, run_dir: str | Path) -> list[Callback]:
     """`[ICLEvalCallback]` writing under `<run_dir>/icl` (or `cfg.output_dir`) when `cfg` has tasks, else []."""
     if cfg is None or not load_task_configs(cfg):
         return []

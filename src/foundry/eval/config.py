@@ -162,7 +162,7 @@ class EvalConfig:
         self.icl_tasks = [task_config(item, where="eval.icl_tasks") for item in self.icl_tasks]
 
 
-def _to_plain(value: Any) -> Any:  # noqa: ANN401 - OmegaConf containers or plain data
+def _to_plain(value: Any) -> Any:  # OmegaConf containers or plain data
     try:
         from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -183,7 +183,7 @@ def _resolve_path(path: str | Path) -> Path:
     raise FileNotFoundError(f"eval yaml {str(path)!r} not found (relative paths resolve from the repo root)")
 
 
-def read_yaml_key(path: str | Path, key: str) -> Any:  # noqa: ANN401
+def read_yaml_key(path: str | Path, key: str) -> Any:
     """The `key` entry of a yaml file (the whole document when the key is absent)."""
     import yaml
 
@@ -191,7 +191,7 @@ def read_yaml_key(path: str | Path, key: str) -> Any:  # noqa: ANN401
     return doc.get(key, doc) if isinstance(doc, dict) else doc
 
 
-def task_config(item: Any, *, where: str) -> ICLTaskConfig:  # noqa: ANN401 - a mapping or an ICLTaskConfig
+def task_config(item: Any, *, where: str) -> ICLTaskConfig:  # a mapping or an ICLTaskConfig
     """`item` as a validated `ICLTaskConfig` (`where` names its source in errors)."""
     if isinstance(item, ICLTaskConfig):
         return item
@@ -224,6 +224,6 @@ def load_task_configs(cfg: EvalConfig) -> list[ICLTaskConfig]:
     return out
 
 
-def register_eval_configs(cs: Any) -> None:  # noqa: ANN401 - hydra's ConfigStore
+def register_eval_configs(cs: Any) -> None:  # hydra's ConfigStore
     """Stores the `eval` group schema node `_eval` in a Hydra `ConfigStore`."""
     cs.store(group="eval", name="_eval", node=EvalConfig)

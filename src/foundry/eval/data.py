@@ -140,7 +140,7 @@ def row_fields(task: ICLTaskConfig) -> tuple[dict[str, str], dict[str, str]]:
     return {context: _TEXT, answer: _TEXT}, {**optional, "aliases": _LIST, "chain_of_thought": _TEXT}
 
 
-def _fits(value: Any, kind: str) -> bool:  # noqa: ANN401 - a JSON value
+def _fits(value: Any, kind: str) -> bool:  # a JSON value
     if kind == _TEXT:
         return isinstance(value, str)
     if kind in (_TEXTS, _LIST):

@@ -126,7 +126,7 @@ class GauntletConfig:
         return {DEFAULT_AVERAGE: [c.name for c in self.categories]}
 
 
-def gauntlet_config(cfg: Any) -> GauntletConfig:  # noqa: ANN401 - dict, DictConfig or GauntletConfig
+def gauntlet_config(cfg: Any) -> GauntletConfig:  # dict, DictConfig or GauntletConfig
     """A `GauntletConfig` from a dict / OmegaConf node (an `eval_gauntlet:` key is unwrapped)."""
     if isinstance(cfg, GauntletConfig):
         return cfg
@@ -165,7 +165,7 @@ def _pick_accuracy(metrics: Mapping[str, Any], label: str) -> float:
     raise ValueError(f"result {label!r} has no accuracy metric among {sorted(metrics)}")
 
 
-def _entry(label: str, value: Any) -> tuple[float, int | None]:  # noqa: ANN401
+def _entry(label: str, value: Any) -> tuple[float, int | None]:
     """(accuracy, number of examples or None) from a float, a metrics dict or a TaskResult-like object."""
     if isinstance(value, int | float):
         return float(value), None
@@ -230,7 +230,7 @@ def _aggregate(
     return categories, averages
 
 
-def compute_gauntlet(results: Mapping[str, Any], gauntlet_cfg: Any) -> dict[str, Any]:  # noqa: ANN401
+def compute_gauntlet(results: Mapping[str, Any], gauntlet_cfg: Any) -> dict[str, Any]:
     """Aggregates ICL results into the Eval Gauntlet.
 
     Args:

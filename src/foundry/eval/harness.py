@@ -43,10 +43,10 @@ def _batches(order: Sequence[int], size: int) -> Iterable[list[int]]:
 class _StopOnStrings:
     """A transformers stopping criterion: every row's new text contains one of `stops`."""
 
-    def __init__(self, tokenizer: Any, stops: list[str], prompt_len: int) -> None:  # noqa: ANN401
+    def __init__(self, tokenizer: Any, stops: list[str], prompt_len: int) -> None:
         self.tokenizer, self.stops, self.prompt_len = tokenizer, stops, prompt_len
 
-    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:  # noqa: ANN401
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
         texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_len :], skip_special_tokens=False)
         done = [any(s in t for s in self.stops) for t in texts]
         return torch.tensor(done, device=input_ids.device)
@@ -67,7 +67,7 @@ class FoundryLM(TemplateLM):
     def __init__(
         self,
         model: torch.nn.Module | None = None,
-        tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer, or its path with model args
+        tokenizer: Any = None,  # a transformers tokenizer, or its path with model args
         *,
         pretrained: str | None = None,
         config: str | None = None,
@@ -78,7 +78,7 @@ class FoundryLM(TemplateLM):
         device: str | None = None,
         max_length: int | None = None,
         max_gen_toks: int = 256,
-        **unused: Any,  # noqa: ANN401 - lm-eval passes extra generic keys
+        **unused: Any,  # lm-eval passes extra generic keys
     ) -> None:
         super().__init__()
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -131,7 +131,7 @@ class FoundryLM(TemplateLM):
     def tokenizer_name(self) -> str:
         return getattr(self.tokenizer, "name_or_path", "foundry").replace("/", "__")
 
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:  # noqa: ANN401
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
         if add_special_tokens is None:  # like lm-eval's hf backend: tokenizer default, no BOS twice
             bos = self.tokenizer.bos_token
             add_special_tokens = not (bos and string.startswith(bos))
@@ -154,7 +154,7 @@ class FoundryLM(TemplateLM):
         self,
         requests: list[tuple[Any, list[int], list[int]]],
         disable_tqdm: bool = False,
-        **kwargs: Any,  # noqa: ANN401
+        **kwargs: Any,
     ) -> list[tuple[float, bool]]:
         """(sum of continuation log-probs, continuation is the greedy choice) per (key, ctx, cont) request."""
         inputs = []
@@ -181,7 +181,7 @@ class FoundryLM(TemplateLM):
         pbar.close()
         return out  # type: ignore[return-value]
 
-    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:  # noqa: ANN401
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         """Whole-text log-likelihood over disjoint max_length windows (lm-eval's rolling scheme)."""
         from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
@@ -207,7 +207,7 @@ class FoundryLM(TemplateLM):
         return totals
 
     @torch.no_grad()
-    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:  # noqa: ANN401
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         """Greedy continuations, cut at the first `until` string; batched by identical gen_kwargs."""
         from transformers import StoppingCriteriaList
 

@@ -48,7 +48,7 @@ def _has_tokenizer(path: Path) -> bool:
     return path.is_dir() and any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
 
 
-def model_schema(config: str) -> Any:  # noqa: ANN401 - MPTModelConfig | HFCausalLMConfig
+def model_schema(config: str) -> Any:  # MPTModelConfig | HFCausalLMConfig
     """The typed model schema from a yaml path or a `conf/model/<name>.yaml` name (e.g. `mpt-tiny`)."""
     import yaml
 
@@ -109,7 +109,7 @@ def _build_from_config(config: str | None, checkpoint: str | None, dtype: torch.
     return model.to(dtype)
 
 
-def _tokenizer(name: str | None, model_dir: Path | None, checkpoint: str | None) -> Any:  # noqa: ANN401
+def _tokenizer(name: str | None, model_dir: Path | None, checkpoint: str | None) -> Any:
     if name is None and model_dir is not None and _has_tokenizer(model_dir):
         name = str(model_dir)
     from_run = run_tokenizer_config(checkpoint) if checkpoint else None

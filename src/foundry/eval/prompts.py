@@ -89,7 +89,7 @@ class Prompts:
     """Rows skipped because their continuation leaves no room for context within max_seq_len."""
 
 
-def needs_prefix_space(tokenizer: Any) -> bool:  # noqa: ANN401 - a transformers tokenizer
+def needs_prefix_space(tokenizer: Any) -> bool:  # a transformers tokenizer
     """True for GPT-2-style BPE, which encodes " a" as a single token."""
     return len(tokenizer(" a", add_special_tokens=False)["input_ids"]) == 1
 
@@ -123,7 +123,7 @@ def strip_row(row: dict[str, Any]) -> dict[str, Any]:
 class _Builder:
     """Shared state of one task's prompt construction (tokenizer facts, delimiters, the task type)."""
 
-    def __init__(self, cfg: ICLTaskConfig, tokenizer: Any, max_seq_len: int) -> None:  # noqa: ANN401
+    def __init__(self, cfg: ICLTaskConfig, tokenizer: Any, max_seq_len: int) -> None:
         self.cfg = cfg
         self.tok = tokenizer
         self.max_seq_len = max_seq_len
@@ -249,7 +249,7 @@ def _example(
 def build_prompts(
     cfg: ICLTaskConfig,
     rows: list[dict[str, Any]],
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     *,
     num_fewshot: int,
     max_seq_len: int,
@@ -303,7 +303,7 @@ def build_prompts(
 def build_examples(
     cfg: ICLTaskConfig,
     rows: list[dict[str, Any]],
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     *,
     num_fewshot: int,
     max_seq_len: int,

@@ -17,7 +17,7 @@ def _fmt(v: float) -> str:
     return "n/a" if isinstance(v, float) and math.isnan(v) else f"{v:.4f}"
 
 
-def results_markdown(results: list[Any]) -> str:  # noqa: ANN401 - TaskResult
+def results_markdown(results: list[Any]) -> str:  # TaskResult
     """One row per task (and category): label, type, examples, every metric."""
     lines = ["| task | type | n | metrics |", "|---|---|---|---|"]
     for r in results:
@@ -34,7 +34,7 @@ def results_markdown(results: list[Any]) -> str:  # noqa: ANN401 - TaskResult
 
 def write_report(
     out: Path,
-    results: list[Any],  # noqa: ANN401 - TaskResult
+    results: list[Any],  # TaskResult
     *,
     flat: dict[str, Any],
     skipped: list[str],

@@ -182,7 +182,7 @@ def _metrics(kind: str, records: list[dict[str, Any]]) -> dict[str, float]:
 
 def evaluate_task(
     model: nn.Module,
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     task: ICLTask,
     *,
     device: torch.device | str,
@@ -322,7 +322,7 @@ def run_icl_eval(
     cfg: EvalConfig,
     *,
     model: nn.Module,
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     device: torch.device | str,
     output_dir: str | Path | None = None,
     emit: Callable[[str], None] | None = None,

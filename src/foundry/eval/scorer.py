@@ -90,7 +90,7 @@ def logit_head(model: nn.Module, device: torch.device) -> Callable[[torch.Tensor
         with torch.no_grad():
             full = model(input_ids=ids, use_cache=False).logits.float()
             mine = fn(_base_model(model)(input_ids=ids, use_cache=False).last_hidden_state).float()
-    except Exception:  # noqa: BLE001 - any mismatch in the interface: use full forwards
+    except Exception:  # any mismatch in the interface: use full forwards
         return None
     finally:
         model.train(was_training)
@@ -103,7 +103,7 @@ def _forward_scores(
     ids: torch.Tensor,
     targets: Sequence[Sequence[int]],
     starts: Sequence[int],
-    **kwargs: Any,  # noqa: ANN401 - attention_mask, position_ids, the cache (`cache_field`)
+    **kwargs: Any,  # attention_mask, position_ids, the cache (`cache_field`)
 ) -> list[RowScore]:
     """One forward; row i's `targets[i]` are predicted at positions starts[i] .. starts[i]+len-1."""
     lens = [len(t) for t in targets]
@@ -338,7 +338,7 @@ def generate_greedy(
     model: nn.Module,
     contexts: Sequence[Sequence[int]],
     *,
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     device: torch.device,
     batch_size: int,
     max_new_tokens: int,

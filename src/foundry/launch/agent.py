@@ -340,7 +340,7 @@ def _written(path: Path) -> bool:
         return False
 
 
-def _forward(proc: subprocess.Popen):  # noqa: ANN202 - a signal handler
+def _forward(proc: subprocess.Popen):
     def handler(signum: int, _frame: FrameType | None) -> None:
         proc.send_signal(signum)
 

@@ -223,7 +223,7 @@ def main(argv: list[str]) -> None:
     sys.path.insert(0, str(Path(argv[0]).resolve().parent))  # as `python train.py` would
     try:
         runpy.run_path(argv[0], run_name="__main__")
-    except Exception as e:  # noqa: BLE001 - only a peer's death is handled here; anything else is re-raised
+    except Exception as e:  # only a peer's death is handled here; anything else is re-raised
         lost = peer_failure(e)
         if lost is None:
             raise

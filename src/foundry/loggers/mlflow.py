@@ -276,7 +276,7 @@ def publish_launch_events(run_dir: str | Path) -> str | None:
         counters = launch_counters(read_events(run_dir))
         client.log_batch(info["run_id"], metrics=[Metric(k, v, now, step) for k, v in counters.items()])
         client.log_artifact(info["run_id"], str(events))
-    except Exception as e:  # noqa: BLE001 - MLflow unreachable: the run's outcome and exit code stand
+    except Exception as e:  # MLflow unreachable: the run's outcome and exit code stand
         print(
             f"[foundry.launch] MLflow run {info['run_id']}: could not add the launch events: {e}",
             file=sys.stderr,

@@ -143,7 +143,7 @@ def publish_launch_summary(run_dir: str | Path) -> str | None:
             )
         finally:
             run.finish()
-    except Exception as e:  # noqa: BLE001 - W&B unreachable: the run's outcome and exit code stand
+    except Exception as e:  # W&B unreachable: the run's outcome and exit code stand
         print(
             f"[foundry.launch] W&B run {info['id']}: could not add the launch summary: {e}", file=sys.stderr
         )

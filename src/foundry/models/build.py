@@ -100,7 +100,7 @@ def build_model_on(
     cfg: ModelConfig,
     *,
     device: torch.device | str,
-    tokenizer: Any | None = None,  # noqa: ANN401 - a transformers tokenizer (only len() is used)
+    tokenizer: Any | None = None,  # a transformers tokenizer (only len() is used)
     init_device: str | None = None,
     defer_init: bool = False,
     state_dict: Mapping[str, torch.Tensor] | None = None,
@@ -152,7 +152,7 @@ def build_model_on(
     return model if defer_init else materialize_(model, device=device)
 
 
-def check_vocab_fits(cfg: MPTModelConfig, tokenizer: Any | None) -> None:  # noqa: ANN401 - a tokenizer
+def check_vocab_fits(cfg: MPTModelConfig, tokenizer: Any | None) -> None:  # a tokenizer
     """Raises ValueError when `tokenizer` has more tokens than `cfg.vocab_size`, naming the size to set."""
     vocab = 0 if tokenizer is None else len(tokenizer)
     if vocab > cfg.vocab_size:
@@ -192,7 +192,7 @@ def materialize_(model: nn.Module, *, device: str | torch.device) -> nn.Module:
     return model
 
 
-def load_pretrained(path: str | Path, **kwargs: Any) -> nn.Module:  # noqa: ANN401
+def load_pretrained(path: str | Path, **kwargs: Any) -> nn.Module:
     """`AutoModelForCausalLM.from_pretrained(path)` after registering `foundry_mpt` (offline-safe)."""
     register_auto_classes()
     return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)

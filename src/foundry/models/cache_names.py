@@ -46,6 +46,6 @@ def cache_field(cache: Cache | None) -> dict[str, Any]:
     return {CACHE_NAME: cache}
 
 
-def output_cache(output: Any) -> Cache | None:  # noqa: ANN401 - any transformers ModelOutput
+def output_cache(output: Any) -> Cache | None:  # any transformers ModelOutput
     """The cache a model output carries, read without the deprecation warning of newer transformers."""
     return getattr(output, CACHE_NAME, None)

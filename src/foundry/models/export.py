@@ -76,7 +76,7 @@ def hf_mpt_incompatibilities(config: MPTConfig) -> list[str]:
     return [why for ok, why in checks if not ok]
 
 
-def to_hf_mpt_config(config: MPTConfig) -> Any:  # noqa: ANN401 - transformers.MptConfig
+def to_hf_mpt_config(config: MPTConfig) -> Any:  # transformers.MptConfig
     """Our config as transformers' `MptConfig`.
 
     Raises:
@@ -125,7 +125,7 @@ def export_hf(
     model: MPTForCausalLM,
     out_dir: str | Path,
     *,
-    tokenizer: Any | None = None,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any | None = None,  # a transformers tokenizer
     fmt: str = "auto",
     dtype: torch.dtype = torch.float32,
 ) -> str:
@@ -286,7 +286,7 @@ def export_checkpoint(
     out_dir: str | Path,
     *,
     config: str | Path | None = None,
-    tokenizer: Any | None = None,  # noqa: ANN401
+    tokenizer: Any | None = None,
     fmt: str = "auto",
     dtype: torch.dtype = torch.float32,
 ) -> str:

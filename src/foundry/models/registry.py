@@ -21,13 +21,13 @@ MODEL_SCHEMAS: dict[str, type[ModelConfig]] = {"_mpt": MPTModelConfig, "_hf_caus
 """The `model` group's schema nodes: node name -> schema class."""
 
 
-def register_model_configs(cs: Any) -> None:  # noqa: ANN401 - hydra's ConfigStore (not imported here)
+def register_model_configs(cs: Any) -> None:  # hydra's ConfigStore (not imported here)
     """Stores the `model` group schema nodes (`MODEL_SCHEMAS`) in a Hydra `ConfigStore`."""
     for name, schema in MODEL_SCHEMAS.items():
         cs.store(group="model", name=name, node=schema)
 
 
-def model_schema_from_dict(body: dict[str, Any], *, hf: bool | None = None) -> Any:  # noqa: ANN401
+def model_schema_from_dict(body: dict[str, Any], *, hf: bool | None = None) -> Any:
     """`MPTModelConfig`, or `HFCausalLMConfig` when `hf` (default: when the mapping names a pretrained path).
 
     Validation runs as at compose time (unknown keys and bad values raise, naming the field).

@@ -35,7 +35,7 @@ _LAZY = {
 __all__ = ["ParallelismConfig", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:  # noqa: ANN401
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(f"foundry.parallel.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'foundry.parallel' has no attribute {name!r}")

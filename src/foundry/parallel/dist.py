@@ -224,7 +224,7 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def broadcast_object(obj: Any, *, src: int = 0) -> Any:  # noqa: ANN401 - any picklable value
+def broadcast_object(obj: Any, *, src: int = 0) -> Any:  # any picklable value
     """Rank `src`'s `obj` on every rank (unchanged without a multi-rank group)."""
     if not _active():
         return obj

@@ -100,7 +100,7 @@ def resolve_weights_folder(name: str, *, local_files_only: bool) -> Path:
                     name, local_files_only=local_files_only, allow_patterns=["*.safetensors", "*.json"]
                 )
             )
-        except Exception as err:  # noqa: BLE001 - hub errors have many types; all mean "not available"
+        except Exception as err:  # hub errors have many types; all mean "not available"
             raise ValueError(
                 f"model.pretrained_model_name_or_path={name!r}: no local weights ({err}); pass a folder with "
                 "*.safetensors, or set model.local_files_only=false to allow a hub download"

@@ -49,7 +49,7 @@ def apply_activation_checkpointing(model: nn.Module) -> None:
         checkpoint(block)
 
 
-def mp_policy(cfg: ParallelismConfig, *, precision: str) -> Any:  # noqa: ANN401 - MixedPrecisionPolicy
+def mp_policy(cfg: ParallelismConfig, *, precision: str) -> Any:  # MixedPrecisionPolicy
     """FSDP2 mixed precision from `cfg.mixed_precision` and the trainer precision's dtype (fp32 -> none)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -60,7 +60,7 @@ def mp_policy(cfg: ParallelismConfig, *, precision: str) -> Any:  # noqa: ANN401
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=reduce)
 
 
-def build_mesh(cfg: ParallelismConfig, *, ctx: DistContext) -> Any:  # noqa: ANN401 - a DeviceMesh
+def build_mesh(cfg: ParallelismConfig, *, ctx: DistContext) -> Any:  # a DeviceMesh
     """1-D mesh over all ranks, or for HYBRID_SHARD a 2-D (replicate, shard) mesh with `shard_size` columns."""
     from torch.distributed.device_mesh import init_device_mesh
 

@@ -135,7 +135,7 @@ def _table(head: list[str], rows: list[list[str]], *, cls: str = "") -> str:
     return f'<table class="{cls}"><tr>{th}</tr>{body}</table>'
 
 
-def _num(v: Any) -> str:  # noqa: ANN401 - any JSON value
+def _num(v: Any) -> str:  # any JSON value
     if isinstance(v, float):
         return "nan" if math.isnan(v) else f"{v:.5g}"
     return "-" if v is None else str(v)

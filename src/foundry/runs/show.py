@@ -41,7 +41,7 @@ CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 """The repository's Hydra config folder (an editable install: src/foundry/runs -> repo/conf)."""
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:  # noqa: ANN401 - a JSON value
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:  # a JSON value
     """Nested dicts as `{"a.b.c": leaf}` (lists and scalars are leaves)."""
     if not isinstance(tree, dict):
         return {prefix: tree}
@@ -155,7 +155,7 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _fmt(v: Any) -> str:  # noqa: ANN401 - any JSON value
+def _fmt(v: Any) -> str:  # any JSON value
     if isinstance(v, float):
         return f"{v:.6g}"
     return json.dumps(v) if isinstance(v, list | dict) else str(v)
@@ -213,6 +213,6 @@ def render_show(
     return "\n".join(lines)
 
 
-def _when(t: Any) -> str:  # noqa: ANN401
+def _when(t: Any) -> str:
     """Unix seconds as UTC `YYYY-mm-dd HH:MM:SS` (`-` when absent)."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(float(t))) if isinstance(t, int | float) else "-"

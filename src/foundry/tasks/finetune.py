@@ -202,7 +202,7 @@ def build_finetune_data(cfg: TrainConfig, *, world: World, is_main: bool) -> Run
     return RunData(tokenizer=tokenizer, train=train, eval=eval_loader)
 
 
-def _tokenizer(cfg: TrainConfig) -> Any:  # noqa: ANN401 - a transformers tokenizer
+def _tokenizer(cfg: TrainConfig) -> Any:  # a transformers tokenizer
     if cfg.tokenizer.name is None:
         raise ConfigError(
             "task=finetune tokenizes prompt/response or chat rows: set tokenizer.name (tokenizer=none is for "
@@ -235,7 +235,7 @@ class EvalPasses:
         loader: A `FinetuneLoader` (any iterable with `state_dict` / `load_state_dict`).
     """
 
-    def __init__(self, loader: Any) -> None:  # noqa: ANN401
+    def __init__(self, loader: Any) -> None:
         self.loader = loader
         self._start = loader.state_dict()
 

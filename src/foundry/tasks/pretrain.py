@@ -259,7 +259,7 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
     return RunData(tokenizer=tokenizer, train=train, eval=eval_loader, stream_names=data.stream_names)
 
 
-def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: DistContext) -> ModelStack:  # noqa: ANN401
+def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: DistContext) -> ModelStack:
     """The model on this rank's device (wrapped for DDP/FSDP before the optimizer sees it), optimizer, scheduler."""
     pc = cfg.parallelism
     model = build_model_on(
@@ -322,7 +322,7 @@ def trainable_summary(model: torch.nn.Module) -> str | None:
     return f"trainable params: {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)"
 
 
-def build_run_callbacks(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, run_dir: Path) -> list[Callback]:  # noqa: ANN401
+def build_run_callbacks(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, run_dir: Path) -> list[Callback]:
     """The configured callbacks, then ICL evaluation (which needs a tokenizer: none configured names the fix)."""
     if tokenizer is None and cfg.eval is not None and load_task_configs(cfg.eval):
         tokenizer = build_tokenizer(cfg.tokenizer)  # raises: tokenizer.name is null, pass tokenizer.name=...

@@ -40,7 +40,7 @@ class MultirunSummary(HydraCallback):
         self.rows: list[tuple[list[str], dict[str, Any]]] = []
         self.path: Path | None = None
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ANN401
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Reserves this sweep's summary file and arranges for the table to be printed even if a job fails."""
         self.rows = []
         try:
@@ -49,7 +49,7 @@ class MultirunSummary(HydraCallback):
             self.path = None
         atexit.register(self._print)
 
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:  # noqa: ANN401
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         """Collects the job's overrides and final metrics (or its error) and rewrites the summary file."""
         overrides = list(getattr(job_return, "overrides", None) or [])
         status = getattr(job_return, "status", None)
@@ -80,7 +80,7 @@ class MultirunSummary(HydraCallback):
             lines.append("| " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:  # noqa: ANN401
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Prints the table (and where it was written)."""
         self._print()
 

@@ -38,7 +38,7 @@ COMPILE_MODES = ("none", "model", "blocks")
 _CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
 
 
-def normalize_compile(value: Any) -> str:  # noqa: ANN401 - bool or str from YAML
+def normalize_compile(value: Any) -> str:  # bool or str from YAML
     """`trainer.compile` as one of `COMPILE_MODES`: false/None -> none, true -> model (as before)."""
     if value is None or value is False:
         return "none"
@@ -52,7 +52,7 @@ def normalize_compile(value: Any) -> str:  # noqa: ANN401 - bool or str from YAM
 
 
 def _block_forward(eager: Callable[..., Any], compiled: Callable[..., Any]) -> Callable[..., Any]:
-    def forward(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+    def forward(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled() or any(kwargs.get(k) is not None for k in _CACHE_KWARGS):
             return eager(*args, **kwargs)
         return compiled(*args, **kwargs)
@@ -61,7 +61,7 @@ def _block_forward(eager: Callable[..., Any], compiled: Callable[..., Any]) -> C
     return forward
 
 
-def compile_blocks(model: nn.Module, *, dynamic: bool | None = None, backend: Any = "inductor") -> int:  # noqa: ANN401
+def compile_blocks(model: nn.Module, *, dynamic: bool | None = None, backend: Any = "inductor") -> int:
     """Compiles each transformer block's forward in place (training calls); returns the number of blocks.
     `backend`: torch.compile's (tests count graphs with a counting backend)."""
     from foundry.parallel.wrap import transformer_blocks
@@ -75,7 +75,7 @@ def compile_blocks(model: nn.Module, *, dynamic: bool | None = None, backend: An
     return len(blocks)
 
 
-def compile_loss(model: nn.Module, *, dynamic: bool | None = None, backend: Any = "inductor") -> bool:  # noqa: ANN401
+def compile_loss(model: nn.Module, *, dynamic: bool | None = None, backend: Any = "inductor") -> bool:
     """Compiles the loss math of the first module in `model` (wrapped or not) that offers `compile_loss`;
     False when none does (a transformers model's own loss stays as it is)."""
     for module in model.modules():

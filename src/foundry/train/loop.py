@@ -82,9 +82,9 @@ class Trainer:
         *,
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
-        scheduler: Any,  # noqa: ANN401 - an LR scheduler or None
-        train_loader: Any,  # noqa: ANN401 - an iterable of batches with state_dict()
-        eval_loader: Any,  # noqa: ANN401
+        scheduler: Any,  # an LR scheduler or None
+        train_loader: Any,  # an iterable of batches with state_dict()
+        eval_loader: Any,
         cfg: TrainerConfig,
         plan: BatchPlan,
         max_steps: int,

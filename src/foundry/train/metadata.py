@@ -76,7 +76,7 @@ def _device_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def write_run_metadata(run_dir: Path, *, config: Any, derived: dict[str, Any], device: torch.device) -> dict:  # noqa: ANN401
+def write_run_metadata(run_dir: Path, *, config: Any, derived: dict[str, Any], device: torch.device) -> dict:
     """Writes `<run_dir>/run.json` and returns its content.
 
     Args:

@@ -180,7 +180,7 @@ def _ignore_preemption_signals(worker_id: int, *, previous: Callable[[int], None
         previous(worker_id)
 
 
-def shield_workers(*loaders: Any) -> None:  # noqa: ANN401 - torch DataLoaders (or any iterables, or None)
+def shield_workers(*loaders: Any) -> None:  # torch DataLoaders (or any iterables, or None)
     """Makes the loaders' worker processes ignore SIGTERM/SIGUSR1/SIGINT (chained before their `worker_init_fn`).
 
     Call before the first `iter(loader)`; a no-op for loaders without workers and when already shielded.

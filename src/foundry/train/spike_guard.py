@@ -140,13 +140,13 @@ class SpikeGuard:
         """The spike reason for this step's global loss / gradient norm, or None."""
         return spike_reason(loss, grad_norm, self.history, self.cfg)
 
-    def accept(self, trainer: Any, loss: float) -> None:  # noqa: ANN401 - foundry.train.loop.Trainer
+    def accept(self, trainer: Any, loss: float) -> None:  # foundry.train.loop.Trainer
         """After a good step: add its loss to the window; snapshot at the interval."""
         self.history.append(loss)
         if trainer.state.step % self.cfg.snapshot_interval == 0:
             self.take_snapshot(trainer)
 
-    def take_snapshot(self, trainer: Any) -> None:  # noqa: ANN401
+    def take_snapshot(self, trainer: Any) -> None:
         """Copies the trainer's state (every rank its own part) to CPU memory."""
         model_sd, optim_sd = trainer.model.state_dict(), trainer.optimizer.state_dict()
         run = {
@@ -169,7 +169,7 @@ class SpikeGuard:
         )
 
     # ---------------------------------------------------------------- rollback
-    def rollback(self, trainer: Any, reason: str) -> dict[str, float]:  # noqa: ANN401
+    def rollback(self, trainer: Any, reason: str) -> dict[str, float]:
         """Restores the snapshot, skips the batches drawn since it; returns metrics describing the event.
 
         Raises:
@@ -203,7 +203,7 @@ class SpikeGuard:
             "spike_guard/skipped_batches": float(len(self.skipped)),
         }
 
-    def _restore(self, trainer: Any, snap: _Snapshot) -> None:  # noqa: ANN401
+    def _restore(self, trainer: Any, snap: _Snapshot) -> None:
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.model.load_state_dict(snap.model)  # copies into the live parameters
         trainer.optimizer.load_state_dict(snapshot(snap.optimizer))  # may keep the tensors it is given

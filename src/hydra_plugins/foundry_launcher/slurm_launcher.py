@@ -30,7 +30,7 @@ if BaseSubmititLauncher is None:
         def setup(self, **kwargs: Any) -> None:
             raise ImportError(_MISSING)
 
-        def launch(self, job_overrides: Any, initial_job_idx: int) -> Any:  # noqa: ANN401
+        def launch(self, job_overrides: Any, initial_job_idx: int) -> Any:
             raise ImportError(_MISSING)
 
     LocalLauncher = SlurmLauncher
@@ -47,7 +47,7 @@ else:
             gpus = int(submitit_params.get("gpus_per_node") or 0)
             self.runner = NodeRunner(node=node, local=self._EXECUTOR == "local", gpus_per_node=gpus)
 
-        def launch(self, job_overrides: Any, initial_job_idx: int) -> Any:  # noqa: ANN401 - Hydra's types
+        def launch(self, job_overrides: Any, initial_job_idx: int) -> Any:  # Hydra's types
             """Submitter side: binds the working directory, script and run names, then submits and waits."""
             assert self.config is not None
             overrides = [list(o) for o in job_overrides]
@@ -62,13 +62,13 @@ else:
             job_num: int,
             job_id: str,
             singleton_state: Any,
-        ) -> Any:  # noqa: ANN401 - a hydra JobReturn
+        ) -> Any:  # a hydra JobReturn
             """Node side: the submitit task runs foundry's launcher instead of the task function."""
             import submitit
 
             return self.runner.run(list(sweep_overrides), job_num, submitit.JobEnvironment().global_rank)
 
-        def checkpoint(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401 - submitit's signature
+        def checkpoint(self, *args: Any, **kwargs: Any) -> Any:  # submitit's signature
             """submitit's signal handler: let the launcher save its checkpoint, then resubmit unchanged."""
             self.runner.stop_for_requeue()
             return super().checkpoint(*args, **kwargs)

@@ -24,16 +24,16 @@ _REGISTRY: dict[str, Callable[[], Any]] = {}
 class UserEncoding(Encoding):
     """A registered encoding, adapted to this library's ``Encoding`` interface."""
 
-    def __init__(self, name: str, impl: Any) -> None:  # noqa: ANN401 - the user's object
+    def __init__(self, name: str, impl: Any) -> None:  # the user's object
         super().__init__(name)
         self.impl = impl
         size = getattr(impl, "size", None)
         self.size = size if isinstance(size, int) and size > 0 else None
 
-    def encode(self, obj: Any) -> bytes:  # noqa: ANN401
+    def encode(self, obj: Any) -> bytes:
         return bytes(self.impl.encode(obj))
 
-    def decode(self, data: bytes | memoryview) -> Any:  # noqa: ANN401
+    def decode(self, data: bytes | memoryview) -> Any:
         return self.impl.decode(bytes(data))
 
 

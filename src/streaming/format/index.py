@@ -94,7 +94,7 @@ _CONFIG_KEYS = {
 }
 
 
-class IndexError_(ValueError):  # noqa: N801 - avoid shadowing the builtin IndexError
+class IndexError_(ValueError):  # avoid shadowing the builtin IndexError
     """A malformed ``index.json`` or shard object; the message names the file and the shard."""
 
 
@@ -312,7 +312,7 @@ class ShardInfo:
         return info
 
 
-def _strings(value: Any) -> bool:  # noqa: ANN401
+def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 

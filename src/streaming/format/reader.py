@@ -79,7 +79,7 @@ def _decompress(data: bytes | memoryview, compression: str, where: str, raw: Fil
         return memoryview(get_compression(compression).decompress(data, max_bytes=raw.bytes))
     except SizeLimitExceeded:
         raise _too_large(where, compression, raw) from None
-    except Exception as err:  # noqa: BLE001 - any codec failure means a corrupt file
+    except Exception as err:  # any codec failure means a corrupt file
         raise ShardFormatError(f"{where}: cannot decompress ({compression}): {err}") from None
 
 
@@ -144,7 +144,7 @@ def _decode_into(codec: Compression, src: BinaryIO, dst: BinaryIO, zip_path: str
         if err.errno is not None:  # the disk, not the data (codecs raise OSError without errno on bad data)
             raise
         raise ShardFormatError(f"{zip_path}: cannot decompress ({codec.spec}): {err}") from None
-    except Exception as err:  # noqa: BLE001 - any other codec failure means a corrupt file
+    except Exception as err:  # any other codec failure means a corrupt file
         raise ShardFormatError(f"{zip_path}: cannot decompress ({codec.spec}): {err}") from None
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 # numpy imports these on first use (np.random.default_rng; np.unique consults np.ma), which put ~20 ms of
 # imports inside a dataset's first iteration (its first sample); importing them with the plan moves that to
 # import time, where the reference library pays it too.
-import numpy.ma  # noqa: F401
+import numpy.ma
 import numpy.random  # noqa: F401
 
 from streaming.plan.batching import BATCHING_METHODS, GlobalOrder

@@ -67,7 +67,7 @@ def apply_storage_option(path: str | None) -> None:
         use_profiles(profiles)
 
 
-def _yaml(text: str) -> Any:  # noqa: ANN401 - parsed YAML
+def _yaml(text: str) -> Any:  # parsed YAML
     # PyYAML is imported only when a YAML file is given, so that `import streaming` stays cheap.
     import yaml
 

@@ -96,11 +96,11 @@ class Record(Callback):
         self.lr: list[float] = []
         self.batches: list[torch.Tensor] = []
 
-    def after_forward(self, state, logger):  # noqa: ANN001, ANN201
+    def after_forward(self, state, logger):
         self.batches.append(state.batch["input_ids"].clone())
         self.lr.append(state.optimizers[0].param_groups[0]["lr"])
 
-    def batch_end(self, state, logger):  # noqa: ANN001, ANN201
+    def batch_end(self, state, logger):
         self.loss.append(float(state.loss))
         step = int(state.timestamp.batch)
         if step in (3, 6) and f"logits_ba{step}" not in logits:

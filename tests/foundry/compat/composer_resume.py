@@ -56,14 +56,14 @@ class Record(Callback):
         self.steps: list[dict] = []
         self.start: dict = {}
 
-    def fit_start(self, state, logger):  # noqa: ANN001, ANN201
+    def fit_start(self, state, logger):
         ts = state.timestamp
         self.start = {"batch": int(ts.batch), "sample": int(ts.sample), "token": int(ts.token)}
 
-    def after_forward(self, state, logger):  # noqa: ANN001, ANN201
+    def after_forward(self, state, logger):
         self.steps.append({"lr": state.optimizers[0].param_groups[0]["lr"]})
 
-    def batch_end(self, state, logger):  # noqa: ANN001, ANN201
+    def batch_end(self, state, logger):
         self.steps[-1].update(step=int(state.timestamp.batch), loss=float(state.loss))
 
 

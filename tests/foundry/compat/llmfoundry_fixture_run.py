@@ -68,7 +68,7 @@ class Record(Callback):
     def __init__(self) -> None:
         self.steps: list[dict] = []
 
-    def after_dataloader(self, state, logger):  # noqa: ANN001, ANN201
+    def after_dataloader(self, state, logger):
         self.steps.append(
             {
                 "lr": state.optimizers[0].param_groups[0]["lr"],
@@ -78,7 +78,7 @@ class Record(Callback):
             }
         )
 
-    def batch_end(self, state, logger):  # noqa: ANN001, ANN201
+    def batch_end(self, state, logger):
         self.steps[-1].update(step=int(state.timestamp.batch), loss=float(state.loss))
 
 
@@ -87,7 +87,7 @@ class RecordingTrainer(Trainer):
 
     current: Record | None = None
 
-    def __init__(self, *args, callbacks=None, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN204
+    def __init__(self, *args, callbacks=None, **kwargs):
         RecordingTrainer.current = Record()
         super().__init__(*args, callbacks=[*(callbacks or []), RecordingTrainer.current], **kwargs)
 

@@ -63,7 +63,7 @@ def _model_and_optimizer() -> tuple[torch.nn.Module, DecoupledAdamW]:
     return model, opt
 
 
-def composer_state(model: torch.nn.Module, opt: DecoupledAdamW, *, timestamp: Any = None) -> dict[str, Any]:  # noqa: ANN401
+def composer_state(model: torch.nn.Module, opt: DecoupledAdamW, *, timestamp: Any = None) -> dict[str, Any]:
     names = [n for n, _ in model.named_parameters()]
     by_param = {p: n for n, p in model.named_parameters()}
     group = {k: v for k, v in opt.param_groups[0].items() if k != "params"}

@@ -98,7 +98,7 @@ def test_a_truncated_zst_is_one_value_error(composer_pt: Path, tmp_path: Path) -
         load_pt(str(cut))
 
 
-def _script():  # noqa: ANN202 - the script module
+def _script():
     spec = importlib.util.spec_from_file_location(
         "convert_checkpoint", REPO / "scripts/convert_checkpoint.py"
     )

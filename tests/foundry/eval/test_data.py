@@ -148,7 +148,7 @@ def test_offline_tasks_are_deterministic_and_well_formed():
         rows = generate_offline(name)
         assert rows == generate_offline(name) and len(rows) == 100
     mc = generate_offline("arithmetic_mc")
-    assert all(eval(r["query"].rstrip("=")) == int(r["choices"][r["gold"]]) for r in mc)  # noqa: S307
+    assert all(eval(r["query"].rstrip("=")) == int(r["choices"][r["gold"]]) for r in mc)
     schema = generate_offline("compare_schema")
     assert all(r["context_options"][r["gold"]].startswith(r["continuation"].split()[-1][:-1]) for r in schema)
     with pytest.raises(ValueError, match="offline tasks are"):

@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("lm_eval", reason="lm-eval is a dev extra (pip install -e '.[dev]')")
 
-from foundry.eval.harness import FoundryLM, register  # noqa: E402
-from foundry.eval.harness_load import load_model_and_tokenizer, model_schema  # noqa: E402
+from foundry.eval.harness import FoundryLM, register
+from foundry.eval.harness_load import load_model_and_tokenizer, model_schema
 
 REPO = Path(__file__).resolve().parents[3]
 TINY_YAML = """\

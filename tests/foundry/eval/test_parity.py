@@ -14,8 +14,8 @@ import torch
 
 pytest.importorskip("lm_eval", reason="lm-eval is a dev extra (pip install -e '.[dev]')")
 
-from foundry.eval import EvalConfig, evaluate_task, load_tasks  # noqa: E402
-from foundry.eval.harness import FoundryLM  # noqa: E402
+from foundry.eval import EvalConfig, evaluate_task, load_tasks
+from foundry.eval.harness import FoundryLM
 
 REPO = Path(__file__).resolve().parents[3]
 LIMIT = 12

@@ -38,7 +38,7 @@ def wandb_records(run_dir: Path, *, runs: int = 1, timeout: float = 60.0) -> lis
             return records
 
 
-def _items(items) -> dict:  # noqa: ANN001 - protobuf repeated fields
+def _items(items) -> dict:
     return {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in items}
 
 

@@ -12,7 +12,7 @@ from foundry.loggers import LoggerConfig, TensorBoardConfig, build_loggers
 from foundry.loggers.tensorboard import TensorBoardLogger, event_dir
 
 pytest.importorskip("tensorboard")
-from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402 - after the importorskip
+from tensorboard.backend.event_processing.event_accumulator import (
     EventAccumulator,
 )
 

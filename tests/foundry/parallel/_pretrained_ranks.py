@@ -33,7 +33,7 @@ def main(folder: Path, out: Path, steps: int) -> None:
     reads: list[int] = []
     original = loader.load_pretrained_local_
 
-    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - records this rank's bytes read
+    def counting(*args, **kwargs):
         report = original(*args, **kwargs)
         reads.append(report.bytes_read)
         return report

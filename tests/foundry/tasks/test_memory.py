@@ -137,7 +137,7 @@ def test_pretrain_refuses_before_building_any_data(monkeypatch, tmp_path):
     monkeypatch.setattr(memory, "available_memory", lambda device: (1000, "available RAM"))
     built: list[str] = []
 
-    def data_builder(cfg, *, world, is_main):  # noqa: ANN001, ANN202
+    def data_builder(cfg, *, world, is_main):
         built.append("data")
         raise AssertionError("the data must not be built")
 

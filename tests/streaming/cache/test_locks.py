@@ -43,7 +43,7 @@ def test_a_read_only_parent_puts_the_locks_in_the_runtime_folder(tmp_path: Path,
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     real_makedirs = os.makedirs
 
-    def read_only_parent(path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def read_only_parent(path, *args, **kwargs):
         if os.fspath(path).startswith(str(tmp_path / "ro")):
             raise PermissionError(13, "Permission denied", path)
         return real_makedirs(path, *args, **kwargs)

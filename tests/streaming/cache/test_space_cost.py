@@ -36,7 +36,7 @@ def test_a_forked_child_waits_for_the_cache_lock_its_parent_holds(tmp_path):
     child = multiprocessing.get_context("fork").Process(
         target=_reserve_in_child, args=(keeper, paths[1], out)
     )
-    with keeper._lock.hold():  # noqa: SLF001 - the parent's own hold, as during a reservation
+    with keeper._lock.hold():
         child.start()
         child.join(1.0)
         blocked = child.is_alive() and not os.path.exists(out)
@@ -86,7 +86,7 @@ def test_the_oldest_idle_shard_goes_first_by_the_scans_own_times(tmp_path):
         with open(paths[k], "wb") as f:
             f.write(b"x" * 100)
         os.utime(paths[k], (1_000_000 + age, 1_000_000 + age))
-    usage = space.scan_usage(keeper._by_dir)  # noqa: SLF001
+    usage = space.scan_usage(keeper._by_dir)
     assert usage.mtimes[paths[1]] == 1_000_100
     token = keeper.reserve(3, 100, [paths[3]], name="shard.00003.mds", patience=0)
     assert token is not None

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "upstream_streaming_suite.py"
 
 
-def _script_module():  # noqa: ANN202
+def _script_module():
     spec = importlib.util.spec_from_file_location("upstream_streaming_suite", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

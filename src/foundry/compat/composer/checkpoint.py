@@ -122,14 +122,14 @@ def read_composer_checkpoint(path: str, *, weights_only: bool = False) -> Compos
     return _from_state(obj, source=path, weights_only=weights_only)
 
 
-def _dig(obj: Any, *keys: str) -> dict[str, Any]:  # noqa: ANN401
+def _dig(obj: Any, *keys: str) -> dict[str, Any]:
     """`obj[k1][k2]...` when each step is a dict, else `{}` (a crafted file may put anything anywhere)."""
     for key in keys:
         obj = obj.get(key) if isinstance(obj, dict) else None
     return obj if isinstance(obj, dict) else {}
 
 
-def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpoint:  # noqa: ANN401
+def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpoint:
     state = obj.get("state") if isinstance(obj, dict) else None
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise ValueError(f"{source}: not a Composer checkpoint (no state.model)")

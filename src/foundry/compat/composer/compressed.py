@@ -65,7 +65,7 @@ def decompressed(path: str, kind: str) -> IO[bytes]:
     """
     size = os.path.getsize(path)
     bound = limit("ZIP_RATIO") * max(size, 1)
-    out = tempfile.TemporaryFile()  # noqa: SIM115 - returned open
+    out = tempfile.TemporaryFile()
     try:
         with open(path, "rb") as src, _reader(kind, src, path) as stream:
             total = 0

@@ -114,7 +114,7 @@ def map_model(state: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {_strip(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
 
 
-def map_optimizer(optimizers: Any, *, param_names: list[str]) -> tuple[str, dict[str, Any]]:  # noqa: ANN401
+def map_optimizer(optimizers: Any, *, param_names: list[str]) -> tuple[str, dict[str, Any]]:
     """Composer's `{"DecoupledAdamW": optimizer state dict}` -> (class name, our name-keyed state dict).
 
     Args:
@@ -130,7 +130,7 @@ def map_optimizer(optimizers: Any, *, param_names: list[str]) -> tuple[str, dict
     if not isinstance(sd, dict) or not isinstance(sd.get("param_groups"), list) or "state" not in sd:
         raise ValueError(f"state.optimizers.{name} is not an optimizer state dict")
 
-    def key(p: Any) -> str:  # noqa: ANN401
+    def key(p: Any) -> str:
         if isinstance(p, int):  # old Composer: optimizer.state_dict() keyed by position
             return param_names[p]
         return _strip(str(p))
@@ -148,7 +148,7 @@ def map_optimizer(optimizers: Any, *, param_names: list[str]) -> tuple[str, dict
     return str(name), {"state": state, "param_groups": groups}
 
 
-def map_scheduler(schedulers: Any) -> dict[str, Any] | None:  # noqa: ANN401
+def map_scheduler(schedulers: Any) -> dict[str, Any] | None:
     """Composer's `{"LambdaLR": state}` -> our `LambdaLR` state at the position that continues its LRs.
 
     Raises:
@@ -169,7 +169,7 @@ def map_scheduler(schedulers: Any) -> dict[str, Any] | None:  # noqa: ANN401
     return sd
 
 
-def map_timestamp(timestamp: Any) -> dict[str, int]:  # noqa: ANN401
+def map_timestamp(timestamp: Any) -> dict[str, int]:
     """Composer's timestamp (`{"Timestamp": {...}}` or a rebuilt `Timestamp`) -> our `TrainState` counters."""
     found = timestamp.get("Timestamp", timestamp) if isinstance(timestamp, dict) else None
     if not isinstance(found, dict) or "batch" not in found:
@@ -184,7 +184,7 @@ def map_timestamp(timestamp: Any) -> dict[str, int]:  # noqa: ANN401
     }
 
 
-def map_rng(rng: Any) -> dict[str, Any]:  # noqa: ANN401
+def map_rng(rng: Any) -> dict[str, Any]:
     """One rank's Composer RNG state -> `foundry.rng` format (numpy key as plain ints, cuda as a list)."""
     python = rng["python"]
     out: dict[str, Any] = {
@@ -205,7 +205,7 @@ def map_rng(rng: Any) -> dict[str, Any]:  # noqa: ANN401
     return out
 
 
-def _neutral(where: str, key: str, value: Any, table: dict[str, Any]) -> None:  # noqa: ANN401
+def _neutral(where: str, key: str, value: Any, table: dict[str, Any]) -> None:
     if key not in table:
         raise ValueError(
             f"{where}.{key}={value!r}: this MPT has no such option; the checkpoint cannot load here"

@@ -54,7 +54,7 @@ class _Plain(dict[str, Any]):
 
     kind = "object"
 
-    def __setstate__(self, state: Any) -> None:  # noqa: ANN401 - what BUILD passes
+    def __setstate__(self, state: Any) -> None:  # what BUILD passes
         if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
             state = {**(state[0] or {}), **(state[1] or {})}
         if not isinstance(state, dict):
@@ -75,14 +75,14 @@ class _Timestamp(_Plain):
 
     kind = "Timestamp"
 
-    def __setstate__(self, state: Any) -> None:  # noqa: ANN401
+    def __setstate__(self, state: Any) -> None:
         super().__setstate__(state)
         for key, value in self.items():
             if isinstance(value, _Time):
                 self[key] = value.get("value")
 
 
-def _enum_value(value: Any) -> Any:  # noqa: ANN401 - an enum member pickled by value (`TimeUnit('ba')`)
+def _enum_value(value: Any) -> Any:  # an enum member pickled by value (`TimeUnit('ba')`)
     if not isinstance(value, str | int | float | bool):
         raise pickle.UnpicklingError(f"unexpected enum value {value!r}")
     return value
@@ -92,7 +92,7 @@ def _timedelta(days: float = 0, seconds: float = 0, microseconds: float = 0) -> 
     return float(days) * 86400.0 + float(seconds) + float(microseconds) / 1e6
 
 
-def _codecs_encode(text: Any, encoding: Any = "utf-8") -> bytes:  # noqa: ANN401
+def _codecs_encode(text: Any, encoding: Any = "utf-8") -> bytes:
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8"):
         raise pickle.UnpicklingError("_codecs.encode with unexpected arguments")
     return text.encode(encoding)
@@ -104,7 +104,7 @@ class _Str(str):
     __slots__ = ()
 
 
-def _size(dims: Any) -> tuple[int, ...]:  # noqa: ANN401
+def _size(dims: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
@@ -114,12 +114,12 @@ class _DType:
     Never a real `np.dtype` in the pickle's hands: numpy's `dtype.__setstate__` takes flags and fields that
     could turn numbers into object pointers."""
 
-    def __init__(self, name: Any, *_: Any) -> None:  # noqa: ANN401
+    def __init__(self, name: Any, *_: Any) -> None:
         if not isinstance(name, str) or name[:1] not in ("b", "i", "u", "f", "c") or not name[1:].isdigit():
             raise pickle.UnpicklingError(f"numpy dtype {name!r} refused (numeric dtypes only)")
         self.name, self.order = name, "|"
 
-    def __setstate__(self, state: Any) -> None:  # noqa: ANN401
+    def __setstate__(self, state: Any) -> None:
         if isinstance(state, tuple) and len(state) > 1 and state[1] in ("<", ">", "|", "="):
             self.order = state[1]
 
@@ -131,7 +131,7 @@ class _Array(np.ndarray):
     """numpy's `_reconstruct(ndarray, (0,), b'b')` + BUILD `(version, shape, dtype, fortran, raw)`: an array
     filled by numpy's own `__setstate__` with a dtype built here, from raw bytes only."""
 
-    def __setstate__(self, state: Any) -> None:  # noqa: ANN401
+    def __setstate__(self, state: Any) -> None:
         if not (isinstance(state, tuple) and len(state) == 5):
             raise pickle.UnpicklingError("unexpected numpy array state")
         version, shape, dtype, fortran, raw = state
@@ -140,26 +140,26 @@ class _Array(np.ndarray):
         super().__setstate__((int(version), _size(shape), dtype.resolve(), bool(fortran), raw))  # type: ignore[arg-type]
 
 
-def _np_reconstruct(cls: Any, shape: Any, typecode: Any) -> _Array:  # noqa: ANN401
+def _np_reconstruct(cls: Any, shape: Any, typecode: Any) -> _Array:
     if cls is not _Array:
         raise pickle.UnpicklingError("numpy _reconstruct of something other than ndarray")
     return np.ndarray.__new__(_Array, (0,), dtype=np.uint8)
 
 
-def _numpy_scalar(dtype: Any, raw: Any = None) -> Any:  # noqa: ANN401 - numpy.core.multiarray.scalar
+def _numpy_scalar(dtype: Any, raw: Any = None) -> Any:  # numpy.core.multiarray.scalar
     if not isinstance(dtype, _DType) or not isinstance(raw, bytes):
         raise pickle.UnpicklingError("numpy scalar of a non-numeric dtype refused")
     return np.frombuffer(raw, dtype=dtype.resolve())[0].item()
 
 
 def _rebuild_tensor(
-    storage: Any,  # noqa: ANN401
+    storage: Any,
     offset: int,
-    size: Any,  # noqa: ANN401
-    stride: Any,  # noqa: ANN401
+    size: Any,
+    stride: Any,
     requires_grad: bool = False,
-    hooks: Any = None,  # noqa: ANN401
-    metadata: Any = None,  # noqa: ANN401
+    hooks: Any = None,
+    metadata: Any = None,
 ) -> torch.Tensor:
     if not isinstance(storage, _Storage):
         raise pickle.UnpicklingError("tensor rebuilt from something that is not a storage record")
@@ -170,7 +170,7 @@ def _rebuild_tensor(
     return out
 
 
-def _rebuild_parameter(data: Any, requires_grad: Any = False, hooks: Any = None) -> torch.Tensor:  # noqa: ANN401
+def _rebuild_parameter(data: Any, requires_grad: Any = False, hooks: Any = None) -> torch.Tensor:
     if not isinstance(data, torch.Tensor) or hooks:
         raise pickle.UnpicklingError("parameter rebuilt from something that is not a plain tensor")
     return data
@@ -240,7 +240,7 @@ class _Unpickler(pickle.Unpickler):
         self.source, self.storage = source, storage
         self.cache: dict[str, torch.UntypedStorage] = {}
 
-    def find_class(self, module: str, name: str) -> Any:  # noqa: ANN401
+    def find_class(self, module: str, name: str) -> Any:
         # protocol 2 (torch's default) writes Python 2 names (`__builtin__`): read them as Python 3 spells them
         module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
@@ -255,7 +255,7 @@ class _Unpickler(pickle.Unpickler):
             "state are made of (a crafted file, or a checkpoint holding custom objects)"
         )
 
-    def persistent_load(self, pid: Any) -> Any:  # noqa: ANN401
+    def persistent_load(self, pid: Any) -> Any:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage") or self.storage is None:
             raise pickle.UnpicklingError(f"{self.source}: unexpected persistent id {pid!r:.80}")
         _, kind, key, _location, numel = pid
@@ -287,7 +287,7 @@ def is_torch_zip(head: bytes) -> bool:
     return head[:4] == b"PK\x03\x04"
 
 
-def load_torch_bytes(data: IO[bytes], *, source: str) -> Any:  # noqa: ANN401
+def load_torch_bytes(data: IO[bytes], *, source: str) -> Any:
     """Restricted `torch.load` of a zip-format `torch.save` blob (a file object) to plain data on CPU.
 
     Raises:
@@ -346,7 +346,7 @@ def read_pt_bytes(path: str) -> IO[bytes]:
     with open(path, "rb") as f:
         head = f.read(4)
     if is_torch_zip(head):
-        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+        return open(path, "rb")
     kind = compression_of(head)
     if kind is not None:  # Composer's `.pt.zst` / `.pt.lz4`: a torch zip inside (bounded inflation)
         inner = decompressed(path, kind)
@@ -379,7 +379,7 @@ def read_pt_bytes(path: str) -> IO[bytes]:
     )
 
 
-def load_pt(path: str) -> Any:  # noqa: ANN401
+def load_pt(path: str) -> Any:
     """Restricted load of a Composer checkpoint file (see the module doc); plain data on CPU."""
     with read_pt_bytes(path) as blob:
         return load_torch_bytes(blob, source=path)

@@ -68,7 +68,7 @@ def _find(out: Out, key: str, path: str, hint: str) -> str:
     raise out.fail(key, f"{path!r}: no such file (looked in the cwd and the YAML's folders); {hint}")
 
 
-def _tasks(out: Out, value: Any) -> None:  # noqa: ANN401 - a path or a list of task mappings
+def _tasks(out: Out, value: Any) -> None:  # a path or a list of task mappings
     if isinstance(value, str):
         path = _find(
             out, "icl_tasks", value, "give the path of a task yaml, e.g. ours: evals/tasks_v0.3.yaml"
@@ -95,7 +95,7 @@ def _tasks(out: Out, value: Any) -> None:  # noqa: ANN401 - a path or a list of 
     out.set("eval.icl_tasks", value)
 
 
-def _gauntlet(out: Out, key: str, value: Any) -> None:  # noqa: ANN401 - a path or the mapping
+def _gauntlet(out: Out, key: str, value: Any) -> None:  # a path or the mapping
     if value is None:
         return
     try:
@@ -126,7 +126,7 @@ def eval_section(out: Out, cfg: Mapping[str, Any]) -> None:
         out.set("eval.batch_size", cfg["device_eval_batch_size"])
 
 
-def _model_entry(out: Out, entry: Any) -> None:  # noqa: ANN401
+def _model_entry(out: Out, entry: Any) -> None:
     if not isinstance(entry, Mapping) or not isinstance(entry.get("model"), Mapping):
         raise out.fail("models[0]", "must be a mapping with `model:` (and `tokenizer:`, `load_path:`)")
     for key, value in entry.items():

@@ -116,7 +116,7 @@ def _number(text: str) -> bool:
     return True
 
 
-def format_value(value: Any, env: Mapping[str, str] | None = None) -> str:  # noqa: ANN401 - plain YAML
+def format_value(value: Any, env: Mapping[str, str] | None = None) -> str:  # plain YAML
     """`value` in Hydra's override grammar (`null`, `true`, `6e-4`, `[0.9,0.95]`, `{a:1}`, `"./{run_name}"`).
     A string in `env` (resolved value -> its `${oc.env:...}` text) is written as that live interpolation."""
     if isinstance(value, str) and env and value in env:
@@ -154,7 +154,7 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _represent_str)
 
 
-def _literal(value: Any, env: Mapping[str, str] | None = None) -> Any:  # noqa: ANN401 - plain YAML
+def _literal(value: Any, env: Mapping[str, str] | None = None) -> Any:  # plain YAML
     """`value` with every `${` in its strings escaped for OmegaConf (a YAML value that was literal stays so);
     a string in `env` becomes its live `${oc.env:...}` text."""
     if isinstance(value, str):

@@ -50,10 +50,10 @@ class Out:
         self.source = source
         self.tr = Translation()
 
-    def choose(self, group: str, option: Any) -> None:  # noqa: ANN401 - an option name or a list of them
+    def choose(self, group: str, option: Any) -> None:  # an option name or a list of them
         self.tr.choices[group] = option
 
-    def set(self, key: str, value: Any) -> None:  # noqa: ANN401 - any plain YAML value
+    def set(self, key: str, value: Any) -> None:  # any plain YAML value
         self.tr.values[key] = value
 
     def note(self, key: str, rule: Rule) -> None:
@@ -72,7 +72,7 @@ class Out:
         return ConfigError(f"{self.source}: {key}: {message}")
 
 
-def duration(out: Out, key: str, value: Any) -> str:  # noqa: ANN401 - str or int from YAML
+def duration(out: Out, key: str, value: Any) -> str:  # str or int from YAML
     """A Composer time (`4800ba`, `1ep`, or a bare int meaning epochs) as our duration string."""
     try:
         d = parse_duration(value, default_unit=TimeUnit.EPOCH)

@@ -29,7 +29,7 @@ def _schema_fields(schema: type) -> set[str]:
     return {f.name for f in fields(schema)} - {"name"}
 
 
-def _named(out: Out, key: str, body: Any, table: dict[str, str], schemas: Mapping[str, type]) -> None:  # noqa: ANN401
+def _named(out: Out, key: str, body: Any, table: dict[str, str], schemas: Mapping[str, type]) -> None:
     """`optimizer:` or `scheduler:`: the name picks our group option, every other key copies by name."""
     if not isinstance(body, Mapping) or body.get("name") not in table:
         name = body.get("name") if isinstance(body, Mapping) else body
@@ -45,7 +45,7 @@ def _named(out: Out, key: str, body: Any, table: dict[str, str], schemas: Mappin
         out.set(f"{key}.{k}", v)
 
 
-def _algorithms(out: Out, body: Any) -> None:  # noqa: ANN401
+def _algorithms(out: Out, body: Any) -> None:
     out.set("trainer.grad_clip_norm", None)  # llm-foundry clips only with the gradient_clipping algorithm
     for name, kwargs in (body or {}).items():
         if name != "gradient_clipping":
@@ -63,7 +63,7 @@ def _algorithms(out: Out, body: Any) -> None:  # noqa: ANN401
         out.set("trainer.grad_clip_norm", (kwargs or {}).get("clipping_threshold"))
 
 
-def _fsdp(out: Out, body: Any) -> None:  # noqa: ANN401
+def _fsdp(out: Out, body: Any) -> None:
     if body is None:
         out.choose("parallelism", "ddp")  # Composer wraps in DDP when several ranks run without fsdp_config
         return
@@ -89,7 +89,7 @@ def _fsdp(out: Out, body: Any) -> None:  # noqa: ANN401
             out.note(where, rule)
 
 
-def _interval_steps(out: Out, key: str, value: Any) -> int | None:  # noqa: ANN401
+def _interval_steps(out: Out, key: str, value: Any) -> int | None:
     text = duration(out, key, value)
     if not text.endswith("ba"):
         out.refuse(key, f"{value!r}: here this counts optimizer steps (`Nba`); 1 kept")
@@ -135,7 +135,7 @@ _CHECKPOINT = (
 )
 
 
-def _scalar(out: Out, key: str, value: Any, cfg: Mapping[str, Any]) -> bool:  # noqa: ANN401
+def _scalar(out: Out, key: str, value: Any, cfg: Mapping[str, Any]) -> bool:
     """Top-level keys that map to one value; False when `key` is not one of them."""
     if key in _TRAINER:
         out.set(f"trainer.{key}", value)
@@ -180,7 +180,7 @@ def _scalar(out: Out, key: str, value: Any, cfg: Mapping[str, Any]) -> bool:  # 
     return True
 
 
-def _loggers(out: Out, body: Any) -> None:  # noqa: ANN401
+def _loggers(out: Out, body: Any) -> None:
     chosen = ["console"]
     renames = {"experiment_name": "experiment"}
     allowed = {

@@ -64,7 +64,7 @@ def _profile_size(cfg: FinetuneDataConfig, *, device_batch_size: int, max_seq_le
 def build_finetune_dataloader(
     cfg: FinetuneDataConfig,
     *,
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     device_batch_size: int,
     world: World,
     split: str,

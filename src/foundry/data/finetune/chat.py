@@ -28,7 +28,7 @@ CHATML_TEMPLATE = (
 
 
 def _render(
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     messages: Sequence[Mapping[str, Any]],
     *,
     generation_prompt: bool,
@@ -46,7 +46,7 @@ def _render(
 
 def chat_turns(
     messages: Sequence[Mapping[str, Any]],
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     index: int | None = None,
 ) -> list[tuple[str, str]]:
     """Templated (prompt, response) strings, one pair per assistant message (see the module note)."""

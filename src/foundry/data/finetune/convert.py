@@ -33,7 +33,7 @@ class ConvertSummary:
     dropped: dict[str, int]
 
 
-def _raw_record(row: Any, index: int) -> tuple[dict[str, Any], dict[str, str]]:  # noqa: ANN401 - a decoded row
+def _raw_record(row: Any, index: int) -> tuple[dict[str, Any], dict[str, str]]:  # a decoded row
     if example_format(row, index) == CHAT:
         return {"messages": list(validate_messages(row, index))}, {"messages": "json"}
     prompt, response = prompt_response(row, index)
@@ -47,7 +47,7 @@ def convert_finetuning_dataset(
     out: str,
     preprocessing_fn: str | None = None,
     hf_kwargs: dict[str, Any] | None = None,
-    tokenizer: Any = None,  # noqa: ANN401 - a transformers tokenizer; None writes raw rows
+    tokenizer: Any = None,  # a transformers tokenizer; None writes raw rows
     max_seq_len: int = 2048,
     target_prompts: str = "none",
     target_responses: str = "last",

@@ -114,7 +114,7 @@ class StreamedExamples:
 
     def __init__(
         self,
-        loader: Any,  # noqa: ANN401 - streaming.StreamingDataLoader
+        loader: Any,  # streaming.StreamingDataLoader
         *,
         step: int,
         min_step: int,

@@ -86,7 +86,7 @@ class FinetuneDataConfig:
         return TargetPolicy.parse(self.target_prompts, self.target_responses)
 
 
-def _packing_ratio(value: Any) -> float | str | None:  # noqa: ANN401 - whatever the YAML held
+def _packing_ratio(value: Any) -> float | str | None:  # whatever the YAML held
     if value is None or value == "auto":
         return value
     try:

@@ -27,13 +27,13 @@ from foundry.data.finetune.preprocess import Preprocessor
 __all__ = ["ExampleBuilder", "tokenize_row", "turns_from_tokenized"]
 
 
-def _ids(tokenizer: Any, text: str, *, special: bool) -> list[int]:  # noqa: ANN401 - transformers tokenizer
+def _ids(tokenizer: Any, text: str, *, special: bool) -> list[int]:  # transformers tokenizer
     return list(tokenizer(text, add_special_tokens=special)["input_ids"])
 
 
 def tokenize_row(
     row: Mapping[str, Any],
-    tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+    tokenizer: Any,  # a transformers tokenizer
     index: int | None = None,
 ) -> list[Turn]:
     """The turns of a prompt/response or chat row as token ids (validated; errors name `index`)."""
@@ -78,7 +78,7 @@ class ExampleBuilder:
     def __init__(
         self,
         *,
-        tokenizer: Any,  # noqa: ANN401 - a transformers tokenizer
+        tokenizer: Any,  # a transformers tokenizer
         policy: TargetPolicy,
         max_seq_len: int,
         preprocess: Preprocessor | None = None,

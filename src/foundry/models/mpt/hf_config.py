@@ -34,7 +34,7 @@ __all__ = ["MPTConfig", "MODEL_TYPE"]
 MODEL_TYPE = "foundry_mpt"
 
 
-def _to_dataclass(cls: type, value: Any, *, name: str) -> Any:  # noqa: ANN401
+def _to_dataclass(cls: type, value: Any, *, name: str) -> Any:
     if value is None:
         return cls()
     if isinstance(value, cls):
@@ -97,7 +97,7 @@ class MPTConfig(PretrainedConfig):
         pad_token_id: int | None = None,
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
-        **kwargs: Any,  # noqa: ANN401
+        **kwargs: Any,
     ) -> None:
         attn = _to_dataclass(AttnConfig, attn_config, name="attn_config")
         ffn = _to_dataclass(FFNConfig, ffn_config, name="ffn_config")
@@ -139,7 +139,7 @@ class MPTConfig(PretrainedConfig):
         validate_mpt_fields(_FieldView(self, ffn=ffn, attn=attn))
 
     @classmethod
-    def from_schema(cls, cfg: MPTModelConfig, **overrides: Any) -> MPTConfig:  # noqa: ANN401
+    def from_schema(cls, cfg: MPTModelConfig, **overrides: Any) -> MPTConfig:
         """Builds the transformers config from the Hydra schema (plus keyword overrides, e.g. vocab_size)."""
         fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
         fields.update(overrides)
@@ -192,5 +192,5 @@ class _FieldView:
         self.ffn_config = ffn
         self.attn_config = attn
 
-    def __getattr__(self, name: str) -> Any:  # noqa: ANN401
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._cfg, name)

@@ -123,7 +123,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,  # noqa: ANN401 - autograd's context
+        ctx: Any,  # autograd's context
         hidden: torch.Tensor,
         weight: torch.Tensor,
         targets: torch.Tensor,
@@ -154,7 +154,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
         return total / count
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:  # noqa: ANN401
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
         grad_hidden, grad_weight = ctx.saved_tensors
         if grad_hidden is None:
             raise RuntimeError("chunked cross-entropy: backward through a loss computed without gradients")

@@ -117,7 +117,7 @@ class MPTModel(MPTPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         use_cache: bool | None = None,
         past_key_values: Cache | None = None,
-        **kwargs: Any,  # noqa: ANN401 - transformers passes e.g. cache_position, return_dict
+        **kwargs: Any,  # transformers passes e.g. cache_position, return_dict
     ) -> BaseModelOutputWithPast:
         """Runs the stack.
 
@@ -241,7 +241,7 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         logits_to_keep: int = 0,
         past_key_values: Cache | None = None,
-        **kwargs: Any,  # noqa: ANN401
+        **kwargs: Any,
     ) -> CausalLMOutputWithPast:
         """Forward (see `MPTModel.forward`); `labels` (B, S) are shifted inside (HF convention), -100 ignored.
 

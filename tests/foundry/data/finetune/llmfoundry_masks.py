@@ -13,9 +13,9 @@ import sys
 
 os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 
-from llmfoundry.data.finetuning.collator import stitch_turns_decoder_only  # noqa: E402
-from llmfoundry.data.finetuning.tasks import is_valid_ift_example, tokenize_formatted_example  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
+from llmfoundry.data.finetuning.collator import stitch_turns_decoder_only
+from llmfoundry.data.finetuning.tasks import is_valid_ift_example, tokenize_formatted_example
+from transformers import PreTrainedTokenizerFast
 
 
 def main() -> None:

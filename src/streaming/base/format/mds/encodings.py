@@ -31,11 +31,11 @@ class Encoding(ABC):
     size: int | None = None
 
     @abstractmethod
-    def encode(self, obj: Any) -> bytes:  # noqa: ANN401
+    def encode(self, obj: Any) -> bytes:
         """Encode one value."""
 
     @abstractmethod
-    def decode(self, data: bytes) -> Any:  # noqa: ANN401
+    def decode(self, data: bytes) -> Any:
         """Decode one value."""
 
 
@@ -65,12 +65,12 @@ def is_mds_encoding_safe(encoding: str) -> bool:
     return is_encoding_safe(encoding)
 
 
-def mds_encode(encoding: str, obj: Any) -> bytes:  # noqa: ANN401
+def mds_encode(encoding: str, obj: Any) -> bytes:
     """``obj`` encoded as ``encoding``."""
     return get_encoding(encoding).encode(obj)
 
 
-def mds_decode(encoding: str, data: bytes) -> Any:  # noqa: ANN401
+def mds_decode(encoding: str, data: bytes) -> Any:
     """``data`` decoded as ``encoding``."""
     return get_encoding(encoding).decode(data)
 
