@@ -212,7 +212,7 @@ def _median(values: list[float]) -> float:
 
 
 def compare(args: argparse.Namespace) -> None:
-    from _read_remote import LoopbackS3
+    from _read_remote import BUCKET, LoopbackS3
     from _shaping_proxy import ShapingProxy
 
     samples = args.samples or 20_000
@@ -248,6 +248,10 @@ def compare(args: argparse.Namespace) -> None:
                     )
                     size = sum(f.stat().st_size for f in Path(out).iterdir() if f.name != "index.json")
                     remotes[lib, mib] = (s3.upload(out, f"{lib}-{mib}"), size)
+                    for name in sorted(os.listdir(out)):  # served at a range's own cost (_shaping_proxy)
+                        got = s3.client.get_object(Bucket=BUCKET, Key=f"{lib}-{mib}/{name}")
+                        headers = got["ResponseMetadata"]["HTTPHeaders"].items()
+                        proxy.hold(f"/{BUCKET}/{lib}-{mib}/{name}", got["Body"].read(), headers)
                     shutil.rmtree(out)
             for mib in shard_mibs:
                 for w in workers:
@@ -277,6 +281,7 @@ def compare(args: argparse.Namespace) -> None:
                                     "bytes": seen.body_bytes,
                                     "gets": seen.gets,
                                     "conns": seen.connections,
+                                    "held": seen.held,
                                 }
                             )
                             shutil.rmtree(cache, ignore_errors=True)
@@ -298,6 +303,7 @@ def compare(args: argparse.Namespace) -> None:
                             "fetched_over_dataset": round(_median([x["bytes"] / size for x in r]), 3),
                             "gets": round(_median([x["gets"] for x in r])),
                             "connections": round(_median([x["conns"] for x in r])),
+                            "held_answers": round(_median([x["held"] for x in r])),
                             "dataset_mb": round(size / 1e6, 1),
                             "latency_ms": args.latency_ms,
                             "mb_per_s_per_connection": args.mb_per_s,
