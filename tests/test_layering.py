@@ -11,6 +11,10 @@
   cross-module use.
 - No component imports `foundry.tasks`: the tasks wire components together, never the other way round.
   Components are every `foundry` module outside `foundry.tasks`, `foundry.config` (the schema) included.
+- `streaming` is folded by concern: its top level holds only `STREAMING_TOP` (so it does not regrow);
+  `streaming.util` imports nothing of `streaming`; `streaming.loader` builds on `streaming.reader`, never the
+  reverse; and a `reader` or `loader` module outside `STREAMING_FACES` (the machinery behind
+  `StreamingDataset` / `StreamingDataLoader`) is imported only from its own package.
 """
 
 from __future__ import annotations
@@ -27,6 +31,16 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 ROOTS = ("foundry", "streaming", "stackbase")
 TOP = "foundry.tasks"
 """The wiring: the one foundry package allowed to import every other (only `train.py`, outside `src/`, imports it)."""
+STREAMING_TOP = {"__init__.py", "__main__.py", "safepath.py"}
+"""The only modules at `src/streaming/`'s top level: the package (lazy public names), `python -m streaming`, and
+`safepath`, an alias of `streaming.util.safepath` at the path SECURITY.md names."""
+STREAMING_FACES = {
+    "streaming.reader": {"dataset", "stream", "local", "world", "batch_read"},
+    "streaming.loader": {"dataloader"},
+}
+"""The modules of `streaming.reader` / `streaming.loader` that other packages may import: the public classes
+(`StreamingDataset`, `Stream`, `LocalDataset`, `World`, `StreamingDataLoader` and its collator types) and the
+batch read path (`ColumnBatch`, read by the loader's workers and foundry's collator). The rest is internal."""
 
 
 @dataclass(frozen=True)
@@ -346,10 +360,65 @@ def test_stackbase_imports_neither_package():
 
 def test_streaming_import_does_not_load_foundry():
     code = (
-        "import sys, streaming, streaming.writers.mds, streaming.local\n"
+        "import sys, streaming, streaming.writers.mds, streaming.reader.local\n"
         "assert not any(m == 'foundry' or m.startswith('foundry.') for m in sys.modules), 'foundry loaded'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_streaming_top_level_holds_only_the_allowed_modules():
+    found = {p.name for p in SRC.joinpath("streaming").glob("*.py")}
+    assert found == STREAMING_TOP, (
+        f"src/streaming/ top level: {sorted(found - STREAMING_TOP)} not allowed, {sorted(STREAMING_TOP - found)} "
+        "missing; a module belongs in a sub-package (reader, loader, util, ...), see streaming/__init__.py"
+    )
+
+
+def test_streaming_safepath_only_aliases_util():
+    assert _module_graph()["streaming.safepath"] == {"streaming.util.safepath"}
+
+
+def _streaming_imports(importers: Callable[[str], bool]) -> Iterator[tuple[Import, str]]:
+    """Each runtime import by a module matching `importers`, with each `streaming` module it loads."""
+    for module in _modules():
+        if importers(module):
+            for imp in _imports(module):
+                for target in _targets(imp):
+                    if target.split(".")[0] == "streaming":
+                        yield imp, target
+
+
+def test_streaming_util_imports_nothing_of_streaming():
+    offenders = [
+        f"{imp.importer}:{imp.line} imports {target}"
+        for imp, target in _streaming_imports(lambda m: m.startswith("streaming.util."))
+        if not target.startswith("streaming.util")
+    ]
+    assert offenders == [], "streaming.util is the leaf under streaming:\n" + "\n".join(offenders)
+
+
+def test_streaming_reader_never_imports_the_loader():
+    offenders = [
+        f"{imp.importer}:{imp.line} imports {target}"
+        for imp, target in _streaming_imports(lambda m: _package(m) == "streaming.reader")
+        if _package(target) == "streaming.loader"
+    ]
+    assert offenders == [], "the loader builds on the reader, not the reverse:\n" + "\n".join(offenders)
+
+
+def test_reader_and_loader_internals_stay_in_their_package():
+    offenders = [
+        f"{imp.importer}:{imp.line} imports {target}"
+        for imp, target in _streaming_imports(lambda m: True)
+        if _package(target) in STREAMING_FACES
+        and target != _package(target)
+        and _package(imp.importer) != _package(target)
+        and target.split(".")[2] not in STREAMING_FACES[_package(target)]
+    ]
+    assert offenders == [], (
+        "internal reader/loader modules imported from outside their package (import a face, STREAMING_FACES, "
+        "or add one):\n" + "\n".join(offenders)
+    )
 
 
 def test_streaming_is_ours_not_mosaicml():

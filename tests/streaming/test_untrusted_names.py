@@ -17,9 +17,9 @@ import pytest
 
 from streaming import LocalDataset, MDSWriter, StreamingDataset, merge_index
 from streaming.format.index import FileInfo, load_index
-from streaming.safepath import UnsafePathError
 from streaming.storage import download_file, list_files, upload_file
 from streaming.tools.cli import main
+from streaming.util.safepath import UnsafePathError
 
 N = 40
 RELATIVE_BAD = ["../../evil.mds", "a/../../evil.mds", "C:evil", "..\\evil"]

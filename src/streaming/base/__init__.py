@@ -1,10 +1,11 @@
 """mosaicml-streaming's import paths (``streaming.base...``), so code written for it runs unchanged.
 
-Design note: thin aliases only; the implementation lives in the top-level modules (``streaming.dataset`` and
-so on). What is aliased is what user code imports from mosaicml-streaming 0.13.0's public API: the dataset,
-loader, stream and writer classes, ``streaming.base.util``'s helpers, and ``streaming.base.format``'s writers
-and MDS encoding helpers. Upstream internals (shared memory, partition and shuffle modules) are not promised.
-Re-exports are lazy, as in ``streaming``: importing this package does not import torch.
+Design note: thin aliases only; the implementation lives in ``streaming.reader`` (``dataset``, ``stream``,
+``local``), ``streaming.loader`` (``dataloader``) and ``streaming.writers``. What is aliased is what user code
+imports from mosaicml-streaming 0.13.0's public API: the dataset, loader, stream and writer classes,
+``streaming.base.util``'s helpers, and ``streaming.base.format``'s writers and MDS encoding helpers. Upstream
+internals (shared memory, partition and shuffle modules) are not promised. Re-exports are lazy, as in
+``streaming``: importing this package does not import torch.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``streaming.base.dataloader`` (mosaicml-streaming's path): ``StreamingDataLoader``."""
 
-from streaming.dataloader import StreamingDataLoader
+from streaming.loader.dataloader import StreamingDataLoader
 
 __all__ = ["StreamingDataLoader"]

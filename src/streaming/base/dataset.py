@@ -1,5 +1,5 @@
 """``streaming.base.dataset`` (mosaicml-streaming's path): ``StreamingDataset``."""
 
-from streaming.dataset import StreamingDataset
+from streaming.reader.dataset import StreamingDataset
 
 __all__ = ["StreamingDataset"]

@@ -1,5 +1,5 @@
 """``streaming.base.local`` (mosaicml-streaming's path): ``LocalDataset``."""
 
-from streaming.local import LocalDataset
+from streaming.reader.local import LocalDataset
 
 __all__ = ["LocalDataset"]

@@ -1,5 +1,5 @@
 """``streaming.base.stream`` (mosaicml-streaming's path): ``Stream``."""
 
-from streaming.stream import Stream
+from streaming.reader.stream import Stream
 
 __all__ = ["Stream"]

@@ -1,8 +1,8 @@
 """``streaming.base.util`` (mosaicml-streaming's path): the helpers user code calls.
 
 ``bytes_to_int`` and ``number_abbrev_to_int`` follow mosaicml-streaming's rules, which are looser than this
-library's own parsers (``streaming.sizes``): a float or a fractional size is truncated to an int, and byte
-suffixes go up to ``yb``. An unreadable value raises ``ValueError`` starting with upstream's
+library's own parsers (``streaming.util.sizes``): a float or a fractional size is truncated to an int, and
+byte suffixes go up to ``yb``. An unreadable value raises ``ValueError`` starting with upstream's
 ``Unsupported value/suffix`` wording.
 
 ``clean_stale_shared_memory`` is a no-op: this library keeps no shared memory between runs (caches coordinate

@@ -12,8 +12,8 @@ The lock folder also holds the cache's small bookkeeping files (source marker, h
 The kernel drops a flock when its process dies (even by ``kill -9``), so no lock outlives its holder and
 nothing needs cleaning after a crash. Each ``open`` is its own lock owner, so two threads of one process
 exclude each other exactly as two processes do. Lock files are opened without following links, and a
-lock folder that is a link is refused (``streaming.safepath.refuse_links``). Each evictable shard has two locks (``use_lock`` and
-``prep_lock`` name them; the protocol is in ``streaming.cache.shards``).
+lock folder that is a link is refused (``streaming.util.safepath.refuse_links``). Each evictable shard has two
+locks (``use_lock`` and ``prep_lock`` name them; the protocol is in ``streaming.cache.shards``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from streaming.safepath import refuse_links
+from streaming.util.safepath import refuse_links
 
 __all__ = ["file_lock", "lock_dir", "open_lock", "prep_lock", "try_lock", "use_lock"]
 

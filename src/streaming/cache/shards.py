@@ -14,8 +14,8 @@ the file and both digests.
 
 What an index cannot make the cache do: write more than it declares (downloads and decompression stop as soon
 as a file passes the size index.json gives it, ``max_bytes``, with an error naming the shard and both sizes), or
-write or delete through a symbolic link inside the cache folder (``streaming.safepath.refuse_links``, checked
-by the preparer under the prepare lock, by eviction and for the lock folder).
+write or delete through a symbolic link inside the cache folder (``streaming.util.safepath.refuse_links``,
+checked by the preparer under the prepare lock, by eviction and for the lock folder).
 
 Protocol. Each evictable shard has two locks; the cache folder has one more.
 
@@ -87,8 +87,6 @@ from streaming.format.hashing import hash_to_check
 from streaming.format.index import INDEX_FILENAME, FileInfo, ShardInfo, recorded_digests
 from streaming.format.mds import ShardFormatError
 from streaming.format.reader import decompress_shard
-from streaming.safepath import refuse_links, safe_join
-from streaming.sizes import SizeLimitExceeded, format_bytes
 from streaming.storage import RetryPolicy, download_file
 from streaming.storage.ranged import RangeBudget
 from streaming.storage.transfer import (
@@ -98,6 +96,8 @@ from streaming.storage.transfer import (
     download_to_memory,
 )
 from streaming.storage.url import join_url, redact
+from streaming.util.safepath import refuse_links, safe_join
+from streaming.util.sizes import SizeLimitExceeded, format_bytes
 
 __all__ = ["CacheTooSmallError", "CachedShard", "ShardCache", "fetch_index", "minimum_cache_bytes"]
 
@@ -363,8 +363,8 @@ class ShardCache:
     def held_while_prepared(self, shard_id: int) -> Iterator[None]:
         """Hold shard ``shard_id``'s use lock (shared, as a pin) for the ``with`` block, present or not: how a
         reader that reads the shard's file while another thread prepares it (the first sample:
-        ``streaming.growing_shard``) keeps it from being evicted before that read closes the file (its bytes
-        would be on disk and counted by no one). Nothing to hold for a shard that is never evicted."""
+        ``streaming.reader.growing_shard``) keeps it from being evicted before that read closes the file (its
+        bytes would be on disk and counted by no one). Nothing to hold for a shard that is never evicted."""
         if shard_id not in self._space.entries or self.cache_limit is None:
             yield
             return

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 
 from stackbase.process import pid_alive  # re-exported: the streaming modules' one liveness probe
 from streaming.cache.locks import file_lock, lock_dir, open_lock, prep_lock, use_lock
-from streaming.safepath import refuse_links
-from streaming.sizes import format_bytes
+from streaming.util.safepath import refuse_links
+from streaming.util.sizes import format_bytes
 
 __all__ = [
     "CacheTooSmallError",

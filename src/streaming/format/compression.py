@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import BinaryIO, Protocol
 
-from streaming.sizes import SizeLimitExceeded
+from streaming.util.sizes import SizeLimitExceeded
 
 __all__ = ["COMPRESSION_FAMILIES", "Compression", "get_compression", "is_valid_compression"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from stackbase.bounded import NotJSON, TooLarge, parse_json
 from streaming.format.compression import is_valid_compression
-from streaming.safepath import UnsafePathError, safe_relpath
+from streaming.util.safepath import UnsafePathError, safe_relpath
 
 __all__ = [
     "INDEX_FILENAME",
@@ -117,9 +117,10 @@ class IndexNotFoundError(FileNotFoundError, RuntimeError):
 class FileInfo:
     """One file of a shard: its basename (relative to the index directory), size and hex digests.
 
-    ``basename`` is always a safe relative name (``streaming.safepath``), normalised: construction checks it once,
-    so no ``FileInfo`` can point outside the folder it is joined onto; ``from_json`` names the index file and field
-    when the check fails (one check per name: index parsing is on the cold-start path of large datasets).
+    ``basename`` is always a safe relative name (``streaming.util.safepath``), normalised: construction checks
+    it once, so no ``FileInfo`` can point outside the folder it is joined onto; ``from_json`` names the index
+    file and field when the check fails (one check per name: index parsing is on the cold-start path of large
+    datasets).
     """
 
     basename: str
@@ -146,8 +147,8 @@ class FileInfo:
 
         Raises:
             IndexError_: A malformed entry.
-            streaming.safepath.UnsafePathError: A basename that is absolute, has ``..``, a drive letter or a
-                backslash (checked before the name is used for anything).
+            streaming.util.safepath.UnsafePathError: A basename that is absolute, has ``..``, a drive letter
+                or a backslash (checked before the name is used for anything).
         """
         if not isinstance(obj, dict) or set(obj) != {"basename", "bytes", "hashes"}:
             raise IndexError_(
@@ -232,8 +233,8 @@ class ShardInfo:
         """A copy whose file basenames are prefixed with ``prefix/`` (used by ``merge_index``).
 
         Raises:
-            streaming.safepath.UnsafePathError: ``prefix`` (a partition folder name, from ``source``) is not a
-                safe relative name.
+            streaming.util.safepath.UnsafePathError: ``prefix`` (a partition folder name, from ``source``) is
+                not a safe relative name.
         """
         prefix = safe_relpath(prefix, source=source, field="partition folder")
 
@@ -396,8 +397,9 @@ def index_path(dirname: str, split: str | None = None) -> str:
 def parse_index(obj: Any, *, path: str, source: str | None = None) -> DatasetIndex:
     """Validate a decoded ``index.json`` object.
 
-    Every shard file name is checked with ``streaming.safepath.safe_relpath`` here, at parse time, so that
-    nothing downstream (reader, cache, eviction, validation) ever joins a name that leaves the dataset folder.
+    Every shard file name is checked with ``streaming.util.safepath.safe_relpath`` here, at parse time, so
+    that nothing downstream (reader, cache, eviction, validation) ever joins a name that leaves the dataset
+    folder.
 
     Args:
         obj: The decoded JSON.
@@ -407,7 +409,7 @@ def parse_index(obj: Any, *, path: str, source: str | None = None) -> DatasetInd
 
     Raises:
         IndexError_: A malformed index (names the file and shard).
-        streaming.safepath.UnsafePathError: An unsafe basename (names the file, the field, e.g.
+        streaming.util.safepath.UnsafePathError: An unsafe basename (names the file, the field, e.g.
             ``shards[3].raw_data.basename``, and the value).
     """
     src = source or path
@@ -438,7 +440,8 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
     Raises:
         FileNotFoundError: If there is no index; the message says how to create one.
         IndexError_: If the index is malformed (names the file and shard).
-        streaming.safepath.UnsafePathError: If a shard file name is unsafe (names the file, field and value).
+        streaming.util.safepath.UnsafePathError: If a shard file name is unsafe (names the file, field and
+            value).
     """
     path = index_path(dirname, split)
     try:

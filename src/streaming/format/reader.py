@@ -24,7 +24,7 @@ from streaming.format.encodings import decode_text_value, is_encoding_safe
 from streaming.format.index import FileInfo, ShardInfo
 from streaming.format.mds import MDSSchema, ShardFormatError, parse_mds_header
 from streaming.format.mds_columns import ColumnRead, ColumnSource, mds_column_reader, mds_column_sources
-from streaming.sizes import SizeLimitExceeded
+from streaming.util.sizes import SizeLimitExceeded
 
 __all__ = ["FileMap", "ShardReader", "decompress_shard", "open_shard", "read_file_bytes"]
 
@@ -87,7 +87,7 @@ def decompress_shard(dirname: str, info: ShardInfo, *, on_tmp: Callable[[str], N
     """Materialize a compressed shard's raw files next to it (temp file + atomic rename; safe to race).
 
     The raw data file is written front to back as it is decoded; ``on_tmp`` is told its temp name before the
-    first byte, so another thread can read what is already there (``streaming.growing_shard``).
+    first byte, so another thread can read what is already there (``streaming.reader.growing_shard``).
 
     Raises:
         FileNotFoundError: Neither the raw nor the compressed file is present.

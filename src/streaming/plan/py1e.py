@@ -26,7 +26,7 @@ slot i's delta fraction by (node, i), span k's ``bs'`` and within-span permutati
 a few vector ops over the slots in its reach, taken in chunks that keep only the keys inside ``[v0, v1)`` (and
 the sample of a slot is found, by evaluating the span's permutation at that slot, only for those), with no
 per-span generator and no per-span state. Plan version 2; version 1 drew each span's values from its own
-``numpy`` generator (same distribution, different order; ``streaming.resume_state`` refuses a mid-epoch
+``numpy`` generator (same distribution, different order; ``streaming.reader.resume_state`` refuses a mid-epoch
 state of the other version).
 """
 

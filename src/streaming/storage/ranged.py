@@ -5,10 +5,10 @@ shard fetched in one GET makes the first sample wait for a whole-object transfer
 (what index.json declares: the caller's ``max_bytes``) is split into contiguous ranges (``split_ranges``, a
 pure function), up to ``RangedConfig.concurrency`` of them in flight at once on the backend's pooled
 connections, in file order. Each range that arrives is appended to the destination in order, so the file
-still grows front to back, written once (what ``streaming.growing_shard`` reads while it grows), and memory
-holds at most ``concurrency`` ranges. The destination is the caller's temp file (``streaming.storage.transfer``
-renames it into place only when complete and verified), so a failure in any range leaves nothing under the
-real name; the attempt fails as a whole and is retried by the caller.
+still grows front to back, written once (what ``streaming.reader.growing_shard`` reads while it grows), and
+memory holds at most ``concurrency`` ranges. The destination is the caller's temp file
+(``streaming.storage.transfer`` renames it into place only when complete and verified), so a failure in any
+range leaves nothing under the real name; the attempt fails as a whole and is retried by the caller.
 
 The declared size is checked against the total the store reports with the first range (``Content-Range``):
 larger raises ``SizeLimitExceeded`` before anything is written; smaller (or a store that ignores ranges)
@@ -35,9 +35,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from streaming.sizes import SizeLimitExceeded
 from streaming.storage.errors import TransientStorageError
 from streaming.storage.url import redact
+from streaming.util.sizes import SizeLimitExceeded
 
 __all__ = [
     "RangeBudget",

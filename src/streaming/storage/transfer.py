@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from streaming.format.hashing import hash_file
-from streaming.safepath import UnsafePathError, is_within
 from streaming.storage.backends import Backend, get_backend
 from streaming.storage.errors import TransientStorageError
 from streaming.storage.ranged import RangedConfig, download_ranged
 from streaming.storage.url import redact
+from streaming.util.safepath import UnsafePathError, is_within
 
 __all__ = [
     "HashMismatchError",
@@ -178,19 +178,21 @@ def download_file(
         root: The folder ``path`` must stay under. Pass it whenever ``path`` was built from a name read from an
             untrusted file or listing (index basenames, object names); nothing is created or written otherwise.
         on_tmp: Told the temp file's name before each attempt writes it (front to back; a retry truncates it
-            first), so another thread can read what has arrived (``streaming.growing_shard``).
+            first), so another thread can read what has arrived (``streaming.reader.growing_shard``).
         max_bytes: The most bytes the object may have (what an index declares): a larger one is refused,
             before its body is read where the store states its size, else as soon as the bound is passed.
         ranged: How a large object is fetched as parallel byte ranges (``streaming.storage.ranged``), when
             ``max_bytes`` gives its size and the store serves ranges; None: always one whole-object request.
 
     Raises:
-        streaming.safepath.UnsafePathError: ``path`` leaves ``root`` (before any directory or file is made).
+        streaming.util.safepath.UnsafePathError: ``path`` leaves ``root`` (before any directory or file is
+            made).
         FileNotFoundError: The object does not exist (no retry).
         PermissionError: Access denied (no retry).
         TransientStorageError: Still failing after every retry.
         HashMismatchError: The digest is still wrong after one re-download.
-        streaming.sizes.SizeLimitExceeded: The object is larger than ``max_bytes`` (no retry; nothing kept).
+        streaming.util.sizes.SizeLimitExceeded: The object is larger than ``max_bytes`` (no retry; nothing
+            kept).
     """
     if root is not None and not is_within(root, path):
         raise UnsafePathError(

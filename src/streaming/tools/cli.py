@@ -17,12 +17,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from streaming.format.index import INDEX_FILENAME, load_index
-from streaming.safepath import safe_join
-from streaming.sizes import format_bytes
 from streaming.storage import download_file, list_files, upload_file
 from streaming.storage.url import is_remote, join_url
 from streaming.tools.check import describe_dataset, is_shard_file, rebuild_index, validate_dataset
 from streaming.tools.storage_option import add_storage_option, apply_storage_option
+from streaming.util.safepath import safe_join
+from streaming.util.sizes import format_bytes
 
 
 @contextmanager

@@ -33,8 +33,8 @@ from streaming.format.index import (
     write_index,
 )
 from streaming.format.mds import MAX_SHARD_BYTES
-from streaming.sizes import parse_bytes
 from streaming.storage.url import redact
+from streaming.util.sizes import parse_bytes
 from streaming.writers.output import Output, resolve_output
 
 __all__ = ["DEFAULT_SIZE_LIMIT", "Writer", "WriterArgumentError", "shard_basename"]

@@ -5,8 +5,8 @@ shard's file basenames with the sub-directory prefix (``"3/shard.00000.mds"``) a
 lists in partition order, so the root reads as one dataset without moving any shard. Both call forms of the
 reference are supported; partitions found by listing are taken in sorted order, so the result is
 deterministic. Partition folder names (from a listing or from the given paths) and the basenames inside each
-partition index are untrusted: each must be a safe relative name (``streaming.safepath``), checked before the
-merged index is written.
+partition index are untrusted: each must be a safe relative name (``streaming.util.safepath``), checked before
+the merged index is written.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Sequence
 
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index, write_index
-from streaming.safepath import safe_relpath
 from streaming.storage import RetryPolicy, download_file, list_files, upload_file
 from streaming.storage.url import is_remote, join_url
+from streaming.util.safepath import safe_relpath
 from streaming.writers.output import split_out
 
 __all__ = ["merge_index"]

@@ -25,9 +25,9 @@ from streaming import MDSWriter, StreamingDataset
 from streaming.format.hashing import HASH_OFF, check_validate_hash, hash_to_check
 from streaming.format.index import IndexError_
 from streaming.format.mds import ShardFormatError
-from streaming.safepath import UnsafePathError
 from streaming.storage import download_file
 from streaming.storage.transfer import HashMismatchError, can_download_to_memory, download_to_memory
+from streaming.util.safepath import UnsafePathError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -105,7 +105,7 @@ def test_every_codec_stops_at_max_bytes(family):
     import io
 
     from streaming.format.compression import get_compression
-    from streaming.sizes import SizeLimitExceeded
+    from streaming.util.sizes import SizeLimitExceeded
 
     codec = get_compression(family)
     packed = codec.compress(b"z" * (3 << 20))
@@ -144,7 +144,7 @@ def test_download_stops_at_max_bytes_even_when_the_size_is_not_stated(tmp_path):
     src = tmp_path / "big.bin"
     src.write_bytes(b"x" * 5000)
     dst = tmp_path / "out" / "big.bin"
-    from streaming.sizes import SizeLimitExceeded
+    from streaming.util.sizes import SizeLimitExceeded
 
     with pytest.raises(SizeLimitExceeded, match="more than 1000 bytes"):
         download_file(str(src), str(dst), max_bytes=1000)

@@ -26,7 +26,7 @@ from streaming.cache import CachedShard, ShardCache
 from streaming.cache.space import SpaceEntry, SpaceKeeper
 from streaming.format.index import load_index
 from streaming.format.reader import open_shard
-from streaming.shard_access import first_positions
+from streaming.reader.shard_access import first_positions
 
 _JOB = """
 import json, sys

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from streaming import MDSWriter, Stream, StreamingDataset
-from streaming.world import World
+from streaming.reader.world import World
 from tests.streaming.compat.reference import run_reference
 from tests.streaming.plan.helpers import device_batches
 

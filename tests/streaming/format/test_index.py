@@ -9,7 +9,7 @@ import pytest
 
 from streaming import LocalDataset, MDSWriter, StreamingDataset
 from streaming.format.index import IndexError_, load_index
-from streaming.safepath import UnsafePathError
+from streaming.util.safepath import UnsafePathError
 
 
 def _write(path, *, hashes=None):

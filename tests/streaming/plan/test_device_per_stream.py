@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.epoch_planner import EpochPlanner
 from streaming.plan import PlanSpec, epoch_order, epoch_units
 from streaming.plan.device_per_stream import pad_column
-from streaming.world import World
+from streaming.reader.epoch_planner import EpochPlanner
+from streaming.reader.world import World
 from tests.streaming.plan.helpers import device_batches
 
 WORLDS = [

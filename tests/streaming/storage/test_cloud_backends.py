@@ -32,8 +32,8 @@ def test_write_and_stream(bucket, tmp_path):
 
 
 def test_download_past_max_bytes_is_refused(bucket, tmp_path):
-    from streaming.sizes import SizeLimitExceeded
     from streaming.storage import upload_file
+    from streaming.util.sizes import SizeLimitExceeded
 
     src = tmp_path / "blob.bin"
     src.write_bytes(b"b" * 3000)

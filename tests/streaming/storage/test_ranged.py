@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.sizes import SizeLimitExceeded
 from streaming.storage import RetryPolicy, download_file
 from streaming.storage.errors import TransientStorageError
 from streaming.storage.ranged import (
@@ -22,6 +21,7 @@ from streaming.storage.ranged import (
     shared_concurrency,
     split_ranges,
 )
+from streaming.util.sizes import SizeLimitExceeded
 from tests.streaming.storage.fault_proxy import FaultProxy
 
 SMALL = RangedConfig(concurrency=4, min_part_bytes=1000, max_part_bytes=4000)

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
-from streaming.sizes import SizeLimitExceeded
 from streaming.storage.url import redact, scheme_of
+from streaming.util.sizes import SizeLimitExceeded
 
 __all__ = ["TRANSIENT_HTTP", "Backend", "BoundedWriter", "check_stated_size", "copy_bounded"]
 

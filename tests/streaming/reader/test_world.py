@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from streaming.world import World
+from streaming.reader.world import World
 
 
 def test_defaults_single_process():

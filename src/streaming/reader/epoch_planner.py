@@ -20,7 +20,7 @@ from torch.utils.data import get_worker_info
 
 from streaming.plan import GlobalOrder, PlanSpec, WorkerPlan, epoch_order
 from streaming.plan.partition import DeviceSlice, check_partition
-from streaming.world import World
+from streaming.reader.world import World
 
 __all__ = ["EpochPlanner"]
 

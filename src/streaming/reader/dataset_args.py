@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS
-from streaming.sizes import format_bytes
-from streaming.stream import Stream
+from streaming.reader.stream import Stream
+from streaming.util.sizes import format_bytes
 
 __all__ = ["check_cache_limit", "check_choices_and_bounds", "resolve_streams", "warn_on_settings"]
 

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from streaming.dataloader import StreamingDataLoader
-from streaming.dataset import StreamingDataset
-from tests.streaming.test_dataset import write_ids
+from streaming.loader.dataloader import StreamingDataLoader
+from streaming.reader.dataset import StreamingDataset
+from tests.streaming.reader.test_dataset import write_ids
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +73,8 @@ def test_resume_mid_epoch_with_workers(data):
 _SCRIPT = """
 import json, sys
 import torch.distributed as dist
-from streaming.dataloader import StreamingDataLoader
-from streaming.dataset import StreamingDataset
+from streaming.loader.dataloader import StreamingDataLoader
+from streaming.reader.dataset import StreamingDataset
 
 path, out, phase, state_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo")
@@ -140,7 +140,7 @@ def test_numpy_transport_matches_default_collate():
     import torch
     from torch.utils.data import default_collate
 
-    from streaming.dataloader import numpy_collate, to_tensors
+    from streaming.loader.dataloader import numpy_collate, to_tensors
 
     samples = [
         {
@@ -176,7 +176,7 @@ def test_iterating_never_draws_from_the_global_rng(data, workers):
 
 
 def test_worker_seeds_depend_on_the_seed_and_epoch_only(data):
-    from streaming.dataloader import iteration_seed
+    from streaming.loader.dataloader import iteration_seed
 
     loader = StreamingDataLoader(make(data, shuffle_seed=3), batch_size=4)
     batches(loader, limit=2)

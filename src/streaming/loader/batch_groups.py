@@ -11,8 +11,8 @@ is unchanged: worker ``w`` of ``W`` owns device batches ``w, w + W, ...`` (``str
 pulling items until that worker has one; the first worker with none left ends the epoch (batch ``g`` does not
 exist). The loader counts the batches it yields, never the ones buffered, so resume states stay exact.
 When the collate function names the ``columns`` it reads, a worker reads each batch's samples together
-(``streaming.batch_read``: unread refs from the same iteration, one column read per shard) and collates a
-``ColumnBatch``.
+(``streaming.reader.batch_read``: unread refs from the same iteration, one column read per shard) and collates
+a ``ColumnBatch``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from streaming.batch_read import read_batch
+from streaming.reader.batch_read import read_batch
 
 __all__ = ["GROUP", "BatchGroup", "GroupedBatches", "interleave"]
 

@@ -20,11 +20,11 @@ from streaming.cache import fetch_index
 from streaming.format.hashing import check_validate_hash
 from streaming.format.index import INDEX_FILENAME, DatasetIndex, ShardInfo, load_index
 from streaming.format.reader import decompress_shard
-from streaming.index_cache import ShardTable, load_shard_table
-from streaming.safepath import UnsafeFolderError, private_dir, refuse_links
+from streaming.reader.index_cache import ShardTable, load_shard_table
 from streaming.storage import RetryPolicy
 from streaming.storage.transfer import DEFAULT_BUDGET
 from streaming.storage.url import is_remote, join_url, redact
+from streaming.util.safepath import UnsafeFolderError, private_dir, refuse_links
 
 __all__ = ["Stream", "UnsafeCacheDirError", "default_cache_base", "default_local"]
 
@@ -211,8 +211,8 @@ class Stream:
         return self._index
 
     def shard_table(self) -> ShardTable:
-        """The shards as arrays plus ``ShardInfo`` on demand (``streaming.index_cache``): a large index is
-        parsed once per node into a binary cache in ``<default_cache_base()>/indexes``."""
+        """The shards as arrays plus ``ShardInfo`` on demand (``streaming.reader.index_cache``): a large index
+        is parsed once per node into a binary cache in ``<default_cache_base()>/indexes``."""
         if self._table is None:
             if self._index is not None:
                 self._table = ShardTable.from_index(self._index)

@@ -2,10 +2,10 @@
 
 Design note: the plan and random access need only numbers (samples per shard, which stream a shard belongs to,
 offsets); the ``ShardInfo`` objects are needed only for shards that are actually read. Each stream gives a
-``streaming.index_cache.ShardTable`` (arrays, plus ``ShardInfo`` built on first use; a large index comes from
-the node's binary cache), and ``AllShards`` is their concatenation as a read-only sequence, so no process holds
-a Python object per shard of a 500k-shard dataset. The dataset-wide check that no column uses a pickle encoding
-runs here, on the first unsafe shard each table recorded when it was parsed.
+``streaming.reader.index_cache.ShardTable`` (arrays, plus ``ShardInfo`` built on first use; a large index
+comes from the node's binary cache), and ``AllShards`` is their concatenation as a read-only sequence, so no
+process holds a Python object per shard of a 500k-shard dataset. The dataset-wide check that no column uses a
+pickle encoding runs here, on the first unsafe shard each table recorded when it was parsed.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import numpy as np
 
 from streaming.format.index import ShardInfo
 from streaming.format.reader import check_shard_safe
-from streaming.index_cache import ShardTable
-from streaming.shard_sequence import ShardSequence
-from streaming.stream import Stream
+from streaming.reader.index_cache import ShardTable
+from streaming.reader.shard_sequence import ShardSequence
+from streaming.reader.stream import Stream
 
 __all__ = ["AllShards", "DatasetShards", "EmptyStreamError", "load_dataset_shards"]
 

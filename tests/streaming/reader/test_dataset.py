@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streaming import MDSWriter
-from streaming.dataset import StreamingDataset
-from streaming.stream import Stream
-from streaming.world import World
+from streaming.reader.dataset import StreamingDataset
+from streaming.reader.stream import Stream
+from streaming.reader.world import World
 
 
 def write_ids(path, start, n, *, size_limit=200, compression=None):
@@ -175,7 +175,7 @@ def test_missing_shard_is_a_clear_error(tmp_path):
 def test_two_jobs_read_one_directory_at_once(two_streams):
     a, _ = two_streams
     code = (
-        "import sys; from streaming.dataset import StreamingDataset as D;"
+        "import sys; from streaming.reader.dataset import StreamingDataset as D;"
         f"ds = D(local={a!r}, batch_size=2, shuffle=True); print(sorted(s['id'] for s in ds) == list(range(97)))"
     )
     procs = [

@@ -1,10 +1,11 @@
 """``ShardSequence``: a read-only sequence of shards whose ``ShardInfo`` objects are built on demand.
 
 Design note: a 500k-shard dataset must not hold a Python object per shard, so both one stream's shards
-(``streaming.index_cache.ShardTable``) and the concatenation of all streams' (``streaming.dataset_index.AllShards``)
-are sequences that build a shard when it is asked for. The sequence protocol they share lives here, once: slices
-(a list), negative indexes and the range check (an ``IndexError`` naming the shard and the count). A subclass
-gives only ``__len__`` and ``_shard(i)`` for ``0 <= i < len(self)``.
+(``streaming.reader.index_cache.ShardTable``) and the concatenation of all streams'
+(``streaming.reader.dataset_index.AllShards``) are sequences that build a shard when it is asked for. The
+sequence protocol they share lives here, once: slices (a list), negative indexes and the range check (an
+``IndexError`` naming the shard and the count). A subclass gives only ``__len__`` and ``_shard(i)`` for
+``0 <= i < len(self)``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The batch read path (`streaming.batch_read`, `ShardReader.read_columns`) equals the per-sample path, bit for
-bit, for random index sets over several shards: raw, zstd-compressed and hashed shards; fixed-size ndarray
-columns gathered; variable-length `bytes`/`str`/ndarray columns (and columns after them) read per sample."""
+"""The batch read path (`streaming.reader.batch_read`, `ShardReader.read_columns`) equals the per-sample path,
+bit for bit, for random index sets over several shards: raw, zstd-compressed and hashed shards; fixed-size
+ndarray columns gathered; variable-length `bytes`/`str`/ndarray columns (and columns after them) read per
+sample."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streaming import CSVWriter, JSONWriter, MDSWriter, Stream, StreamingDataset
-from streaming.batch_groups import GroupedBatches
-from streaming.batch_read import ColumnBatch, SampleRef, read_batch
 from streaming.format.index import load_index
 from streaming.format.reader import open_shard
+from streaming.loader.batch_groups import GroupedBatches
+from streaming.reader.batch_read import ColumnBatch, SampleRef, read_batch
 
 FIXED = {"id": "int", "tokens": "ndarray:int32:6", "score": "float32"}
 MIXED = {  # `a_ids` is gathered (before every variable-size column), `tokens` and `z` are not (after them)

@@ -36,7 +36,7 @@ import numpy as np
 from streaming.cache.locks import file_lock
 from streaming.format.encodings import is_encoding_safe
 from streaming.format.index import DatasetIndex, ShardInfo, index_path, load_index
-from streaming.shard_sequence import ShardSequence
+from streaming.reader.shard_sequence import ShardSequence
 
 __all__ = ["CACHE_VERSION", "MIN_CACHE_BYTES", "CacheDamaged", "ShardTable", "cache_file", "load_shard_table"]
 

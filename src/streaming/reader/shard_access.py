@@ -7,7 +7,7 @@ chunk's first sample is prepared before that sample is yielded; the chunk's othe
 the next chunk's are prepared in a thread pool, so ahead-of-use work is bounded by the chunk size
 (``predownload``) and the first sample never waits for shards it does not need. The iteration's very first
 sample does not even wait for all of its own shard: a pool thread prepares that shard while this thread reads
-the sample from the front of its raw file as it is written (``streaming.growing_shard``; not with
+the sample from the front of its raw file as it is written (``streaming.reader.growing_shard``; not with
 ``validate_hash``). With a ``cache_limit``, a remote shard is opened through ``ShardCache.acquire`` (prepared and
 pinned in one step, so no other reader or job can evict it first) and stays pinned while its mapped file is
 viewed by a reader or a sample; when the cache is full of shards in use, the shard is read into memory instead
@@ -27,16 +27,16 @@ from typing import Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
-from streaming.batch_read import SampleRef
 from streaming.cache import CachedShard, ShardCache
 from streaming.format.hashing import HASH_OFF, hash_to_check
 from streaming.format.index import ShardInfo, recorded_digests
 from streaming.format.mds import MDSSchema, ShardFormatError
 from streaming.format.reader import FileMap, ShardReader, check_shard_safe, open_shard
-from streaming.growing_shard import GrowingFile, early_sample_bytes
+from streaming.reader.batch_read import SampleRef
+from streaming.reader.growing_shard import GrowingFile, early_sample_bytes
+from streaming.reader.stream import Stream
 from streaming.storage.ranged import RangeBudget
 from streaming.storage.transfer import DEFAULT_RANGED
-from streaming.stream import Stream
 
 __all__ = ["ShardAccess", "first_positions"]
 
@@ -224,7 +224,8 @@ class ShardAccess:
         return self.reader(shard)[sample_id - (self._ends[shard - 1] if shard else 0)]
 
     def sample_ref(self, sample_id: int) -> SampleRef:
-        """Sample ``sample_id`` unread: its shard's reader and in-shard index (``streaming.batch_read``)."""
+        """Sample ``sample_id`` unread: its shard's reader and in-shard index
+        (``streaming.reader.batch_read``)."""
         if self._ends is None:
             self._ends = self.shard_ends.tolist()
         shard = bisect.bisect_right(self._ends, sample_id)
@@ -289,8 +290,8 @@ class ShardAccess:
         self, pool: ThreadPoolExecutor, pending: dict[int, Future[None]], shard: int, sample_id: int
     ) -> dict[str, Any] | None:
         """Sample ``sample_id`` of the unprepared ``shard``, read while a pool thread prepares the shard (its
-        raw file read as it is written: ``streaming.growing_shard``); None where that does not apply or does
-        not work out (the caller then waits for the preparation, which stays in ``pending``)."""
+        raw file read as it is written: ``streaming.reader.growing_shard``); None where that does not apply or
+        does not work out (the caller then waits for the preparation, which stays in ``pending``)."""
         info = self.shards[shard]
         stream = self.streams[int(self.stream_per_shard[shard])]
         if (

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from streaming.stream import Stream, UnsafeCacheDirError, default_cache_base, default_local
+from streaming.reader.stream import Stream, UnsafeCacheDirError, default_cache_base, default_local
 
 
 @pytest.fixture

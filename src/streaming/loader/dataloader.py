@@ -19,8 +19,8 @@ token-batch sizes. So with workers, a batch is collated in two halves: the worke
 foundry's text collator, which sends narrow token ids), and the rank process turns it into tensors
 (``WorkerBatch.to_tensors``: widening, derived tensors such as labels). Over a ``StreamingDataset`` each worker
 collates whole batches and returns several per item, put back in the global order here
-(``streaming.batch_groups``). The arrays cross in reusable shared-memory slots, one arena per worker
-(``streaming.shared_batches``; the pipe when no slot is free). With
+(``streaming.loader.batch_groups``). The arrays cross in reusable shared-memory slots, one arena per worker
+(``streaming.loader.shared_batches``; the pipe when no slot is free). With
 ``pin_memory=True`` DataLoader's pin thread does that conversion and pins the result (torch pins any object
 with a ``pin_memory()`` method; numpy arrays it would leave unpinned).
 """
@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, default_collate
 
-from streaming.batch_groups import GROUP, BatchGroup, GroupedBatches, interleave
-from streaming.dataset import StreamingDataset
-from streaming.shared_batches import ArenaRegistry, SharedBatch, SharedBatchCollate
+from streaming.loader.batch_groups import GROUP, BatchGroup, GroupedBatches, interleave
+from streaming.loader.shared_batches import ArenaRegistry, SharedBatch, SharedBatchCollate
+from streaming.reader.dataset import StreamingDataset
 
 __all__ = ["NumpyBatch", "SplitCollator", "StreamingDataLoader", "WorkerBatch"]
 
@@ -77,8 +77,8 @@ class SplitCollator(ABC):
     A ``StreamingDataLoader`` with workers runs ``pack`` in them and ``to_tensors`` in the rank process;
     called directly (or with ``num_workers=0``) it does both. A subclass that sets ``columns`` (the sample keys
     ``pack`` reads) opts in to the workers' batch read path: over a ``StreamingDataset`` its ``pack`` gets a
-    ``streaming.batch_read.ColumnBatch`` (a sequence of sample dicts with only those keys and the stream tag,
-    plus whole columns as arrays).
+    ``streaming.reader.batch_read.ColumnBatch`` (a sequence of sample dicts with only those keys and the
+    stream tag, plus whole columns as arrays).
     """
 
     columns: tuple[str, ...] | None = None
@@ -227,8 +227,9 @@ class StreamingDataLoader(DataLoader):
     def _group_loader(
         self, dataset: StreamingDataset, pack: Callable[[list[Any]], Any], slots: int
     ) -> DataLoader:
-        """The DataLoader this one reads through with workers (``streaming.batch_groups``): the same workers,
-        seeds (one generator), pinning and options, over ``GroupedBatches``, batches travelling in slots."""
+        """The DataLoader this one reads through with workers (``streaming.loader.batch_groups``): the same
+        workers, seeds (one generator), pinning and options, over ``GroupedBatches``, batches travelling in
+        slots."""
         assert self.batch_size is not None
         columns = (
             getattr(self.collate_fn, "columns", None) if isinstance(self.collate_fn, SplitCollator) else None

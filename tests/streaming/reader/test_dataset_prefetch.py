@@ -8,9 +8,9 @@ import time
 from typing import Any
 
 from streaming import MDSWriter
-from streaming import stream as stream_module
-from streaming.dataset import StreamingDataset
+from streaming.reader import stream as stream_module
 from streaming.format.index import ShardInfo
+from streaming.reader.dataset import StreamingDataset
 
 
 def test_first_sample_waits_only_for_its_own_shard(tmp_path, monkeypatch):

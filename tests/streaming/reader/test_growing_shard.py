@@ -20,7 +20,7 @@ import pytest
 from streaming import MDSWriter, StreamingDataset
 from streaming.format import compression as compression_module
 from streaming.format.mds import ShardFormatError
-from streaming.growing_shard import GrowingFile
+from streaming.reader.growing_shard import GrowingFile
 from streaming.storage.transfer import HashMismatchError
 
 N = 300  # 4 KiB samples: one ~1.2 MB shard
@@ -275,7 +275,7 @@ def test_first_sample_read_keeps_its_shard_from_eviction_until_the_read_ends(
     lock (as a pin) from before the download until the read ends: once the download is done the shard is present,
     unpinned and not being prepared, and an eviction then would leave the bytes the read still has open
     uncounted."""
-    from streaming import shard_access
+    from streaming.reader import shard_access
     from streaming.cache.locks import try_lock, use_lock
 
     remote = f"{s3_bucket}/ds"

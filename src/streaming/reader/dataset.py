@@ -27,19 +27,19 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from streaming.cache import ShardCache
-from streaming.dataset_args import (
+from streaming.format.hashing import check_validate_hash
+from streaming.format.index import ShardInfo
+from streaming.plan.sampling import derived_weights, stream_choose
+from streaming.plan.upstream_shuffle import UPSTREAM_ALGOS
+from streaming.reader.dataset_args import (
     check_cache_limit,
     check_choices_and_bounds,
     resolve_streams,
     warn_on_settings,
 )
-from streaming.dataset_index import load_dataset_shards
-from streaming.epoch_planner import EpochPlanner
-from streaming.format.hashing import check_validate_hash
-from streaming.format.index import ShardInfo
-from streaming.plan.sampling import derived_weights, stream_choose
-from streaming.plan.upstream_shuffle import UPSTREAM_ALGOS
-from streaming.resume_state import (
+from streaming.reader.dataset_index import load_dataset_shards
+from streaming.reader.epoch_planner import EpochPlanner
+from streaming.reader.resume_state import (
     STATE_VERSION,
     UPSTREAM_ORDER,
     build_state,
@@ -52,11 +52,11 @@ from streaming.resume_state import (
     stream_summary,
     streams_fingerprint,
 )
-from streaming.shard_access import ShardAccess
-from streaming.sizes import parse_bytes, parse_count
+from streaming.reader.shard_access import ShardAccess
+from streaming.reader.stream import Stream
+from streaming.reader.world import World
 from streaming.storage.url import redact
-from streaming.stream import Stream
-from streaming.world import World
+from streaming.util.sizes import parse_bytes, parse_count
 
 __all__ = ["STATE_VERSION", "StreamingDataset"]
 
@@ -366,28 +366,25 @@ class StreamingDataset(IterableDataset):
         chunks = self._plan.iteration(chunk=max(self.predownload, 1))
         if self.stream_tag is None:
             return self._shards_access().iter_chunks(chunks)
-        return self._iter_tagged(chunks, self.stream_tag)
-
-    def _iter_tagged(self, chunks: Iterator[np.ndarray], tag: str) -> Iterator[dict[str, Any]]:
-        """The samples of ``chunks`` with ``{tag: stream index}`` added (samples come in chunk order)."""
-        ends = np.asarray(self._stream_ends, dtype=np.int64)
-        streams: deque[int] = deque()
-
-        def recorded() -> Iterator[np.ndarray]:
-            for chunk in chunks:
-                streams.extend(np.searchsorted(ends, chunk, side="right").tolist())
-                yield chunk
-
-        for sample in self._shards_access().iter_chunks(recorded()):
-            yield {**sample, tag: streams.popleft()}
+        tag = self.stream_tag
+        return ({**sample, tag: stream} for sample, stream in self._with_streams(chunks))
 
     def _iter_refs(self) -> Iterator[Any]:
-        """``__iter__``'s samples as unread ``streaming.batch_read.SampleRef`` s, with their stream index when
-        samples are tagged: a DataLoader worker reads a batch of them at once (``streaming.batch_groups``)."""
+        """``__iter__``'s samples as unread ``streaming.reader.batch_read.SampleRef`` s, with their stream
+        index when samples are tagged: a DataLoader worker reads a batch of them at once
+        (``streaming.loader.batch_groups``)."""
         chunks = self._plan.iteration(chunk=max(self.predownload, 1))
         if self.stream_tag is None:
             yield from self._shards_access().iter_chunks(chunks, refs=True)
             return
+        for ref, stream in self._with_streams(chunks, refs=True):
+            ref.stream = stream
+            yield ref
+
+    def _with_streams(self, chunks: Iterator[np.ndarray], *, refs: bool = False) -> Iterator[tuple[Any, int]]:
+        """What ``ShardAccess.iter_chunks`` yields for ``chunks`` (samples, or refs when ``refs``), each with the
+        index of its stream (items come in chunk order, so each chunk's stream indexes are queued as it is
+        taken)."""
         ends = np.asarray(self._stream_ends, dtype=np.int64)
         streams: deque[int] = deque()
 
@@ -396,9 +393,8 @@ class StreamingDataset(IterableDataset):
                 streams.extend(np.searchsorted(ends, chunk, side="right").tolist())
                 yield chunk
 
-        for ref in self._shards_access().iter_chunks(recorded(), refs=True):
-            ref.stream = streams.popleft()
-            yield ref
+        for item in self._shards_access().iter_chunks(recorded(), refs=refs):
+            yield item, streams.popleft()
 
     def _warm_plan(self, num_workers: int) -> None:
         self._plan.warm(num_workers)

@@ -1,4 +1,5 @@
-"""Grouped worker batches (`streaming.batch_groups`): the global batch order survives any grouping and arrival.
+"""Grouped worker batches (`streaming.loader.batch_groups`): the global batch order survives any grouping and
+arrival.
 
 `interleave` is checked as a pure function against arbitrary item sizes and arrival orders (hypothesis); the
 loader tests run real worker processes and compare with the in-process batches, including partial final
@@ -15,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.batch_groups import BatchGroup, interleave
-from streaming.dataloader import StreamingDataLoader
-from streaming.dataset import StreamingDataset
+from streaming.loader.batch_groups import BatchGroup, interleave
+from streaming.loader.dataloader import StreamingDataLoader
 from streaming.plan.partition import worker_batches
-from tests.streaming.test_dataset import write_ids
+from streaming.reader.dataset import StreamingDataset
+from tests.streaming.reader.test_dataset import write_ids
 
 
 @settings(max_examples=200, deadline=None)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming.safepath import UnsafePathError, is_safe_relpath, safe_join, safe_relpath
+from streaming.util.safepath import UnsafePathError, is_safe_relpath, safe_join, safe_relpath
 
 BAD = [
     "",
@@ -77,7 +77,7 @@ def test_whatever_is_accepted_stays_under_root(parts):
 def test_private_dir_creates_0700_and_refuses_what_others_could_plant_into(tmp_path):
     import stat
 
-    from streaming.safepath import UnsafeFolderError, private_dir
+    from streaming.util.safepath import UnsafeFolderError, private_dir
 
     made = private_dir(tmp_path / "a" / "b", what="cache folder", fix="pass local=")
     assert stat.S_IMODE(os.stat(made).st_mode) == 0o700

@@ -3,7 +3,8 @@
 Shards are opened lazily on first touch and kept mapped; a global sample index is located with a binary
 search over cumulative shard sizes. Compressed shards are decompressed in memory (the dataset directory is
 never written to), so read-only and shared directories work. Shard file names in ``index.json`` are untrusted:
-``load_index`` refuses any name that would leave the directory (``streaming.safepath``) before a file is opened.
+``load_index`` refuses any name that would leave the directory (``streaming.util.safepath``) before a file is
+opened.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class LocalDataset:
     (lists of samples), and iteration.
 
     Raises:
-        streaming.safepath.UnsafePathError: A shard name in ``index.json`` is absolute, has ``..``, a drive
-            letter or a backslash (the message names the file, the field and the value).
+        streaming.util.safepath.UnsafePathError: A shard name in ``index.json`` is absolute, has ``..``, a
+            drive letter or a backslash (the message names the file, the field and the value).
     """
 
     def __init__(self, local: str, split: str | None = None, *, allow_unsafe_types: bool = False) -> None:

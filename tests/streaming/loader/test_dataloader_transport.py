@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from streaming.dataloader import NumpyBatch, SplitCollator, StreamingDataLoader, WorkerBatch
-from streaming.dataset import StreamingDataset
-from tests.streaming.test_dataset import write_ids
+from streaming.loader.dataloader import NumpyBatch, SplitCollator, StreamingDataLoader, WorkerBatch
+from streaming.reader.dataset import StreamingDataset
+from tests.streaming.reader.test_dataset import write_ids
 
 
 @pytest.fixture(scope="module")

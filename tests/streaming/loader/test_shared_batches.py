@@ -1,4 +1,5 @@
-"""Shared-memory slots for worker batches (`streaming.shared_batches`): real worker processes, real pickling.
+"""Shared-memory slots for worker batches (`streaming.loader.shared_batches`): real worker processes, real
+pickling.
 
 The unit tests pickle through `ForkingPickler` (what DataLoader's queues use: torch shares the arena's memory)
 in one process; the loader tests run 2 worker processes and compare against the in-process batches.
@@ -17,10 +18,10 @@ import pytest
 import torch
 import torch.multiprocessing
 
-from streaming.dataloader import NumpyBatch, SplitCollator, StreamingDataLoader, WorkerBatch
-from streaming.dataset import StreamingDataset
-from streaming.shared_batches import ArenaRegistry, SharedBatch, SharedBatchCollate
-from tests.streaming.test_dataset import write_ids
+from streaming.loader.dataloader import NumpyBatch, SplitCollator, StreamingDataLoader, WorkerBatch
+from streaming.loader.shared_batches import ArenaRegistry, SharedBatch, SharedBatchCollate
+from streaming.reader.dataset import StreamingDataset
+from tests.streaming.reader.test_dataset import write_ids
 
 
 def send(obj):

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streaming import MDSWriter
-from streaming.dataset_index import AllShards
 from streaming.format.index import ShardInfo, load_index
-from streaming.index_cache import ShardTable, load_shard_table
+from streaming.reader.dataset_index import AllShards
+from streaming.reader.index_cache import ShardTable, load_shard_table
 
 SIZES = (1, 7, 3)  # samples per stream; size_limit=120 puts each in its own shard
 

@@ -8,7 +8,7 @@ import pytest
 
 from streaming import MDSWriter, StreamingDataset
 from streaming.plan import PLAN_VERSIONS, plan_version
-from streaming.resume_state import build_state, dataset_config, plan_mismatch, resume_mismatches
+from streaming.reader.resume_state import build_state, dataset_config, plan_mismatch, resume_mismatches
 
 
 def _config(algo: str = "py1e", shuffle: bool = True) -> dict[str, Any]:
