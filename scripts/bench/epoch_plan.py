@@ -109,8 +109,8 @@ def make_dataset(n: int, root: str) -> str:
 
 
 def case_dataset(n: int, root: str, resume: bool, workers: int) -> dict[str, Any]:
-    from streaming.dataloader import StreamingDataLoader
-    from streaming.dataset import StreamingDataset
+    from streaming.loader.dataloader import StreamingDataLoader
+    from streaming.reader.dataset import StreamingDataset
 
     path = make_dataset(n, root)
     state = None

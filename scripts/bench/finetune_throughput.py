@@ -116,7 +116,7 @@ def run_ours(root: Path, *, packed: bool, args: argparse.Namespace) -> dict[str,
 
     from foundry.data.finetune import FinetuneDataConfig, build_finetune_dataloader
     from foundry.models import MPTModelConfig, build_model_on
-    from streaming.world import World
+    from streaming.reader.world import World
 
     torch.manual_seed(0)
     data = FinetuneDataConfig(hf_name=str(root / "train.jsonl"), packing_ratio="auto" if packed else None)

@@ -168,7 +168,7 @@ def measure_collate(path: str, workers: int, seconds: float) -> dict[str, float]
         return measure_loader(_dataset(local=path, shuffle=True), workers, seconds)
     # ours only; foundry is not in the reference's venv
     from foundry.data.text import TextDataConfig, build_text_dataloader
-    from streaming.world import World
+    from streaming.reader.world import World
 
     cfg = TextDataConfig(local=os.path.dirname(path), train_split=os.path.basename(path), num_workers=workers)
     loader = build_text_dataloader(

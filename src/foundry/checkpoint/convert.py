@@ -122,8 +122,8 @@ def convert_checkpoint(
 ) -> str:
     """Writes checkpoint `src` (directory or save folder, local or URL) in format `to` as `dst`.
 
-    File names in its manifest are checked (`streaming.safepath`) before anything is downloaded, and a sharded
-    source is read without arbitrary unpickling unless `allow_pickle` (trusted files only).
+    File names in its manifest are checked (`streaming.util.safepath`) before anything is downloaded, and a
+    sharded source is read without arbitrary unpickling unless `allow_pickle` (trusted files only).
 
     Returns:
         Where the converted checkpoint is (`dst`).

@@ -25,8 +25,8 @@ from typing import Any
 
 from foundry.checkpoint.store import CheckpointStore
 from stackbase.bounded import parse_json
-from streaming.safepath import UnsafePathError, safe_relpath
 from streaming.storage import redact
+from streaming.util.safepath import UnsafePathError, safe_relpath
 
 __all__ = [
     "HASH",
@@ -55,7 +55,7 @@ def checked_file_name(name: object, *, source: str, field: str) -> str:
     """`name` (from a file we did not write) if it is a safe, already normalised relative file name.
 
     Raises:
-        UnsafePathError: Naming `source`, `field` and the value (see `streaming.safepath`).
+        UnsafePathError: Naming `source`, `field` and the value (see `streaming.util.safepath`).
     """
     rel = safe_relpath(name, source=source, field=field)
     if rel != name:
@@ -132,7 +132,7 @@ class Manifest:
     def from_json(cls, text: str, *, source: str = MANIFEST) -> Manifest:
         """Parses what `to_json` wrote (unknown keys are an error: the file is not ours or is newer).
 
-        Every file name is checked here, at parse time, with the path-safety rule (`streaming.safepath`):
+        Every file name is checked here, at parse time, with the path-safety rule (`streaming.util.safepath`):
         the manifest may come from anywhere, and its names are later joined onto local folders.
 
         Args:

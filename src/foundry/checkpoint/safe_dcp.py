@@ -7,7 +7,7 @@ path, used unless the user opts into pickle:
 
 - `RestrictedReader` (a `FileSystemReader`) unpickles `.metadata` with an allowlist of exactly the globals
   DCP metadata is made of (its dataclasses and enum, `torch.Size`, dtypes, layouts, pure paths), and checks
-  every storage file name it lists with the path-safety rule (`streaming.safepath`);
+  every storage file name it lists with the path-safety rule (`streaming.util.safepath`);
 - `SafeLoadPlanner` (a `DefaultLoadPlanner`) reads `BYTE_IO` values with `torch.load(weights_only=True)`.
 
 Anything else is refused with an error naming the file and the refused global, before it is constructed.
@@ -30,7 +30,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.planner import ReadItem
 
-from streaming.safepath import UnsafePathError, safe_relpath
+from streaming.util.safepath import UnsafePathError, safe_relpath
 
 __all__ = [
     "ALLOWED_GLOBALS",

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from streaming.safepath import safe_relpath
 from streaming.storage import RetryPolicy, download_file, is_remote, join_url, list_files, redact, upload_file
 from streaming.storage.transfer import delete_file
+from streaming.util.safepath import safe_relpath
 
 __all__ = ["CheckpointStore", "transfer_policy"]
 
@@ -83,8 +83,9 @@ class CheckpointStore:
         nothing is there yet).
 
         Raises:
-            streaming.safepath.UnsafePathError: A remote key whose name relative to the root is unsafe (`..`,
-                absolute, backslash, ...): listings are untrusted names, later joined onto local folders.
+            streaming.util.safepath.UnsafePathError: A remote key whose name relative to the root is unsafe
+                (`..`, absolute, backslash, ...): listings are untrusted names, later joined onto local
+                folders.
         """
         if not self.remote:
             top = os.path.join(self.root, under)

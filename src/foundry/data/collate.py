@@ -38,8 +38,8 @@ from foundry.data.documents import (
     sequence_ids_from_tokens,
 )
 from foundry.tokenizers import round_vocab_size
-from streaming.batch_read import ColumnBatch
-from streaming.dataloader import SplitCollator, WorkerBatch
+from streaming.loader.dataloader import SplitCollator, WorkerBatch
+from streaming.reader.batch_read import ColumnBatch
 
 __all__ = ["IGNORE_INDEX", "STREAM_KEY", "PackedRows", "TextCollator"]
 
@@ -141,7 +141,7 @@ class TextCollator(SplitCollator):
         self.vocab_size = vocab_size
         self.documents = documents
         self.stream_map = None if stream_map is None else np.asarray(stream_map, dtype=np.int64)
-        # the workers' batch read path (streaming.batch_read): only these columns are read, `tokens` gathered
+        # read on the workers' batch path (streaming.reader.batch_read): these columns only, `tokens` gathered
         self.columns = ("tokens", "text", *((DOCUMENT_LENGTHS_COLUMN,) if documents is not None else ()))
 
     def _row(self, sample: dict[str, Any]) -> tuple[np.ndarray, bool]:

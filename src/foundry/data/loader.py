@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from foundry.errors import ResumeMismatch
-from streaming.dataloader import StreamingDataLoader
+from streaming.loader.dataloader import StreamingDataLoader
 
 __all__ = ["TextLoader"]
 

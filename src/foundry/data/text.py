@@ -29,8 +29,8 @@ from foundry.data.mixture import (
 )
 from streaming.format.hashing import check_validate_hash
 from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS
-from streaming.sizes import parse_bytes, parse_count
-from streaming.world import World
+from streaming.reader.world import World
+from streaming.util.sizes import parse_bytes, parse_count
 
 __all__ = [
     "MIXTURE_CHANGES",

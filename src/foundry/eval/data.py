@@ -23,8 +23,8 @@ from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root, lo
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
 from stackbase.bounded import NotJSON, parse_json, read_text_lines
 from stackbase.bounded import short_repr as show
-from streaming.safepath import private_dir
 from streaming.storage import open_url, redact
+from streaming.util.safepath import private_dir
 
 __all__ = [
     "MissingTaskData",

@@ -3,11 +3,11 @@
 Design note: `torchrun` (single node, or multi-node through its c10d rendezvous) sets `RANK`, `WORLD_SIZE`,
 `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT`; `init_distributed` reads them once and
 returns a frozen `DistContext` that travels as a value (no global state of ours). `process_world` is the one
-way a task learns its `streaming.world.World` (nodes, ranks, this rank): from the context once the group
-exists, or from the environment before it does; the world is then passed down, never detected again. A DDP/FSDP config run as a
-plain `python train.py` gets a 1-rank group on an in-memory store, so every strategy also runs without
-torchrun. A group that already exists (a test harness made it) is used and left alone at teardown. The
-collective helpers are no-ops without a group, so the trainer calls them unconditionally.
+way a task learns its `streaming.reader.world.World` (nodes, ranks, this rank): from the context once the
+group exists, or from the environment before it does; the world is then passed down, never detected again. A
+DDP/FSDP config run as a plain `python train.py` gets a 1-rank group on an in-memory store, so every strategy
+also runs without torchrun. A group that already exists (a test harness made it) is used and left alone at
+teardown. The collective helpers are no-ops without a group, so the trainer calls them unconditionally.
 
 Group keys across torchrun restarts: by default torchrun shares its agent's TCPStore with the workers
 (`TORCHELASTIC_USE_AGENT_STORE=True`); that server outlives a group restart, so the default group's keys are
@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from foundry.parallel.config import ParallelismConfig
-from streaming.world import World
+from streaming.reader.world import World
 
 __all__ = [
     "SHARED_STORE_WARNING",

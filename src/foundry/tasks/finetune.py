@@ -36,14 +36,13 @@ from foundry.data.finetune import FinetuneDataConfig, FinetuneLoader, build_fine
 from foundry.data.finetune.offline import OfflineInstructDataConfig, prepare_offline_instruct
 from foundry.errors import ConfigError
 from foundry.models import ModelConfig
-from foundry.models.hf_causal_lm import HFCausalLMConfig
-from foundry.models.mpt.schema import MPTModelConfig
+from foundry.models.config import HFCausalLMConfig, MPTModelConfig
 from foundry.parallel.dist import barrier, rank, world_size
 from foundry.rundir.record import RunRecord
 from foundry.tasks.plan import batch_plan, resolve_max_seq_len
 from foundry.tasks.pretrain import RunData, pretrain
 from foundry.tokenizers import build_tokenizer
-from streaming.world import World
+from streaming.reader.world import World
 
 __all__ = [
     "EvalPasses",

@@ -25,10 +25,10 @@ from foundry.config import TrainConfig
 from foundry.errors import ConfigError
 from foundry.models import ModelConfig
 from foundry.models.build import build_model
-from foundry.models.hf_causal_lm import HFCausalLMConfig
+from foundry.models.config import HFCausalLMConfig
 from foundry.optim.optimizers import DecoupledLionWConfig, OptimizerConfig
 from foundry.tasks.plan import batch_plan, resolve_max_seq_len
-from streaming.world import World
+from streaming.reader.world import World
 
 __all__ = [
     "MemoryEstimate",

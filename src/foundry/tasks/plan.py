@@ -21,7 +21,7 @@ from foundry.errors import ConfigError
 from foundry.precision import resolve_precision
 from foundry.time import parse_duration, to_steps
 from foundry.train.batching import BatchPlan, plan_batches
-from streaming.world import World
+from streaming.reader.world import World
 
 __all__ = ["RunPlan", "batch_plan", "plan_run", "resolve_max_seq_len"]
 

@@ -54,8 +54,8 @@ from foundry.train.metadata import write_run_metadata
 from foundry.train.preemption import Preempted
 from foundry.train.speed import apply_speed
 from foundry.train.state import seed_all, set_deterministic
+from streaming.reader.world import World
 from streaming.storage import redact
-from streaming.world import World
 
 __all__ = ["DataBuilder", "RunData", "build_data", "pretrain", "trainable_summary"]
 

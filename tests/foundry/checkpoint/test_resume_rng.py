@@ -20,10 +20,10 @@ from foundry.train.batching import BatchPlan
 from foundry.train.config import TrainerConfig
 from foundry.train.loop import Trainer
 from foundry.train.state import seed_all
-from streaming.dataloader import StreamingDataLoader
-from streaming.dataset import StreamingDataset
+from streaming.loader.dataloader import StreamingDataLoader
+from streaming.reader.dataset import StreamingDataset
 from tests.foundry.checkpoint.runs import assert_bitwise_equal
-from tests.streaming.test_dataset import write_ids
+from tests.streaming.reader.test_dataset import write_ids
 
 DROPOUT = MPTModelConfig(
     d_model=32,

@@ -21,7 +21,7 @@ from foundry.checkpoint.layout import open_checkpoint
 from foundry.checkpoint.resume import fetch
 from foundry.checkpoint.safe_dcp import RestrictedReader, UnsafeCheckpointError
 from foundry.models import build_model
-from streaming.safepath import UnsafePathError
+from streaming.util.safepath import UnsafePathError
 from tests.foundry.checkpoint.test_checkpointer import MODEL, _one_checkpoint
 
 boto3 = pytest.importorskip("boto3")  # the s3 extra (a dev dependency); absent on bare GPU machines

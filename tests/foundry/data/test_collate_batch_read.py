@@ -1,6 +1,6 @@
-"""TextCollator on the workers' batch read path (`streaming.batch_read`): fixed-size token rows gathered per
-batch give the same batches, bit for bit, as the in-process per-sample path, with stream ids, with 1 and 2
-workers and after a mid-epoch resume."""
+"""TextCollator on the workers' batch read path (`streaming.reader.batch_read`): fixed-size token rows
+gathered per batch give the same batches, bit for bit, as the in-process per-sample path, with stream ids,
+with 1 and 2 workers and after a mid-epoch resume."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from foundry.data.collate import STREAM_KEY, TextCollator
 from foundry.data.documents import DocumentRule
 from foundry.data.loader import TextLoader
 from streaming import MDSWriter, Stream, StreamingDataset
-from streaming.batch_read import ColumnBatch, read_batch
+from streaming.reader.batch_read import ColumnBatch, read_batch
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from foundry.data.collate import IGNORE_INDEX, PackedRows, TextCollator
 from foundry.data.documents import DocumentRule, sequence_ids_from_tokens
 from foundry.data.loader import TextLoader
 from streaming import MDSWriter, StreamingDataset
-from streaming.shared_batches import SharedBatchCollate
+from streaming.loader.shared_batches import SharedBatchCollate
 
 DTYPES = ["uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 

@@ -23,8 +23,8 @@ from foundry.data.text import TextDataConfig, build_text_dataloader
 from foundry.errors import ConfigError
 from streaming import MDSWriter
 from streaming.plan.sampling import stream_choose
-from streaming.resume_state import mixture_changes, stream_summary
-from streaming.world import World
+from streaming.reader.resume_state import mixture_changes, stream_summary
+from streaming.reader.world import World
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 MIX = ["data=mpt-7b-mix"]

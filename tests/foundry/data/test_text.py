@@ -14,7 +14,7 @@ from foundry.data.collate import TextCollator
 from foundry.data.text import TextDataConfig, build_text_dataloader
 from foundry.tasks.pretrain import build_data
 from streaming import MDSWriter
-from streaming.world import World
+from streaming.reader.world import World
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 

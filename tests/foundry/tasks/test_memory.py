@@ -18,7 +18,7 @@ from foundry.models.peft.schema import PeftConfig
 from foundry.tasks import memory
 from foundry.tasks.memory import ModelSize, check_memory, estimate_memory, model_size, run_estimate
 from foundry.tasks.pretrain import pretrain
-from streaming.world import World
+from streaming.reader.world import World
 from tests.train_py import run_train_py
 
 CONF = Path(__file__).resolve().parents[3] / "conf"

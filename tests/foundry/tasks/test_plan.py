@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from foundry.config import TrainConfig, register_configs, to_train_config
 from foundry.errors import ConfigError
 from foundry.tasks.plan import RunPlan, plan_run, resolve_max_seq_len
-from streaming.world import World
+from streaming.reader.world import World
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 CPU = torch.device("cpu")

@@ -35,7 +35,7 @@ from foundry.compat.composer.mapping import (
     mpt_model_config,
 )
 from foundry.compat.composer.unpickle import is_torch_zip, load_pt, load_torch_bytes
-from streaming.safepath import UnsafePathError
+from streaming.util.safepath import UnsafePathError
 
 __all__ = ["ComposerCheckpoint", "is_composer_checkpoint", "read_composer_checkpoint"]
 

@@ -20,7 +20,7 @@ from foundry.data.finetune.preprocess import resolve_preprocessing_fn
 from foundry.data.finetune.schema import FinetuneDataConfig
 from foundry.data.finetune.sources import load_rows
 from foundry.data.finetune.tokenize import ExampleBuilder
-from streaming.world import World
+from streaming.reader.world import World
 
 __all__ = ["build_examples", "build_finetune_dataloader", "resolve_packing_ratio"]
 

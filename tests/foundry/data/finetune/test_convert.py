@@ -16,7 +16,7 @@ from foundry.data.finetune.instruct import write_instruct_dataset
 from foundry.data.finetune.offline import OfflineInstructDataConfig
 from foundry.data.finetune.sources import load_rows
 from streaming import StreamingDataset
-from streaming.world import World
+from streaming.reader.world import World
 
 REPO = Path(__file__).resolve().parents[4]
 SCRIPT = REPO / "scripts" / "data_prep" / "convert_finetuning_dataset.py"

@@ -10,7 +10,7 @@ import torch
 
 from foundry.data.finetune import FinetuneDataConfig, build_finetune_dataloader
 from foundry.data.finetune.masks import IGNORE_INDEX
-from streaming.world import World
+from streaming.reader.world import World
 
 N = 60
 

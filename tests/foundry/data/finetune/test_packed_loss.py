@@ -13,7 +13,7 @@ from transformers import GPT2Config, LlamaConfig, PretrainedConfig
 from foundry.data.finetune import FinetuneDataConfig, build_finetune_dataloader
 from foundry.models.hf_causal_lm import HFCausalLMConfig, build_hf_causal_lm
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
-from streaming.world import World
+from streaming.reader.world import World
 
 
 def _example_losses(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> list[float]:
