@@ -45,7 +45,7 @@ def rank_main(folder: Path, mode: str, out: Path) -> None:
     import torch.distributed as dist
 
     from foundry.models import build_model_on
-    from foundry.models.hf_causal_lm import HFCausalLMConfig
+    from foundry.models.config import HFCausalLMConfig
     from foundry.parallel import ParallelismConfig, init_distributed, teardown, wrap_model
     from foundry.parallel.pretrained_load import reset_peak_rss, rss_bytes
 

@@ -2,9 +2,9 @@
 
 `build_model_on(cfg, device=...)` is the one way to get a model ready on a device. Nothing is registered at
 import: call `register_model_configs(ConfigStore.instance())` for Hydra and `register_auto_classes()` (done
-lazily by `load_pretrained`) for transformers' Auto classes. Each model's Hydra schema is in a `schema.py`
-(`ModelConfig`, the base, in `foundry.models.schema` beside the registry), MPT's transformers config in
-`mpt/hf_config.py`.
+lazily by `load_pretrained`) for transformers' Auto classes. Every Hydra schema of the `model` group (the
+`ModelConfig` base, MPT's, HF causal LMs') is in `config.py`, which nodes they are in `registry.py`; MPT's
+transformers config is `mpt/hf_config.py`.
 """
 
 from foundry.models.build import (
@@ -14,11 +14,16 @@ from foundry.models.build import (
     load_pretrained,
     materialize_,
 )
-from foundry.models.hf_causal_lm import HFCausalLMConfig
+from foundry.models.config import (
+    AttnConfig,
+    FFNConfig,
+    HFCausalLMConfig,
+    InitConfig,
+    ModelConfig,
+    MPTModelConfig,
+)
 from foundry.models.mpt.auto import register_auto_classes
-from foundry.models.mpt.schema import AttnConfig, FFNConfig, InitConfig, MPTModelConfig
 from foundry.models.registry import MODEL_SCHEMAS, model_schema_from_dict, register_model_configs
-from foundry.models.schema import ModelConfig
 
 __all__ = [
     "AttnConfig",

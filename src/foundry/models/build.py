@@ -26,13 +26,12 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from foundry.models.hf_causal_lm import HFCausalLMConfig, build_hf_causal_lm
+from foundry.models.config import HFCausalLMConfig, ModelConfig, MPTModelConfig
+from foundry.models.hf_causal_lm import build_hf_causal_lm
 from foundry.models.mpt.auto import register_auto_classes
 from foundry.models.mpt.hf_config import MPTConfig
 from foundry.models.mpt.init import init_model_
 from foundry.models.mpt.model import MPTForCausalLM
-from foundry.models.mpt.schema import MPTModelConfig
-from foundry.models.schema import ModelConfig
 from foundry.parallel.meta_init import is_meta
 from foundry.parallel.pretrained_load import materialize_or_load_, pretrained_folder
 from foundry.tokenizers import padded_vocab_size

@@ -5,7 +5,8 @@ Design note: this is a thin adapter, not a wrapper class: the trainer gets the t
 adds architectures. Network access is never assumed: a missing local/cached model fails with a message
 naming the field to change. `init_device: meta` with `pretrained: true` (llm-foundry's big-model finetuning)
 builds the architecture on meta and records the weights' folder; they are read when the model is
-materialised, after FSDP sharding (`foundry.parallel.pretrained_load`).
+materialised, after FSDP sharding (`foundry.parallel.pretrained_load`). Its schema, `HFCausalLMConfig`, is
+in `foundry.models.config` with the `model` group's other schemas (re-exported here).
 
 Packed rows (`attn_uses_sequence_id`, which llm-foundry does not offer for HF models): a forward pre-hook,
 registered on the model itself (so its class, parameter names and checkpoints stay transformers'), turns
@@ -17,62 +18,21 @@ backends are refused at build time. Without the option the hook drops `sequence_
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from foundry.models.config import DOCUMENT_MASK_IMPLS, HFCausalLMConfig
 from foundry.models.documents import document_causal_mask, document_positions
 from foundry.models.mpt.auto import register_auto_classes
-from foundry.models.schema import ModelConfig
 from foundry.parallel.pretrained_load import mark_pretrained, resolve_weights_folder
 
-__all__ = ["HFCausalLMConfig", "build_hf_causal_lm"]
+__all__ = ["DOCUMENT_MASK_IMPLS", "HFCausalLMConfig", "build_hf_causal_lm"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DOCUMENT_MASK_IMPLS = ("eager", "sdpa")
-"""transformers attention backends that accept a custom 4D mask (needed by `attn_uses_sequence_id`)."""
-
-
-@dataclass(kw_only=True)
-class HFCausalLMConfig(ModelConfig):
-    """A transformers `AutoModelForCausalLM` checkpoint or architecture."""
-
-    pretrained_model_name_or_path: str
-    """Hub name (needs a local HF cache offline) or a local folder with config.json (+ weights)."""
-    pretrained: bool = True
-    """Load the weights (true) or only the architecture, randomly initialised (false)."""
-    trust_remote_code: bool = False
-    local_files_only: bool = True
-    """Never touch the network (folder or HF cache only); set false to allow hub downloads."""
-    attn_implementation: str | None = "sdpa"
-    """transformers attention backend (`sdpa`, `eager`, `flash_attention_2`) or null for its default."""
-    dtype: str = "float32"
-    """Parameter dtype: float32, bfloat16 or float16."""
-    init_device: str = "cpu"
-    """`cpu`, `cuda` or `meta`. With meta and `pretrained: true` (big-model finetuning) the weights are read
-    from the folder's safetensors after FSDP sharding, each rank reading only its shards."""
-    config_overrides: dict[str, Any] = field(default_factory=dict)
-    """Set on the transformers config before building (e.g. {num_hidden_layers: 2})."""
-    attn_uses_sequence_id: bool = False
-    """Packed rows: attention stays inside each document of a row and positions restart per document
-    (needs `sequence_id` in training batches and attn_implementation eager or sdpa)."""
-
-    def __post_init__(self) -> None:
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"model.dtype={self.dtype!r}: choose one of {sorted(_DTYPES)}")
-        impl = self.attn_implementation
-        if self.attn_uses_sequence_id and impl is not None and impl not in DOCUMENT_MASK_IMPLS:
-            raise ValueError(
-                f"model.attn_uses_sequence_id=true needs a custom 4D attention mask, which "
-                f"model.attn_implementation={impl!r} does not accept: use one of {list(DOCUMENT_MASK_IMPLS)}"
-            )
-
-    def uses_sequence_id(self) -> bool:
-        """`model.attn_uses_sequence_id`: attention stays inside each document of a packed row."""
-        return self.attn_uses_sequence_id
+"""`HFCausalLMConfig.dtype` (one of `foundry.models.config.HF_DTYPES`) -> the torch dtype."""
 
 
 def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) -> nn.Module:

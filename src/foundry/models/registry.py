@@ -4,16 +4,14 @@ Design note: no registry is filled by importing a module. `MODEL_SCHEMAS` names 
 (`model/_mpt`, `model/_hf_causal_lm`: the names `conf/model/*.yaml` files extend). `register_model_configs`
 stores them in a Hydra `ConfigStore` when config composition asks (idempotent), and `model_schema_from_dict`
 turns a plain mapping (a checkpoint manifest's `model_config`, a yaml body) into the same typed schemas.
-The base class the schemas extend, `ModelConfig`, is beside this module in `schema.py`.
+The schemas themselves (`ModelConfig` and its subclasses) are beside this module in `config.py`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from foundry.models.hf_causal_lm import HFCausalLMConfig
-from foundry.models.mpt.schema import MPTModelConfig
-from foundry.models.schema import ModelConfig
+from foundry.models.config import HFCausalLMConfig, ModelConfig, MPTModelConfig
 
 __all__ = ["MODEL_SCHEMAS", "model_schema_from_dict", "register_model_configs"]
 

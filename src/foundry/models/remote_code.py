@@ -27,9 +27,8 @@ MODULES = {
     "foundry.models.mpt.init": "foundry_mpt_init",
     "foundry.models.mpt.layers": "foundry_mpt_layers",
     "foundry.models.mpt.loss": "foundry_mpt_loss",
-    "foundry.models.mpt.schema": "foundry_mpt_schema",
-    "foundry.models.schema": "foundry_model_schema",
-    "foundry.models.peft.schema": "foundry_peft_schema",
+    "foundry.models.config": "foundry_model_config",
+    "foundry.models.peft.config": "foundry_peft_config",
     "foundry.models.cache_names": "foundry_cache_names",
     "foundry.models.documents": "foundry_documents",
 }

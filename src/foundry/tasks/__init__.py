@@ -32,7 +32,7 @@ from foundry.rundir import layout
 from foundry.rundir.files import write_text_atomic
 from foundry.rundir.lock import RunLock
 from foundry.rundir.record import RunRecord
-from foundry.storage_config import apply_storage
+from foundry.storage import apply_storage
 from foundry.tasks.evaluate import eval_task
 from foundry.tasks.finetune import finetune
 from foundry.tasks.pretrain import pretrain

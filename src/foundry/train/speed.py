@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from foundry.models.mpt.schema import MPTModelConfig
+from foundry.models.config import MPTModelConfig
 
 if TYPE_CHECKING:
     from foundry.config import TrainConfig

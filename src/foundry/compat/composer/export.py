@@ -181,7 +181,7 @@ def _hf_config(manifest: Manifest) -> dict[str, Any]:
     mc = manifest.model_config or {}
     if not mc or "d_model" not in mc:
         return {}
-    from foundry.models.mpt.schema import MPTModelConfig  # local: imports transformers
+    from foundry.models.config import MPTModelConfig  # local: imports transformers
 
     fields = set(MPTModelConfig.__dataclass_fields__) - {"peft_config"}
     content = {k: v for k, v in mc.items() if k in fields}

@@ -228,7 +228,7 @@ def mpt_model_config(content: dict[str, Any]) -> dict[str, Any]:
         ValueError: An option this MPT does not implement, named (`model.attn_config.kv_dim=64: ...`).
     """
     # local: `foundry.models` imports transformers
-    from foundry.models.mpt.schema import AttnConfig, FFNConfig, InitConfig, MPTModelConfig
+    from foundry.models.config import AttnConfig, FFNConfig, InitConfig, MPTModelConfig
 
     fields = set(MPTModelConfig.__dataclass_fields__) - {"peft_config", "init_device"}
     nested = {

@@ -23,7 +23,7 @@ from foundry.config import LLM_FOUNDRY_FINETUNE_KEYS, LLM_FOUNDRY_KEYS
 from foundry.data.finetune.schema import FinetuneDataConfig
 from foundry.data.mixture import StreamConfig
 from foundry.data.text import TextDataConfig
-from foundry.models.mpt.schema import MPTModelConfig
+from foundry.models.config import MPTModelConfig
 
 __all__ = [
     "ALGORITHMS",

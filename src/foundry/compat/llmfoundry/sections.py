@@ -17,7 +17,7 @@ from foundry.compat.llmfoundry import keys
 from foundry.compat.llmfoundry.keys import TRANSLATED
 from foundry.compat.llmfoundry.result import Out, duration
 from foundry.config import LLM_FOUNDRY_FINETUNE_KEYS
-from foundry.models.mpt.schema import AttnConfig, FFNConfig, InitConfig
+from foundry.models.config import AttnConfig, FFNConfig, InitConfig
 from foundry.models.registry import model_schema_from_dict
 
 __all__ = ["callbacks", "loaders", "model", "tokenizer"]

@@ -1,12 +1,13 @@
 """The MPT model family (llm-foundry semantics) as a transformers model; see `model.py`.
 
-`schema.py` is its Hydra schema (`MPTModelConfig`, what `conf/model/mpt-*.yaml` may hold); `hf_config.py` its
-transformers config (`MPTConfig`, what an exported `config.json` holds).
+Its Hydra schema (`MPTModelConfig`, what `conf/model/mpt-*.yaml` may hold) is in `foundry.models.config` with
+the `model` group's other schemas; `hf_config.py` is its transformers config (`MPTConfig`, what an exported
+`config.json` holds).
 """
 
+from foundry.models.config import AttnConfig, FFNConfig, InitConfig, MPTModelConfig
 from foundry.models.mpt.hf_config import MODEL_TYPE, MPTConfig
 from foundry.models.mpt.model import MPTForCausalLM, MPTModel
-from foundry.models.mpt.schema import AttnConfig, FFNConfig, InitConfig, MPTModelConfig
 
 __all__ = [
     "AttnConfig",

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from foundry.models.config import AttnConfig
 from foundry.models.mpt.layers import build_norm, mark_fused, mark_residual
-from foundry.models.mpt.schema import AttnConfig
 
 if TYPE_CHECKING:
     from transformers.cache_utils import Cache

@@ -2,12 +2,12 @@
 
 Design note: named `hf_config` because it is the transformers side of the model's configuration: the object
 `MPTForCausalLM` is built from, written to an exported folder's `config.json` and read back by
-`AutoConfig` (the Hydra schema a yaml file is checked against is `schema.py`). Saved folders record only
-`"model_type": "foundry_mpt"` and the class names, never this module's path, so the file name is free to say
-what it holds. transformers already owns model_type `mpt` (its ALiBi-only `MptForCausalLM`), so ours is
-`foundry_mpt` and is registered with the Auto classes by an explicit function (`register_auto_classes`),
-never at import. Nested option dicts stay plain dicts in the config (JSON round trip, llm-foundry
-compatible); the typed views `attn`, `ffn`, `init` re-validate them through the Hydra schema dataclasses,
+`AutoConfig` (the Hydra schema a yaml file is checked against is in `foundry.models.config`). Saved folders
+record only `"model_type": "foundry_mpt"` and the class names, never this module's path, so the file name is
+free to say what it holds. transformers already owns model_type `mpt` (its ALiBi-only `MptForCausalLM`), so
+ours is `foundry_mpt` and is registered with the Auto classes by an explicit function
+(`register_auto_classes`), never at import. Nested option dicts stay plain dicts in the config (JSON round
+trip, llm-foundry compatible); the typed views `attn`, `ffn`, `init` re-validate them through the Hydra schema dataclasses,
 so unknown keys fail with the key's name. Standard names (`hidden_size`, `num_hidden_layers`, ...) are
 exposed through `attribute_map` because `generate(use_cache=True)` and lm-eval read them.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from foundry.models.mpt.schema import (
+from foundry.models.config import (
     AttnConfig,
     FFNConfig,
     InitConfig,

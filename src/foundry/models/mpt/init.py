@@ -17,8 +17,8 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from foundry.models.config import InitConfig
 from foundry.models.mpt.layers import FUSED_MARK, RESIDUAL_MARK
-from foundry.models.mpt.schema import InitConfig
 
 __all__ = ["init_module_", "init_model_", "scheme_fn", "residual_divisor"]
 

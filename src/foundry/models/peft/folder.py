@@ -18,8 +18,8 @@ from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model,
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from foundry.models.peft.config import PeftConfig
 from foundry.models.peft.inject import ADAPTER, has_adapters, lora_config
-from foundry.models.peft.schema import PeftConfig
 
 __all__ = [
     "ADAPTER_CONFIG",

@@ -21,7 +21,7 @@ from peft.tuners.lora import Linear as LoraLinear
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
-from foundry.models.peft.schema import MPT_LORA_TARGETS, PeftConfig
+from foundry.models.peft.config import MPT_LORA_TARGETS, PeftConfig
 
 __all__ = ["ADAPTER", "apply_peft", "has_adapters", "lora_config", "merge_adapters_", "trainable_names"]
 

@@ -3,7 +3,8 @@
 Design note: we return transformers' `PreTrainedTokenizerFast` (what `generate`, lm-eval and
 `save_pretrained` expect) but never reach the network on our own: a hub name only works when it is already
 in the local HF cache, and otherwise fails with a message naming the exact override to pass
-(`tokenizer.name=/path/to/tokenizer.json`). The schema node is registered explicitly, never at import.
+(`tokenizer.name=/path/to/tokenizer.json`). The schema (`TokenizerConfig`, the `tokenizer` group) is in
+`config.py`, registered explicitly, never at import.
 Special-token roles (eos/bos/unk/pad) are only ever given to tokens the tokenizer already has: a configured
 token missing from it is left unset with a warning naming it and the fix, never silently added (which would
 grow the vocabulary past the model's). `name: null` means no tokenizer, for datasets of token ids.
@@ -13,14 +14,16 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from foundry.env_refs import resolve_recorded
 from foundry.rundir import layout
+from foundry.tokenizers.config import DEFAULT_TOKENIZER, TokenizerConfig, register_tokenizer_configs
 
 __all__ = [
+    "DEFAULT_TOKENIZER",
     "TokenizerConfig",
     "build_tokenizer",
     "padded_vocab_size",
@@ -29,39 +32,9 @@ __all__ = [
     "run_tokenizer_config",
 ]
 
-DEFAULT_TOKENIZER = "EleutherAI/gpt-neox-20b"
 _ROLES = ("eos_token", "bos_token", "unk_token")
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(kw_only=True)
-class TokenizerConfig:
-    """Which tokenizer to load (the `tokenizer` config group)."""
-
-    name: str | None = DEFAULT_TOKENIZER
-    """A path to a tokenizer.json, a local folder saved with save_pretrained, or a hub name (cached); null: no
-    tokenizer (pretraining on MDS rows of token ids; `model.vocab_size` must exceed the largest id)."""
-    model_max_length: int | None = None
-    """Truncation length (usually the model's max_seq_len)."""
-    eos_token: str | None = "<|endoftext|>"
-    """Given the eos role when the tokenizer has this token and no eos of its own (a bare tokenizer.json
-    carries no roles); a token the tokenizer lacks is left unset with a warning, never added."""
-    bos_token: str | None = "<|endoftext|>"
-    unk_token: str | None = "<|endoftext|>"
-    pad_token: str | None = None
-    """Null -> the eos token (MPT/NeoX has no pad token)."""
-    padding_side: str = "right"
-    """`right` for training; generation with batches needs `left`."""
-
-    def __post_init__(self) -> None:
-        if self.padding_side not in ("left", "right"):
-            raise ValueError(f"tokenizer.padding_side={self.padding_side!r}: use left or right")
-
-
-def register_tokenizer_configs(cs: Any) -> None:  # hydra's ConfigStore
-    """Stores the `tokenizer` group schema node `_tokenizer` in a Hydra `ConfigStore`."""
-    cs.store(group="tokenizer", name="_tokenizer", node=TokenizerConfig)
 
 
 def _offline_error(name: str, err: Exception) -> ValueError:
