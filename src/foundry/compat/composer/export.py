@@ -159,7 +159,7 @@ def _other_order(state: dict[str, Any]) -> bool:
         bool(state.get("shuffle"))
         and int(state.get("sample_in_epoch") or 0) > 0
         and int(state.get("plan_version", 1)) != 1
-        and state.get("order") != "mosaicml-streaming"  # streaming.resume_state.UPSTREAM_ORDER
+        and state.get("order") != "mosaicml-streaming"  # streaming.reader.resume_state.UPSTREAM_ORDER
     )
 
 
