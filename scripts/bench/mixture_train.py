@@ -20,9 +20,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from foundry.config import TrainConfig, register_configs, to_train_config
-from foundry.data.mixture import StreamConfig
+from foundry.data.config import StreamConfig, TextDataConfig
 from foundry.data.standin import StandinLayout, write_standin_streams
-from foundry.data.text import TextDataConfig
 from foundry.tasks.pretrain import pretrain
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

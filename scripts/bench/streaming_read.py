@@ -167,7 +167,8 @@ def measure_collate(path: str, workers: int, seconds: float) -> dict[str, float]
     if not Path(streaming.__file__).resolve().is_relative_to(REPO):
         return measure_loader(_dataset(local=path, shuffle=True), workers, seconds)
     # ours only; foundry is not in the reference's venv
-    from foundry.data.text import TextDataConfig, build_text_dataloader
+    from foundry.data.config import TextDataConfig
+    from foundry.data.text import build_text_dataloader
     from streaming.reader.world import World
 
     cfg = TextDataConfig(local=os.path.dirname(path), train_split=os.path.basename(path), num_workers=workers)

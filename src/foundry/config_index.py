@@ -78,8 +78,7 @@ def build_index() -> dict[str, Any]:
         TrainConfig,
         register_configs,
     )
-    from foundry.data.finetune.schema import FinetuneDataConfig
-    from foundry.data.text import TextDataConfig
+    from foundry.data.config import FinetuneDataConfig, TextDataConfig
 
     register_configs()  # the registries of model/optimizer/... schemas are filled on registration
     keys: dict[str, str] = {}

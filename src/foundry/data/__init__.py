@@ -1,9 +1,10 @@
 """Data for the trainer: tokenized-text batches from MDS, dataset preparation, the offline quick-start corpus."""
 
 from foundry.data.collate import TextCollator
+from foundry.data.config import QuickstartDataConfig, TextDataConfig
 from foundry.data.prep import ConvertStats, concat_rows, convert_texts, smallest_uint_dtype
-from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
-from foundry.data.text import TextDataConfig, build_text_dataloader
+from foundry.data.quickstart import prepare_quickstart
+from foundry.data.text import build_text_dataloader
 
 __all__ = [
     "ConvertStats",

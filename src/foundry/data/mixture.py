@@ -1,4 +1,4 @@
-"""Data mixtures: the `data.streams.<name>` schema, its compose-time checks, and building `streaming.Stream`s.
+"""Data mixtures: building `streaming.Stream`s from the `data.streams.<name>` entries.
 
 Design note: a mixture is a dict of named streams (`data.streams`), so Hydra's own operations edit it from the
 command line: change a weight (`data.streams.c4.proportion=0.5`), add a stream from a source file
@@ -9,18 +9,17 @@ dict's order is the stream order: it fixes the sample order and the stream index
 (`stream_tag`), which the trainer maps back to names. Evaluation reads every stream that has an `eval_split`,
 each sample once, unshuffled; its samples carry their *training* stream index (`eval_streams` gives the map,
 `foundry.data.collate.TextCollator(stream_map=)` applies it), so a stream keeps one index whether or not the
-streams before it are evaluated.
+streams before it are evaluated. The entries' schema (`StreamConfig`) and its compose-time checks
+(`check_streams`) are in `foundry.data.config`, re-exported here.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from foundry.data.config import StreamConfig, check_streams
 from streaming import Stream
-from streaming.format.hashing import check_validate_hash
 from streaming.storage.url import join_url
 
 __all__ = [
@@ -34,102 +33,6 @@ __all__ = [
 
 STREAM_TAG = "_stream"
 """The sample key carrying a sample's stream index (`StreamingDataset(stream_tag=...)`)."""
-
-
-@dataclass(kw_only=True)
-class StreamConfig:
-    """One source of a mixture (`data.streams.<name>`, options in `conf/data/streams/`)."""
-
-    path: str | None = None
-    """Layout path of the source under `data.local_root` and `data.remote_root` (e.g. `redpajama/arxiv`)."""
-    local: str | None = None
-    """Local directory (the cache of `remote`); null -> `<data.local_root>/<path>`."""
-    remote: str | None = None
-    """Remote URL; null -> `<data.remote_root>/<path>` (no remote when `data.remote_root` is null)."""
-    split: str | None = None
-    """Training split sub-directory; null -> `data.train_split`."""
-    eval_split: str | None = None
-    """Evaluation split sub-directory; null -> this stream is not evaluated."""
-    proportion: float | None = None
-    """Relative weight (all streams relative, or none); samples per epoch ~ proportion x epoch size."""
-    repeat: float | None = None
-    """Absolute multiplier: int(repeat x the stream's samples) per epoch."""
-    choose: int | None = None
-    """Absolute samples per epoch."""
-    download_retry: int | None = None
-    """Overrides `data.download_retry` for this stream."""
-    download_timeout: float | None = None
-    """Overrides `data.download_timeout` for this stream."""
-    validate_hash: str | None = None
-    """Overrides `data.validate_hash` for this stream."""
-    keep_zip: bool | None = None
-    """Overrides `data.keep_zip` for this stream."""
-
-
-def _closest(name: str, names: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, list(names), n=1)
-    return f" (did you mean data.streams.{close[0]}?)" if close else ""
-
-
-def _check_one(
-    name: str, s: StreamConfig, *, roots: tuple[str | None, str | None], others: list[str]
-) -> None:
-    key = f"data.streams.{name}"
-    local_root, remote_root = roots
-    if (
-        s.local is None
-        and s.remote is None
-        and (s.path is None or (local_root is None and remote_root is None))
-    ):
-        raise ValueError(
-            f"{key} has no location{_closest(name, others)}: give it a path (under data.local_root / "
-            f"data.remote_root), or {key}.local / {key}.remote; streams come from conf/data/streams/<source>.yaml "
-            f"(add one with +data/streams@{key}=<source>)"
-        )
-    weights = [(k, v) for k, v in (("proportion", s.proportion), ("repeat", s.repeat), ("choose", s.choose))]
-    given = [k for k, v in weights if v is not None]
-    if len(given) > 1:
-        raise ValueError(
-            f"{key} sets {' and '.join(given)}: set at most one of proportion, repeat, choose "
-            f"(e.g. {key}.{given[1]}=null)"
-        )
-    for field_name, value in weights:
-        if value is not None and value < 0:
-            raise ValueError(f"{key}.{field_name}={value} must be >= 0")
-    if s.download_retry is not None and s.download_retry < 0:
-        raise ValueError(f"{key}.download_retry={s.download_retry} must be >= 0")
-    if s.download_timeout is not None and s.download_timeout <= 0:
-        raise ValueError(f"{key}.download_timeout={s.download_timeout} must be > 0")
-
-
-def check_streams(
-    streams: Mapping[str, StreamConfig],
-    *,
-    local_root: str | None,
-    remote_root: str | None,
-) -> None:
-    """Compose-time checks of a mixture, each naming the `data.streams.<name>.<field>` to fix.
-
-    Raises:
-        ValueError: A stream without a location, with two weights or a negative one, an unknown hash, or
-            streams mixing relative (`proportion`) and absolute (`repeat` / `choose` / none) weights.
-    """
-    names = list(streams)
-    for name, s in streams.items():
-        _check_one(name, s, roots=(local_root, remote_root), others=[n for n in names if n != name])
-        check_validate_hash(s.validate_hash, name=f"data.streams.{name}.validate_hash")
-    relative = [n for n, s in streams.items() if s.proportion is not None]
-    absolute = [n for n, s in streams.items() if s.proportion is None]
-    if relative and absolute:
-        raise ValueError(
-            f"data.streams mixes relative and absolute weights: {', '.join(relative)} set proportion but "
-            f"{', '.join(absolute)} do not; give every stream a proportion (e.g. "
-            f"data.streams.{absolute[0]}.proportion=0.1), or none (repeat / choose / every sample once)"
-        )
-    if relative and not any(streams[n].proportion for n in relative):
-        raise ValueError(
-            "data.streams: every proportion is 0; give at least one stream a positive proportion"
-        )
 
 
 def stream_location(

@@ -20,12 +20,11 @@ import platform
 import shutil
 import sysconfig
 import time
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from foundry.data.build_cache import build_key, publish_once, rank_zero_only
-from foundry.data.text import TextDataConfig
+from foundry.data.config import DEFAULT_CORPUS_MB, DEFAULT_VOCAB_SIZE, QuickstartDataConfig
 
 __all__ = [
     "QuickstartDataConfig",
@@ -41,32 +40,9 @@ LAYOUT = 2
 """Version of the cache layout and build code; raising it gives every build a new folder."""
 BUILD_FILE = "quickstart.json"
 """Each build folder's record of the parameters it was built with."""
-DEFAULT_CORPUS_MB = 4.0
-DEFAULT_VOCAB_SIZE = 512
 
 log = logging.getLogger(__name__)
 log.addFilter(rank_zero_only)
-
-
-@dataclass(kw_only=True)
-class QuickstartDataConfig(TextDataConfig):
-    """The `data=quickstart` option: a local corpus built (and cached) on first use."""
-
-    corpus_mb: float = DEFAULT_CORPUS_MB
-    """Characters of corpus to take, in millions."""
-    vocab_size: int = DEFAULT_VOCAB_SIZE
-    """BPE vocabulary size (the byte alphabet, the EOS token and merges)."""
-    eval_fraction: float = 0.05
-    """Share of documents (from the end) held out for the `val` split."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.local is None:
-            raise ValueError("data.local must name the quick-start cache directory")
-        if not 0 < self.eval_fraction < 1:
-            raise ValueError(f"data.eval_fraction={self.eval_fraction} must be in (0, 1)")
-        if self.vocab_size < 258:
-            raise ValueError(f"data.vocab_size={self.vocab_size} must be >= 258 (bytes + EOS + one merge)")
 
 
 def quickstart_corpus(max_chars: int) -> list[str]:

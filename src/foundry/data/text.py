@@ -7,30 +7,21 @@ keep in step with the streaming library, and resumption is exactly `StreamingDat
 Unlike llm-foundry, packed rows keep their EOS labels even when pad == eos: only real padding is ignored.
 Rows of token ids need no tokenizer (pad id 0; ids are checked against the model's vocabulary instead).
 The config has two forms: one dataset (`local` / `remote`, e.g. `data=c4`) or a mixture of named streams
-(`streams`, see `foundry.data.mixture`, e.g. `data=mpt-7b-mix`); both reach every `StreamingDataset` knob,
-checked here at compose time so a bad value names its `data.<field>` before anything is built.
+(`streams`, see `foundry.data.mixture`, e.g. `data=mpt-7b-mix`); both reach every `StreamingDataset` knob.
+Its schema, `TextDataConfig`, is in `foundry.data.config` (checked at compose time, so a bad value names its
+`data.<field>` before anything is built) and re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from foundry.data.collate import TextCollator
+from foundry.data.config import MIXTURE_CHANGES, TextDataConfig
 from foundry.data.documents import DocumentRule
-from foundry.data.mixture import (
-    STREAM_TAG,
-    StreamConfig,
-    build_streams,
-    check_streams,
-    eval_streams,
-    stream_location,
-)
-from streaming.format.hashing import check_validate_hash
-from streaming.plan import BATCHING_METHODS, SHUFFLE_ALGOS
+from foundry.data.mixture import STREAM_TAG, build_streams, eval_streams, stream_location
 from streaming.reader.world import World
-from streaming.util.sizes import parse_bytes, parse_count
 
 __all__ = [
     "MIXTURE_CHANGES",
@@ -39,141 +30,6 @@ __all__ = [
     "dataset_missing_message",
     "missing_data",
 ]
-
-_TOKEN_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
-MIXTURE_CHANGES = ("error", "continue")
-"""`data.on_mixture_change`: what a resumed run does when its streams or weights differ from the checkpoint's."""
-_CHOICES = {
-    "sampling_method": ("balanced", "fixed"),
-    "partition_algo": ("relaxed", "orig"),
-    "batching_method": BATCHING_METHODS,
-    "shuffle_algo": SHUFFLE_ALGOS,
-    "on_mixture_change": MIXTURE_CHANGES,
-    "token_encoding_type": _TOKEN_DTYPES,
-}
-
-
-@dataclass(kw_only=True)
-class TextDataConfig:
-    """Tokenized text in MDS (the `data` group): one dataset or a mixture of streams, and how to read it."""
-
-    local: str | None = None
-    """Local directory (the cache when `remote` is set; the dataset itself otherwise); null with `streams`."""
-    remote: str | None = None
-    """Remote URL of the dataset (any scheme the streaming storage layer supports), or null."""
-    streams: dict[str, StreamConfig] = field(default_factory=dict)
-    """A mixture: named streams (`conf/data/streams/`), in sample-order; empty -> the one dataset above."""
-    local_root: str | None = None
-    """Where stream layout paths live locally (`<local_root>/<stream path>/<split>`)."""
-    remote_root: str | None = None
-    """Where stream layout paths live remotely (null: streams are read from `local_root` alone)."""
-    train_split: str = "train"
-    """Split sub-directory used for training (with `streams`: the default of every stream's `split`)."""
-    eval_split: str | None = "val"
-    """Split used for evaluation (null: no eval); must be null with `streams` (each has its own eval_split)."""
-    max_seq_len: int | None = None
-    """Row length; null -> `model.max_seq_len`."""
-    shuffle: bool = True
-    """Shuffle training samples (eval is never shuffled)."""
-    shuffle_algo: str = "py1e"
-    """Streaming shuffle algorithm: naive, py1s, py2s, py1br, py1e."""
-    shuffle_seed: int | None = None
-    """Shuffle seed; null -> the run's `seed`."""
-    shuffle_block_size: int | None = None
-    """Block size of py1br/py1e (null: max(4_000_000 // num_canonical_nodes, 262144))."""
-    num_canonical_nodes: int | None = None
-    """Streaming's canonical nodes (fix it to keep the sample order when the world size changes)."""
-    epoch_size: str | None = None
-    """Samples per epoch (an int or `"100k"`, `"2b"`), split by proportion; null -> the streams' total."""
-    sampling_method: str = "balanced"
-    """`balanced` (a partial repeat draws new samples each epoch) or `fixed` (the same ones)."""
-    sampling_granularity: int = 1
-    """Samples per pick when a partial repeat is spread over shards (larger: fewer shards touched)."""
-    partition_algo: str = "relaxed"
-    """`relaxed` (any world) or `orig` (canonical and physical nodes divide each other)."""
-    batching_method: str = "random"
-    """`random`, `stratified` (each batch mirrors the proportions) or `per_stream` (each batch one stream)."""
-    predownload: int | None = None
-    """Samples a worker prepares ahead (null: 8 x device batch)."""
-    cache_limit: str | None = None
-    """Local cache budget for remote streams (bytes or `"10gb"`; null: unlimited); shards are evicted."""
-    download_retry: int | None = None
-    """At most this many extra attempts per shard download (null: as many as `download_budget` allows)."""
-    download_timeout: float = 60.0
-    """Seconds per shard download attempt."""
-    download_budget: float = 300.0
-    """Seconds a shard download keeps retrying transient store failures (outages) before the run fails."""
-    validate_hash: str | None = None
-    """How shards are verified: null (default) with the fastest digest index.json records, if any; an
-    algorithm (e.g. `xxh64`, `sha1`) that index.json must record; `off`: no check."""
-    keep_zip: bool = False
-    """Keep compressed shards after decompressing them."""
-    allow_unsafe_types: bool = False
-    """Allow `pkl` columns (arbitrary code on read: trusted data only)."""
-    replication: int | None = None
-    """Consecutive ranks that get identical samples (tensor/sequence parallel groups)."""
-    on_mixture_change: str = "error"
-    """On resume with other streams or weights than the checkpoint's: `error`, or `continue` from its position."""
-    num_workers: int = 0
-    """DataLoader worker processes per rank."""
-    pin_memory: bool | None = None
-    """Hand out batches in pinned (page-locked) host memory, so copies to the GPU are faster and can overlap
-    compute (with workers, DataLoader's pin thread writes the int64 tensors straight into pinned memory);
-    null: pin when the run's device is CUDA (`trainer.device`), never on CPU runs."""
-    token_encoding_type: str = "int64"
-    """dtype of legacy `tokens` columns stored as raw `bytes` (ndarray columns carry their own dtype)."""
-    create_hint: str = ""
-    """What to run when the dataset is absent (shown in the error)."""
-
-    def __post_init__(self) -> None:
-        for name, allowed in _CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"data.{name}={getattr(self, name)!r}: use one of {', '.join(allowed)}")
-        for name, low in (("num_workers", 0), ("download_retry", 0), ("predownload", 0), ("sampling_granularity", 1),
-                          ("shuffle_seed", 0), ("shuffle_block_size", 1), ("num_canonical_nodes", 1),
-                          ("replication", 1)):  # fmt: skip
-            if getattr(self, name) is not None and getattr(self, name) < low:
-                raise ValueError(f"data.{name}={getattr(self, name)} must be >= {low}")
-        if self.download_timeout <= 0:
-            raise ValueError(f"data.download_timeout={self.download_timeout} must be > 0")
-        if self.download_budget < 0:
-            raise ValueError(f"data.download_budget={self.download_budget} must be >= 0 seconds")
-        check_validate_hash(self.validate_hash, name="data.validate_hash")
-        for name, parse, example in (
-            ("epoch_size", parse_count, "100k"),
-            ("cache_limit", parse_bytes, "10gb"),
-        ):
-            if getattr(self, name) is not None:
-                try:
-                    parse(getattr(self, name), name=f"data.{name}")
-                except ValueError as err:
-                    raise ValueError(f"{err} (e.g. data.{name}={example})") from err
-        self._check_form()
-
-    def _check_form(self) -> None:
-        if not self.streams:
-            if self.local is None and self.remote is None:
-                raise ValueError(
-                    "data.local and data.remote are both null: set at least one (or data.streams)"
-                )
-            return
-        for name in ("local", "remote", "eval_split"):
-            if getattr(self, name) is not None:
-                raise ValueError(
-                    f"data.{name}={getattr(self, name)!r} is for a single dataset, but data.streams is set: use "
-                    f"data.local_root / data.remote_root and per-stream fields (data.streams.<name>.{name}), or "
-                    f"data.{name}=null"
-                )
-        check_streams(self.streams, local_root=self.local_root, remote_root=self.remote_root)
-        if self.epoch_size is not None and any(s.proportion is None for s in self.streams.values()):
-            raise ValueError(
-                "data.epoch_size needs proportion weights on every stream (repeat/choose fix the size)"
-            )
-
-    @property
-    def stream_names(self) -> list[str] | None:
-        """The mixture's stream names in index order (the `_stream` tag of a sample indexes it); None: one dataset."""
-        return list(self.streams) or None
 
 
 def dataset_missing_message(cfg: TextDataConfig, split: str) -> str | None:

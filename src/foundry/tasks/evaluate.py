@@ -10,11 +10,8 @@ from pathlib import Path
 
 from foundry.checkpoint import load_weights
 from foundry.config import TrainConfig
-from foundry.data.quickstart import (
-    QuickstartDataConfig,
-    prepare_quickstart_tokenizer,
-    quickstart_tokenizer_path,
-)
+from foundry.data.config import QuickstartDataConfig
+from foundry.data.quickstart import prepare_quickstart_tokenizer, quickstart_tokenizer_path
 from foundry.errors import ConfigError
 from foundry.eval import load_task_configs, run_icl_eval
 from foundry.eval.data import check_task_data

@@ -32,8 +32,9 @@ import torch
 import torch.distributed as dist
 
 from foundry.config import TrainConfig
+from foundry.data.config import OfflineInstructDataConfig
 from foundry.data.finetune import FinetuneDataConfig, FinetuneLoader, build_finetune_dataloader
-from foundry.data.finetune.offline import OfflineInstructDataConfig, prepare_offline_instruct
+from foundry.data.finetune.offline import prepare_offline_instruct
 from foundry.errors import ConfigError
 from foundry.models import ModelConfig
 from foundry.models.config import HFCausalLMConfig, MPTModelConfig

@@ -21,9 +21,10 @@ from foundry.checkpoint.callback import attach_checkpointing, find_start
 from foundry.checkpoint.resume import StartPoint, load_into
 from foundry.compat.composer import as_foundry_start
 from foundry.config import TrainConfig
+from foundry.data.config import QuickstartDataConfig, TextDataConfig
 from foundry.data.documents import DocumentRule
-from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart
-from foundry.data.text import TextDataConfig, build_text_dataloader, missing_data
+from foundry.data.quickstart import prepare_quickstart
+from foundry.data.text import build_text_dataloader, missing_data
 from foundry.env_refs import keep_env_refs
 from foundry.errors import ConfigError, ResumeMismatch
 from foundry.eval.callback import icl_callbacks

@@ -20,9 +20,7 @@ from dataclasses import fields
 from typing import NamedTuple
 
 from foundry.config import LLM_FOUNDRY_FINETUNE_KEYS, LLM_FOUNDRY_KEYS
-from foundry.data.finetune.schema import FinetuneDataConfig
-from foundry.data.mixture import StreamConfig
-from foundry.data.text import TextDataConfig
+from foundry.data.config import FinetuneDataConfig, StreamConfig, TextDataConfig
 from foundry.models.config import MPTModelConfig
 
 __all__ = [

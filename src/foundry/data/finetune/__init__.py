@@ -3,17 +3,17 @@
 Modules, in the order data flows: `sources` (rows from files / HF datasets), `preprocess` (column mapping),
 `examples` (format validation), `chat` (template rendering into turns), `tokenize` (turns of token ids),
 `masks` (stitching, loss masks, truncation), `packing` (which example goes in which row), `collate`
-(tensors), `loader` / `build` (the resumable loader), `schema` (the `data` config), `convert` (to MDS),
-`instruct` (a small offline instruction dataset).
+(tensors), `loader` / `build` (the resumable loader), `convert` (to MDS), `instruct` (a small offline
+instruction dataset). The `data=finetune/<name>` schema, `FinetuneDataConfig`, is in `foundry.data.config`.
 """
 
+from foundry.data.config import FinetuneDataConfig
 from foundry.data.finetune.build import build_examples, build_finetune_dataloader
 from foundry.data.finetune.examples import ExampleError
 from foundry.data.finetune.loader import FinetuneLoader
 from foundry.data.finetune.masks import IGNORE_INDEX, Example, TargetPolicy, build_example, stitch_turns
 from foundry.data.finetune.packing import choose_packing_ratio, pack_bins
 from foundry.data.finetune.preprocess import PREPROCESSORS, resolve_preprocessing_fn
-from foundry.data.finetune.schema import FinetuneDataConfig
 from foundry.data.finetune.tokenize import ExampleBuilder
 
 __all__ = [

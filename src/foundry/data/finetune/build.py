@@ -11,13 +11,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from foundry.data.config import FinetuneDataConfig
 from foundry.data.finetune.collate import Packer
 from foundry.data.finetune.examples import ExampleError
 from foundry.data.finetune.loader import FinetuneLoader, MemoryExamples, StreamedExamples
 from foundry.data.finetune.masks import Example
 from foundry.data.finetune.packing import candidate_ratios, choose_packing_ratio
 from foundry.data.finetune.preprocess import resolve_preprocessing_fn
-from foundry.data.finetune.schema import FinetuneDataConfig
 from foundry.data.finetune.sources import load_rows
 from foundry.data.finetune.tokenize import ExampleBuilder
 from streaming.reader.world import World

@@ -5,7 +5,8 @@ Design note: the CPU finetuning recipe must run on a fresh machine with no netwo
 (`foundry.data.finetune.instruct`, seconds; the same rows on every machine with the same Python), and which
 can name the quick-start cache whose tokenizer the recipe uses: the quick-start model was trained with it, so
 it is built there (`prepare_quickstart_tokenizer`, the default corpus and vocabulary) only when missing, and a
-published build is never rebuilt. Writes go through a temporary folder renamed into place, so a half-written set is never read.
+published build is never rebuilt. Writes go through a temporary folder renamed into place, so a half-written
+set is never read. The schema is in `foundry.data.config` (re-exported here).
 """
 
 from __future__ import annotations
@@ -13,43 +14,15 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from foundry.data.config import OfflineInstructDataConfig, QuickstartDataConfig
 from foundry.data.finetune.instruct import write_instruct_dataset
-from foundry.data.finetune.schema import FinetuneDataConfig
-from foundry.data.quickstart import QuickstartDataConfig, prepare_quickstart_tokenizer
+from foundry.data.quickstart import prepare_quickstart_tokenizer
 
 __all__ = ["OfflineInstructDataConfig", "prepare_offline_instruct"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(kw_only=True)
-class OfflineInstructDataConfig(FinetuneDataConfig):
-    """Finetuning data generated offline into `hf_name` (a local folder) when it has no `{train_split}.jsonl`."""
-
-    chat: bool = False
-    """Write chat `messages` rows instead of prompt/response."""
-    additions: int = 300
-    """Two-number addition questions added to the built-in and stdlib questions."""
-    eval_fraction: float = 0.1
-    """Share of questions (by hash) in the `val` split."""
-    quickstart_local: str | None = None
-    """A quick-start cache folder: its default tokenizer is built there when missing (the quick-start model's)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.hf_name is None or "://" in self.hf_name:
-            raise ValueError(
-                f"data.hf_name={self.hf_name!r}: the offline instruction set needs a local folder"
-            )
-        if self.train_split != "train" or self.eval_split not in (None, "val"):
-            raise ValueError(
-                "the offline instruction set has splits `train` and `val` (data.train_split/eval_split)"
-            )
-        if self.additions < 0:
-            raise ValueError(f"data.additions={self.additions} must be >= 0")
 
 
 def prepare_offline_instruct(cfg: OfflineInstructDataConfig) -> None:
