@@ -134,7 +134,10 @@ def numpy_collate(samples: Sequence[Any]) -> Any:
 
 
 def iteration_seed(seed: int, epoch: int) -> int:
-    """The loader generator's seed for one epoch of a dataset with ``seed`` (a pure function, 63 bits)."""
+    """The loader generator's seed for one epoch of a dataset with ``seed`` (a pure function, 63 bits).
+
+    The label ``streaming.dataloader`` is part of the seed, not a module path: it stays as it is (changing it
+    changes every run's order)."""
     digest = hashlib.sha256(f"streaming.dataloader:{seed}:{epoch}".encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
 
