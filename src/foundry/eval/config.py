@@ -1,22 +1,30 @@
-"""Typed schemas of the `eval` config group: `EvalConfig` and its `ICLTaskConfig` entries.
+"""Typed schemas of the `eval` config group: `EvalConfig`, its `ICLTaskConfig` entries and its gauntlet.
 
 Design note: the task keys are llm-foundry's (`icl_tasks:` items, foundry.md §5.1), so its task yamls load
 unchanged. `EvalConfig.icl_tasks` is a typed list (Hydra rejects a misspelt key such as
 `eval.icl_tasks[0].num_fewshott` at compose time) and `EvalConfig.icl_tasks_file` names an llm-foundry task
-yaml (an `icl_tasks:` key), read by `load_task_configs` with the same unknown-key check. Validation happens
-here, in `__post_init__`, naming the field and the fix.
+yaml (an `icl_tasks:` key), read by `load_task_configs` with the same unknown-key check. `EvalConfig.gauntlet`
+names llm-foundry's `eval_gauntlet:` block (a yaml path or the mapping), whose schema is `GauntletConfig`
+(categories of `BenchmarkConfig`s; `foundry.eval.gauntlet` reads and scores it). Validation happens here, in
+`__post_init__`, naming the field and the fix.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "DEFAULT_AVERAGE",
     "TASK_TYPES",
+    "WEIGHTINGS",
+    "BenchmarkConfig",
+    "CategoryConfig",
     "EvalConfig",
+    "GauntletConfig",
     "ICLTaskConfig",
     "default_data_root",
     "load_task_configs",
@@ -26,6 +34,12 @@ __all__ = [
 
 TASK_TYPES = ("language_modeling", "multiple_choice", "schema", "generation_task_with_answers")
 _ALIASES = {"question_answering": "generation_task_with_answers"}
+WEIGHTINGS = ("EQUAL", "SAMPLE_SZ", "LOG_SAMPLE_SZ")
+"""`GauntletConfig.weighting` values."""
+DEFAULT_AVERAGE = "default_average"
+"""The one named average of a gauntlet that names none: every category."""
+
+log = logging.getLogger(__name__)
 
 
 def default_data_root() -> str:
@@ -160,6 +174,89 @@ class EvalConfig:
         if not isinstance(self.icl_tasks, list | tuple):
             raise ValueError(f"eval.icl_tasks must be a list of tasks, got {type(self.icl_tasks).__name__}")
         self.icl_tasks = [task_config(item, where="eval.icl_tasks") for item in self.icl_tasks]
+
+
+@dataclass(kw_only=True)
+class BenchmarkConfig:
+    """One benchmark of a category: the task label, its few-shot count and the chance-level accuracy."""
+
+    name: str
+    num_fewshot: int
+    random_baseline: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.num_fewshot < 0:
+            raise ValueError(f"eval_gauntlet benchmark {self.name!r}: num_fewshot must be >= 0")
+        if not 0.0 <= self.random_baseline < 1.0:
+            raise ValueError(
+                f"eval_gauntlet benchmark {self.name!r}: random_baseline={self.random_baseline} must be in "
+                "[0, 1) (the accuracy of guessing, e.g. 0.25 for 4 choices)"
+            )
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}/{self.num_fewshot}-shot"
+
+
+@dataclass(kw_only=True)
+class CategoryConfig:
+    """A named group of benchmarks (e.g. `world_knowledge`)."""
+
+    name: str
+    benchmarks: list[BenchmarkConfig] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.benchmarks:
+            raise ValueError(f"eval_gauntlet category {self.name!r}: benchmarks is empty; list at least one")
+
+
+@dataclass(kw_only=True)
+class GauntletConfig:
+    """llm-foundry's `eval_gauntlet:` block."""
+
+    weighting: str = "EQUAL"
+    """EQUAL, SAMPLE_SZ (weight = number of examples) or LOG_SAMPLE_SZ (max(log2 n, 1))."""
+    subtract_random_baseline: bool = True
+    rescale_accuracy: bool = True
+    """Divide by (1 - random_baseline); needs subtract_random_baseline."""
+    categories: list[CategoryConfig] = field(default_factory=list)
+    averages: dict[str, list[str]] | None = None
+    """Name -> categories averaged; null -> one `default_average` over every category."""
+
+    def __post_init__(self) -> None:
+        self.weighting = self.weighting.upper()
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"eval_gauntlet.weighting={self.weighting!r}: choose one of {list(WEIGHTINGS)}")
+        if self.rescale_accuracy and not self.subtract_random_baseline:
+            raise ValueError(
+                "eval_gauntlet.rescale_accuracy=true needs subtract_random_baseline=true "
+                "(set rescale_accuracy: false, or subtract the baseline too)"
+            )
+        names = [c.name for c in self.categories]
+        if len(set(names)) != len(names):
+            raise ValueError(f"eval_gauntlet.categories: duplicate category names in {names}")
+        averages = self.averages or {}
+        for avg, cats in averages.items():
+            if avg in names:
+                raise ValueError(
+                    f"eval_gauntlet.averages.{avg}: also a category name; rename the average "
+                    "(llm-foundry refuses the overlap too)"
+                )
+            unknown = [c for c in cats if c not in names]
+            if unknown:  # llm-foundry averages over the categories it has (its eval_gauntlet.yaml names one)
+                log.warning(
+                    "eval_gauntlet.averages.%s: no category named %s; it is left out of the average "
+                    "(known: %s)",
+                    avg,
+                    unknown,
+                    names,
+                )
+                averages[avg] = [c for c in cats if c in names]
+
+    def resolved_averages(self) -> dict[str, list[str]]:
+        if self.averages:
+            return {k: list(v) for k, v in self.averages.items()}
+        return {DEFAULT_AVERAGE: [c.name for c in self.categories]}
 
 
 def _to_plain(value: Any) -> Any:  # OmegaConf containers or plain data

@@ -12,6 +12,9 @@ re-run on a saved results JSON. Semantics follow llm-foundry's `EvalGauntlet`:
 * a named average is the plain mean of its categories, `None` if one of them is `None` (llm-foundry instead
   averages the complete categories, 0 when none is: returned as `llmfoundry_averages`).
 
+The `eval_gauntlet:` block's schema (`GauntletConfig`, `CategoryConfig`, `BenchmarkConfig`) is in
+`foundry.eval.config` with the `eval` group's other schemas, re-exported here; `gauntlet_config` reads it.
+
 Missing benchmarks (e.g. task files absent from the data root) are listed under `missing` with a warning,
 and `partial` carries the same aggregation over the benchmarks that did run, clearly labelled, so a run on
 an incomplete data mirror still gives comparable-within-itself numbers.
@@ -23,8 +26,9 @@ import dataclasses
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from foundry.eval.config import WEIGHTINGS, BenchmarkConfig, CategoryConfig, GauntletConfig
 
 __all__ = [
     "BenchmarkConfig",
@@ -38,92 +42,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-WEIGHTINGS = ("EQUAL", "SAMPLE_SZ", "LOG_SAMPLE_SZ")
-DEFAULT_AVERAGE = "default_average"
-
-
-@dataclass(kw_only=True)
-class BenchmarkConfig:
-    """One benchmark of a category: the task label, its few-shot count and the chance-level accuracy."""
-
-    name: str
-    num_fewshot: int
-    random_baseline: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.num_fewshot < 0:
-            raise ValueError(f"eval_gauntlet benchmark {self.name!r}: num_fewshot must be >= 0")
-        if not 0.0 <= self.random_baseline < 1.0:
-            raise ValueError(
-                f"eval_gauntlet benchmark {self.name!r}: random_baseline={self.random_baseline} must be in "
-                "[0, 1) (the accuracy of guessing, e.g. 0.25 for 4 choices)"
-            )
-
-    @property
-    def label(self) -> str:
-        return f"{self.name}/{self.num_fewshot}-shot"
-
-
-@dataclass(kw_only=True)
-class CategoryConfig:
-    """A named group of benchmarks (e.g. `world_knowledge`)."""
-
-    name: str
-    benchmarks: list[BenchmarkConfig] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.benchmarks:
-            raise ValueError(f"eval_gauntlet category {self.name!r}: benchmarks is empty; list at least one")
-
-
-@dataclass(kw_only=True)
-class GauntletConfig:
-    """llm-foundry's `eval_gauntlet:` block."""
-
-    weighting: str = "EQUAL"
-    """EQUAL, SAMPLE_SZ (weight = number of examples) or LOG_SAMPLE_SZ (max(log2 n, 1))."""
-    subtract_random_baseline: bool = True
-    rescale_accuracy: bool = True
-    """Divide by (1 - random_baseline); needs subtract_random_baseline."""
-    categories: list[CategoryConfig] = field(default_factory=list)
-    averages: dict[str, list[str]] | None = None
-    """Name -> categories averaged; null -> one `default_average` over every category."""
-
-    def __post_init__(self) -> None:
-        self.weighting = self.weighting.upper()
-        if self.weighting not in WEIGHTINGS:
-            raise ValueError(f"eval_gauntlet.weighting={self.weighting!r}: choose one of {list(WEIGHTINGS)}")
-        if self.rescale_accuracy and not self.subtract_random_baseline:
-            raise ValueError(
-                "eval_gauntlet.rescale_accuracy=true needs subtract_random_baseline=true "
-                "(set rescale_accuracy: false, or subtract the baseline too)"
-            )
-        names = [c.name for c in self.categories]
-        if len(set(names)) != len(names):
-            raise ValueError(f"eval_gauntlet.categories: duplicate category names in {names}")
-        averages = self.averages or {}
-        for avg, cats in averages.items():
-            if avg in names:
-                raise ValueError(
-                    f"eval_gauntlet.averages.{avg}: also a category name; rename the average "
-                    "(llm-foundry refuses the overlap too)"
-                )
-            unknown = [c for c in cats if c not in names]
-            if unknown:  # llm-foundry averages over the categories it has (its eval_gauntlet.yaml names one)
-                log.warning(
-                    "eval_gauntlet.averages.%s: no category named %s; it is left out of the average "
-                    "(known: %s)",
-                    avg,
-                    unknown,
-                    names,
-                )
-                averages[avg] = [c for c in cats if c in names]
-
-    def resolved_averages(self) -> dict[str, list[str]]:
-        if self.averages:
-            return {k: list(v) for k, v in self.averages.items()}
-        return {DEFAULT_AVERAGE: [c.name for c in self.categories]}
 
 
 def gauntlet_config(cfg: Any) -> GauntletConfig:  # dict, DictConfig or GauntletConfig

@@ -3,9 +3,9 @@
 Design note: Kubernetes runs the job through the Kubeflow training operator's `PyTorchJob` (kubeflow.org/v1),
 never a controller of our own. The manifest is rendered, not templated: the training overrides are composed
 first with the same config tree as `train.py` (a typo fails here, not in a pod), the `k8s` slice is its own
-typed schema (`K8sConfig`, from `conf/k8s/<name>.yaml`; it is not part of the training config), and the
-result is checked against `conf/k8s/pytorchjob-v1.schema.json` (a subset of the operator's CRD schema and
-webhook rules; see `scripts/k8s_schema_subset.py`). Each Worker pod runs the supervised launcher
+typed schema (`K8sConfig` in `foundry.launch.config`, from `conf/k8s/<name>.yaml`; it is not part of the
+training config), and the result is checked against `conf/k8s/pytorchjob-v1.schema.json` (a subset of the
+operator's CRD schema and webhook rules; see `scripts/k8s_schema_subset.py`). Each Worker pod runs the supervised launcher
 (`python -m foundry.launch ... -- train.py <overrides> run_name=<name>`) with no rendezvous options:
 under `elasticPolicy` the operator sets torchrun's `PET_NNODES` (min:max), `PET_RDZV_*` and
 `PET_NPROC_PER_NODE`, which torchrun reads as its defaults. `restartPolicy: OnFailure` restarts a container
@@ -20,7 +20,6 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,58 +28,13 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from foundry.launch.config import K8sConfig, SecretEnv
 from stackbase.secrets import is_secret_key, redact_text
 
 __all__ = ["K8sConfig", "SecretEnv", "job_name", "load_k8s_config", "main", "render", "validate_manifest"]
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 SCHEMA_FILE = "k8s/pytorchjob-v1.schema.json"
-
-
-@dataclass
-class SecretEnv:
-    """One environment variable read from a Kubernetes Secret (`valueFrom.secretKeyRef`)."""
-
-    name: str
-    secret: str
-    key: str
-    optional: bool = False
-
-
-@dataclass
-class K8sConfig:
-    """The `k8s` slice: what the PyTorchJob needs beyond the training config (see conf/k8s/default.yaml)."""
-
-    image: str = "???"
-    name: str | None = None
-    """The PyTorchJob's name (DNS-1035); null: from run_name."""
-    namespace: str | None = None
-    image_pull_policy: str = "IfNotPresent"
-    nodes: int = 1
-    min_nodes: int | None = None
-    """elasticPolicy.minReplicas (null: nodes): the job keeps running on this many nodes."""
-    max_nodes: int | None = None
-    """elasticPolicy.maxReplicas (null: nodes)."""
-    gpus_per_node: int = 8
-    nproc_per_node: int | None = None
-    """Ranks per pod (null: gpus_per_node, at least 1)."""
-    cpu: str | None = None
-    memory: str | None = None
-    shm_size: str = "32Gi"
-    """/dev/shm (an in-memory emptyDir): DataLoader workers pass batches through it."""
-    workdir: str = "/workspace"
-    script: str = "train.py"
-    launcher_args: list[str] = field(default_factory=lambda: ["--cuda"])
-    max_restarts: int = 3
-    """torchrun group restarts inside a pod (foundry.launch --max-restarts and elasticPolicy.maxRestarts)."""
-    backoff_limit: int = 10
-    """runPolicy.backoffLimit: pod restarts before the job is marked failed."""
-    env: dict[str, str] = field(default_factory=dict)
-    secret_env: list[SecretEnv] = field(default_factory=list)
-    env_from_secrets: list[str] = field(default_factory=list)
-    node_selector: dict[str, str] = field(default_factory=dict)
-    service_account: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
 
 
 def load_k8s_config(source: str, overrides: list[str], conf_dir: Path = CONF_DIR) -> K8sConfig:

@@ -4,11 +4,11 @@ Design note: `python train.py -m hydra/launcher=slurm ...` composes the config a
 of the (multi)run to `SlurmLauncher` (in `hydra_plugins.foundry_launcher`, where Hydra requires launchers to
 live), a subclass of hydra-submitit-launcher's launcher: submitit writes the sbatch script (nodes, GPUs, time,
 partition, account, qos), pickles the launcher with its `NodeRunner` and runs it once per node
-(`tasks_per_node: 1`, under `srun`). This module holds the logic: the typed keys, the per-node command and the
-runner. Unlike the stock plugin, which would run the training function inside
-the submitit task, each task here starts the supervised launcher as a child process with torchrun's
-rendezvous read from `SLURM_*` (`foundry.launch.rendezvous`), so health checks, the hang watchdog, events.jsonl
-and group restarts are the same as on one machine.
+(`tasks_per_node: 1`, under `srun`). This module holds the logic: the launcher schemas (the per-node keys,
+`NodeCommandConfig`, are in `foundry.launch.config`), the per-node command and the runner. Unlike the stock
+plugin, which would run the training function inside the submitit task, each task here starts the supervised
+launcher as a child process with torchrun's rendezvous read from `SLURM_*` (`foundry.launch.rendezvous`), so
+health checks, the hang watchdog, events.jsonl and group restarts are the same as on one machine.
 
 Preemption and time limits use submitit's own mechanism. The job's preemption signal is SIGTERM
 (`SUBMITIT_PREEMPT_SIGNAL=TERM`, exported by the sbatch script; `--signal=TERM@<signal_delay_s>` before the time
@@ -39,6 +39,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
 from omegaconf import OmegaConf
 
+from foundry.launch.config import NodeCommandConfig
 from foundry.launch.rendezvous import placement_from_env, torchrun_options
 from foundry.rundir.layout import OUTPUTS, RunDir
 from foundry.train.preemption import REQUEUE_EXIT_CODE
@@ -47,27 +48,6 @@ from stackbase.process import pid_alive
 __all__ = ["NodeCommandConfig", "NodeRunner", "node_command", "prepare_params", "run_names"]
 
 PREEMPT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"
-
-
-@dataclass
-class NodeCommandConfig:
-    """What each node runs (`hydra.launcher.node`): `python -m foundry.launch <launcher_args> <torchrun> -- train.py`.
-
-    Attributes:
-        launcher_args: `foundry.launch` options, e.g. `[--max-restarts=3, --cuda]`.
-        nproc_per_node: Ranks per node; `null` means `gpus_per_node` (1 when that is unset or 0).
-        rdzv_backend: `c10d` (elastic, restarts across nodes) or `static` (`--node-rank`, `--master-addr`).
-        rdzv_port: Port of the rendezvous store on the first node.
-        preempt_signal: The job's preemption/time-limit signal (`TERM` or `USR1`: the trainer handles both).
-        stop_grace_s: How long `checkpoint` waits for the launcher's preemption checkpoint before requeueing.
-    """
-
-    launcher_args: list[str] = field(default_factory=list)
-    nproc_per_node: int | None = None
-    rdzv_backend: str = "c10d"
-    rdzv_port: int = 29400
-    preempt_signal: str = "TERM"
-    stop_grace_s: float = 120.0
 
 
 @dataclass

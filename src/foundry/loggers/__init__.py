@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from foundry.loggers.base import Logger, LoggerConfig, MLflowConfig, TensorBoardConfig, WandbConfig
+from foundry.loggers.base import Logger
+from foundry.loggers.config import LoggerConfig, MLflowConfig, TensorBoardConfig, WandbConfig
 from foundry.loggers.console import ConsoleLogger
 from foundry.loggers.jsonl import JsonlLogger, read_metrics
 from foundry.loggers.mlflow import MLflowLogger

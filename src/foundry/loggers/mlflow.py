@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foundry.events import EVENTS_FILE, read_events
-from foundry.loggers.base import MLflowConfig
+from foundry.loggers.config import MLflowConfig
 from foundry.loggers.launch_events import LaunchEvents, launch_counters
 from foundry.rundir import layout
 from stackbase.secrets import redact_text, redact_url, redact_value

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from foundry.loggers.base import TensorBoardConfig
+from foundry.loggers.config import TensorBoardConfig
 from foundry.loggers.launch_events import LaunchEvents
 from stackbase.secrets import redact_value
 

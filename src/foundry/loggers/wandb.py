@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from foundry.events import read_events
-from foundry.loggers.base import WandbConfig
+from foundry.loggers.config import WandbConfig
 from foundry.loggers.launch_events import LaunchEvents, launch_counters
 from stackbase.secrets import redact_text, redact_value
 

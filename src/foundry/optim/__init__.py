@@ -1,34 +1,30 @@
 """Optimizers (AdamW, DecoupledAdamW, DecoupledLionW), LR schedules, and their Hydra schema registration.
 
-Design note: the schemas are plain dataclasses, so this package never imports Hydra; the caller
-(``foundry/config.py``) passes its ``ConfigStore`` to :func:`register_optim_configs` explicitly, and nothing is
-registered at import time.
+Design note: the schemas (`config.py`, the `optimizer` and `scheduler` groups) are plain dataclasses, so this
+package never imports Hydra; the caller (``foundry/config.py``) passes its ``ConfigStore`` to
+:func:`register_optim_configs` explicitly, and nothing is registered at import time.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from foundry.optim.decoupled import DecoupledAdamW, DecoupledLionW
-from foundry.optim.optimizers import (
+from foundry.optim.config import (
     AdamWConfig,
-    DecoupledAdamWConfig,
-    DecoupledLionWConfig,
-    OptimizerConfig,
-    ParamGroupConfig,
-    build_optimizer,
-    build_param_groups,
-)
-from foundry.optim.schedulers import (
     ConstantWithWarmupConfig,
     CosineWithWarmupConfig,
+    DecoupledAdamWConfig,
+    DecoupledLionWConfig,
     InvSqrtWithWarmupConfig,
     LinearDecayWithWarmupConfig,
+    OptimizerConfig,
+    ParamGroupConfig,
     SchedulerConfig,
     WarmupStableDecayConfig,
-    build_lr_lambda,
-    build_scheduler,
 )
+from foundry.optim.decoupled import DecoupledAdamW, DecoupledLionW
+from foundry.optim.optimizers import build_optimizer, build_param_groups
+from foundry.optim.schedulers import build_lr_lambda, build_scheduler
 
 if TYPE_CHECKING:
     from hydra.core.config_store import ConfigStore

@@ -1,10 +1,7 @@
-"""Optimizer config schemas and ``build_optimizer(cfg, *, model)``: param groups, frozen params, weight decay.
+"""``build_optimizer(cfg, *, model)``: param groups, frozen params, weight decay.
 
-Design note: one typed schema per optimizer (``AdamWConfig``, ``DecoupledAdamWConfig``, ``DecoupledLionWConfig``,
-all subclasses of ``OptimizerConfig``) so a typo fails at Hydra compose time and the library only ever sees
-dataclasses. Each schema carries a ``name`` equal to llm-foundry's registry name, so an ``optimizer:`` block
-pasted from an llm-foundry YAML (``name: decoupled_adamw``) is accepted as is; dispatch is by type, and a
-``name`` that disagrees with the chosen schema is an error rather than a silent switch.
+Design note: the schemas, one per optimizer (``AdamWConfig``, ``DecoupledAdamWConfig``, ``DecoupledLionWConfig``,
+all subclasses of ``OptimizerConfig``), are in ``foundry.optim.config`` (re-exported here); dispatch is by type.
 
 Weight-decay exclusion is by *category* (``weight_decay_exclude: [norm, bias, embedding]``), decided from the
 module tree instead of parameter-name regexes, so it works for any model:
@@ -26,13 +23,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from foundry.optim.config import (
+    WEIGHT_DECAY_CATEGORIES,
+    AdamWConfig,
+    DecoupledAdamWConfig,
+    DecoupledLionWConfig,
+    OptimizerConfig,
+    ParamGroupConfig,
+)
 from foundry.optim.decoupled import DecoupledAdamW, DecoupledLionW
 
 __all__ = [
@@ -46,145 +50,6 @@ __all__ = [
     "build_param_groups",
     "freeze_parameters",
 ]
-
-WEIGHT_DECAY_CATEGORIES = ("norm", "bias", "embedding")
-"""Values allowed in ``OptimizerConfig.weight_decay_exclude``."""
-
-
-@dataclass(kw_only=True)
-class ParamGroupConfig:
-    """Per-group hyperparameters for the parameters whose names match ``param_str_match`` (llm-foundry's key)."""
-
-    param_str_match: str
-    """Regex searched in parameter names (a plain substring works); the first matching group wins."""
-    lr: float | None = None
-    """Peak lr of this group; None inherits the optimizer's."""
-    weight_decay: float | None = None
-    """Weight decay of this group (its excluded categories still get 0); None inherits."""
-    betas: list[float] | None = None
-    """Betas of this group; None inherits."""
-    eps: float | None = None
-    """Epsilon of this group (Adam variants only); None inherits."""
-
-    def overrides(self) -> dict[str, Any]:
-        """The hyperparameters this group sets, as optimizer param-group keys."""
-        out: dict[str, Any] = {}
-        for key in ("lr", "weight_decay", "betas", "eps"):
-            value = getattr(self, key)
-            if value is not None:
-                out[key] = tuple(value) if key == "betas" else value
-        return out
-
-
-@dataclass(kw_only=True)
-class OptimizerConfig:
-    """Fields every optimizer schema has. Use a subclass; this base is the type of ``TrainConfig.optimizer``."""
-
-    name: str
-    """llm-foundry registry name of the optimizer; fixed by each subclass (kept so pasted recipes validate)."""
-    lr: float
-    """Peak learning rate (the scheduler multiplies it)."""
-    weight_decay: float = 0.0
-    """Weight decay coefficient; its meaning depends on the optimizer (coupled for AdamW, decoupled otherwise)."""
-    weight_decay_exclude: list[str] = field(default_factory=list)
-    """Parameter categories that get no weight decay: any of ``norm``, ``bias``, ``embedding``."""
-    disable_grad: list[str] = field(default_factory=list)
-    """Regexes searched in parameter names (a plain substring works); matches get ``requires_grad=False``."""
-    param_groups: list[ParamGroupConfig] = field(default_factory=list)
-    """Ordered per-group overrides (llm-foundry's ``param_groups``); first match wins."""
-
-    def __post_init__(self) -> None:
-        expected = type(self).__dataclass_fields__["name"].default
-        if isinstance(expected, str) and self.name != expected:
-            raise ValueError(
-                f"optimizer.name is {self.name!r} but the schema is {type(self).__name__} (name {expected!r}); "
-                f"pick the optimizer with the config group (e.g. optimizer=decoupled-adamw), not the name field"
-            )
-        unknown = [c for c in self.weight_decay_exclude if c not in WEIGHT_DECAY_CATEGORIES]
-        if unknown:
-            raise ValueError(
-                f"optimizer.weight_decay_exclude has unknown categories {unknown}; "
-                f"allowed: {list(WEIGHT_DECAY_CATEGORIES)}"
-            )
-        for pattern in self.disable_grad:
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise ValueError(
-                    f"optimizer.disable_grad entry {pattern!r} is not a valid regex: {e}"
-                ) from None
-        _check_common(self, "optimizer")
-        for i, group in enumerate(self.param_groups):
-            where = f"optimizer.param_groups[{i}]"
-            try:
-                re.compile(group.param_str_match)
-            except re.error as e:
-                raise ValueError(
-                    f"{where}.param_str_match {group.param_str_match!r} is not a valid regex: {e}"
-                ) from None
-            if group.eps is not None and not hasattr(self, "eps"):
-                raise ValueError(f"{where}.eps is set but {type(self).__name__} has no eps; remove it")
-            _check_common(group, where)
-
-
-def _check_common(cfg: OptimizerConfig | ParamGroupConfig, where: str) -> None:
-    """Range checks shared by optimizer schemas and param-group overrides (None = not set)."""
-    for key in ("lr", "weight_decay", "eps"):
-        value = getattr(cfg, key, None)
-        if value is not None and value < 0:
-            raise ValueError(f"{where}.{key} must be >= 0, got {value}")
-    betas = getattr(cfg, "betas", None)
-    if betas is not None and (len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas)):
-        raise ValueError(f"{where}.betas must be two numbers in [0, 1), got {list(betas)}")
-
-
-@dataclass(kw_only=True)
-class AdamWConfig(OptimizerConfig):
-    """``torch.optim.AdamW`` (decay multiplied by lr: ``p ← p·(1 − lr·wd)``). Defaults are torch's."""
-
-    name: str = "adamw"
-    lr: float = 1e-3
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    """Coefficients of the running averages of the gradient and its square."""
-    eps: float = 1e-8
-    """Added to the denominator for numerical stability."""
-    weight_decay: float = 1e-2
-    amsgrad: bool = False
-    """Use the running maximum of the second moment."""
-    foreach: bool | None = None
-    """Torch's multi-tensor path; None lets torch choose."""
-    fused: bool | None = None
-    """Torch's fused kernel (CUDA/CPU); None lets torch choose."""
-
-
-@dataclass(kw_only=True)
-class DecoupledAdamWConfig(OptimizerConfig):
-    """:class:`~foundry.optim.decoupled.DecoupledAdamW` (Composer's). Defaults are Composer's."""
-
-    name: str = "decoupled_adamw"
-    lr: float = 1e-3
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
-    """Coefficients of the running averages of the gradient and its square."""
-    eps: float = 1e-8
-    """Added to the denominator for numerical stability."""
-    weight_decay: float = 1e-5
-    amsgrad: bool = False
-    """Use the running maximum of the second moment."""
-    foreach: bool | None = None
-    """Multi-tensor path; None picks it when every parameter is on CUDA."""
-
-
-@dataclass(kw_only=True)
-class DecoupledLionWConfig(OptimizerConfig):
-    """:class:`~foundry.optim.decoupled.DecoupledLionW` (llm-foundry's). Defaults are llm-foundry's."""
-
-    name: str = "decoupled_lionw"
-    lr: float = 1e-4
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    """``β1`` interpolates the update direction, ``β2`` the stored momentum."""
-    weight_decay: float = 0.0
-    foreach: bool | None = None
-    """Multi-tensor path; None picks it when every parameter is on CUDA."""
 
 
 def freeze_parameters(model: nn.Module, patterns: list[str]) -> list[str]:

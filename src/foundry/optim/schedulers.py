@@ -1,10 +1,10 @@
-"""LR schedules as pure functions of the optimizer step, their config schemas, and a ``LambdaLR`` adapter.
+"""LR schedules as pure functions of the optimizer step, and a ``LambdaLR`` adapter over their config schemas.
 
 Design note: every schedule is a pure ``f(step, *, t_warmup, t_max, ...) -> multiplier`` over integer steps,
-testable against closed forms without an optimizer. The config schemas keep llm-foundry's/Composer's field
-names and duration strings (``t_warmup: 100ba``, ``t_max: 1dur``, ``alpha_f``) so recipes port unchanged;
-:func:`build_lr_lambda` converts every duration to steps *once* (via :func:`foundry.time.to_steps`) and binds
-the numbers, so the per-step call is cheap and cannot fail. Because everything becomes steps, units may be
+testable against closed forms without an optimizer. The config schemas (``foundry.optim.config``, re-exported
+here) keep llm-foundry's/Composer's field names and duration strings (``t_warmup: 100ba``, ``t_max: 1dur``,
+``alpha_f``) so recipes port unchanged; :func:`build_lr_lambda` converts every duration to steps *once* (via
+:func:`foundry.time.to_steps`) and binds the numbers, so the per-step call is cheap and cannot fail. Because everything becomes steps, units may be
 mixed freely (Composer raises when a ``ba`` warmup meets a ``tok`` ``max_duration``).
 
 Semantics follow Composer (multiplier α at step ``t``, counting completed optimizer steps from 0, so the
@@ -28,11 +28,19 @@ import functools
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
+from foundry.optim.config import (
+    DECAY_SHAPES,
+    ConstantWithWarmupConfig,
+    CosineWithWarmupConfig,
+    InvSqrtWithWarmupConfig,
+    LinearDecayWithWarmupConfig,
+    SchedulerConfig,
+    WarmupStableDecayConfig,
+)
 from foundry.time import TimeUnit, parse_duration, to_steps
 
 __all__ = [
@@ -50,8 +58,6 @@ __all__ = [
     "linear_decay_with_warmup",
     "warmup_stable_decay",
 ]
-
-DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
 
 log = logging.getLogger(__name__)
 
@@ -140,121 +146,6 @@ def warmup_stable_decay(
     else:
         raise ValueError(f"decay_shape must be one of {list(DECAY_SHAPES)}, got {decay_shape!r}")
     return alpha_f + (1.0 - alpha_f) * shape
-
-
-# --------------------------------------------------------------------------------------------- config schemas
-def _check_duration(field_name: str, text: str, *, allow_dur: bool = True) -> None:
-    try:
-        d = parse_duration(text)
-    except ValueError as e:
-        raise ValueError(f"scheduler.{field_name}: {e}") from None
-    if not allow_dur and d.unit is TimeUnit.DURATION:
-        raise ValueError(
-            f"scheduler.{field_name}={text!r} must not be in 'dur' units (the schedule is meant to survive a "
-            "change of max_duration); give it in ba, ep, sp or tok"
-        )
-
-
-@dataclass(kw_only=True)
-class SchedulerConfig:
-    """Fields every schedule has. Use a subclass; this base is the type of ``TrainConfig.scheduler``.
-
-    Durations are time strings (``100ba``, ``1ep``, ``2e8tok``, ``0.01dur``; bare numbers are steps).
-    """
-
-    name: str
-    """llm-foundry registry name of the schedule; fixed by each subclass (kept so pasted recipes validate)."""
-    t_warmup: str
-    """Warmup length: the multiplier ramps linearly from 0."""
-    t_max: str = "1dur"
-    """When the schedule ends (``1dur`` = the whole run); must not be shorter than the run."""
-    scale_warmup: bool = False
-    """Whether ``scale_schedule_ratio`` also scales the warmup (Composer's flag)."""
-
-    def __post_init__(self) -> None:
-        expected = type(self).__dataclass_fields__["name"].default
-        if isinstance(expected, str) and self.name != expected:
-            raise ValueError(
-                f"scheduler.name is {self.name!r} but the schema is {type(self).__name__} (name {expected!r}); "
-                "pick the schedule with the config group (e.g. scheduler=cosine-warmup), not the name field"
-            )
-        _check_duration("t_warmup", self.t_warmup)
-        _check_duration("t_max", self.t_max)
-
-
-@dataclass(kw_only=True)
-class ConstantWithWarmupConfig(SchedulerConfig):
-    """Warmup to ``alpha``, then constant."""
-
-    name: str = "constant_with_warmup"
-    alpha: float = 1.0
-    """The multiplier after warmup."""
-
-
-@dataclass(kw_only=True)
-class CosineWithWarmupConfig(SchedulerConfig):
-    """Warmup to 1, then cosine decay to ``alpha_f`` at ``t_max``."""
-
-    name: str = "cosine_with_warmup"
-    alpha_f: float = 0.0
-    """Final multiplier."""
-
-
-@dataclass(kw_only=True)
-class LinearDecayWithWarmupConfig(SchedulerConfig):
-    """Warmup to ``alpha_i``, then linear to ``alpha_f`` at ``t_max``."""
-
-    name: str = "linear_decay_with_warmup"
-    alpha_i: float = 1.0
-    """Multiplier at the end of warmup."""
-    alpha_f: float = 0.0
-    """Final multiplier."""
-
-
-@dataclass(kw_only=True)
-class InvSqrtWithWarmupConfig(SchedulerConfig):
-    """llm-foundry's inverse-square-root schedule with linear cooldown (for continual pretraining)."""
-
-    name: str = "inv_sqrt_with_warmup"
-    t_scale: str
-    """Time scale of the decay: the multiplier halves (toward ``alpha_f_decay``) after ``3·t_scale``."""
-    t_cooldown: str
-    """Length of the final linear cooldown (0 for none)."""
-    alpha_f_decay: float = 0.0
-    """What the inverse-sqrt decay tends to."""
-    alpha_f_cooldown: float = 0.0
-    """Multiplier at the end of the cooldown."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for field_name in ("t_warmup", "t_scale", "t_cooldown"):
-            _check_duration(field_name, getattr(self, field_name), allow_dur=False)
-        if self.alpha_f_decay < self.alpha_f_cooldown:
-            raise ValueError(
-                f"scheduler.alpha_f_decay ({self.alpha_f_decay}) must be >= alpha_f_cooldown "
-                f"({self.alpha_f_cooldown}) so the LR never rises after warmup"
-            )
-
-
-@dataclass(kw_only=True)
-class WarmupStableDecayConfig(SchedulerConfig):
-    """Warmup, a constant plateau, then a decay over the last ``t_decay`` of the schedule."""
-
-    name: str = "warmup_stable_decay"
-    t_decay: str = "0.2dur"
-    """Length of the final decay (``0.2dur`` = last 20% of the run)."""
-    alpha_f: float = 0.0
-    """Final multiplier."""
-    decay_shape: str = "linear"
-    """``linear``, ``cosine`` or ``1-sqrt``."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_duration("t_decay", self.t_decay)
-        if self.decay_shape not in DECAY_SHAPES:
-            raise ValueError(
-                f"scheduler.decay_shape must be one of {list(DECAY_SHAPES)}, got {self.decay_shape!r}"
-            )
 
 
 # --------------------------------------------------------------------------------------------- adapters

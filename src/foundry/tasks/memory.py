@@ -26,7 +26,7 @@ from foundry.errors import ConfigError
 from foundry.models import ModelConfig
 from foundry.models.build import build_model
 from foundry.models.config import HFCausalLMConfig
-from foundry.optim.optimizers import DecoupledLionWConfig, OptimizerConfig
+from foundry.optim.config import DecoupledLionWConfig, OptimizerConfig
 from foundry.tasks.plan import batch_plan, resolve_max_seq_len
 from streaming.reader.world import World
 
