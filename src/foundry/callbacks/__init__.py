@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from foundry.callbacks.base import (
-    Callback,
+from foundry.callbacks.base import Callback
+from foundry.callbacks.config import (
     CallbacksConfig,
     HFExportConfig,
     RuntimeEstimatorConfig,

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from foundry.callbacks.base import Callback, HFExportConfig
+from foundry.callbacks.base import Callback
+from foundry.callbacks.config import HFExportConfig
 from foundry.parallel.dist import barrier, rank
 from streaming.storage import is_remote, join_url, redact, upload_file
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from foundry.callbacks.base import Callback, RuntimeEstimatorConfig
+from foundry.callbacks.base import Callback
+from foundry.callbacks.config import RuntimeEstimatorConfig
 
 __all__ = ["LRMonitor", "MemoryMonitor", "RuntimeEstimator"]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from foundry.callbacks.base import Callback, SpeedMonitorConfig
+from foundry.callbacks.base import Callback
+from foundry.callbacks.config import SpeedMonitorConfig
 
 __all__ = ["SpeedMonitor", "peak_flops"]
 
