@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from streaming import MDSWriter
-from streaming.reader import stream as stream_module
 from streaming.format.index import ShardInfo
+from streaming.reader import stream as stream_module
 from streaming.reader.dataset import StreamingDataset
 
 

@@ -275,8 +275,8 @@ def test_first_sample_read_keeps_its_shard_from_eviction_until_the_read_ends(
     lock (as a pin) from before the download until the read ends: once the download is done the shard is present,
     unpinned and not being prepared, and an eviction then would leave the bytes the read still has open
     uncounted."""
-    from streaming.reader import shard_access
     from streaming.cache.locks import try_lock, use_lock
+    from streaming.reader import shard_access
 
     remote = f"{s3_bucket}/ds"
     _write(remote)

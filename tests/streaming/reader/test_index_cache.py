@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streaming import MDSWriter, Stream, StreamingDataset
-from streaming.reader import index_cache as index_cache_module
 from streaming.format.index import load_index
+from streaming.reader import index_cache as index_cache_module
 from streaming.reader.index_cache import ShardTable, cache_file, load_shard_table
 from streaming.util.safepath import UnsafePathError
 
