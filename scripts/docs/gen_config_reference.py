@@ -201,7 +201,7 @@ def stored_schemas() -> dict[str, dict[str, type]]:
 
 def extra_schemas() -> dict[str, dict[str, type]]:
     """Config groups read by a tool rather than `train.py` (not in the ConfigStore)."""
-    from foundry.launch.k8s import K8sConfig
+    from foundry.launch.config import K8sConfig
 
     return {"k8s": {"default": K8sConfig}}
 

@@ -1,13 +1,16 @@
 """The root `TrainConfig`, schema registration, and validation of a composed config.
 
 Design note: `conf/train.yaml` composes onto the typed root schema `train_schema` (`TrainConfig`); each
-group's schema lives beside its component and is registered here explicitly (`register_configs()`, never at
-import), so composing type-checks every value before anything is built. Hydra lets `+key=value` add keys a
-schema does not declare (it opens the struct), so `to_train_config` first rejects every undeclared key
-(`unknown_keys`, naming the closest declared one), then converts the composed `DictConfig` to dataclasses with
-`OmegaConf.to_object` (running every `__post_init__` check); both raise `foundry.errors.ConfigError`. The
-library only ever sees dataclasses. The dispatcher `train.py` calls (`run_task`), the tasks and the sweep
-summary callback live in `foundry.tasks`.
+config group's schema lives in one module, the `config.py` of the component that reads it
+(`foundry/data/config.py` for `conf/data/`, `foundry/optim/config.py` for `optimizer` and `scheduler`, ...;
+the schema import block below is the index, `tests/foundry/test_config_homes.py` the check), and is
+registered here explicitly (`register_configs()`, never at import), so composing type-checks every value
+before anything is built. Hydra lets `+key=value` add keys a schema does not declare (it opens the struct),
+so `to_train_config` first rejects every undeclared key (`unknown_keys`, naming the closest declared one),
+then converts the composed `DictConfig` to dataclasses with `OmegaConf.to_object` (running every
+`__post_init__` check); both raise `foundry.errors.ConfigError`. The library only ever sees dataclasses.
+The dispatcher `train.py` calls (`run_task`), the tasks and the sweep summary callback live in
+`foundry.tasks`.
 """
 
 from __future__ import annotations
@@ -23,24 +26,39 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from foundry.callbacks.base import CallbacksConfig
-from foundry.checkpoint.config import CheckpointConfig
-from foundry.data.finetune.offline import OfflineInstructDataConfig
-from foundry.data.finetune.schema import FinetuneDataConfig
-from foundry.data.quickstart import QuickstartDataConfig, quickstart_tokenizer_path
-from foundry.data.text import TextDataConfig
+from foundry.data.quickstart import quickstart_tokenizer_path
 from foundry.errors import ConfigError
-from foundry.eval.config import EvalConfig, register_eval_configs
-from foundry.loggers.base import LoggerConfig
-from foundry.models import ModelConfig, register_model_configs
-from foundry.optim import OptimizerConfig, SchedulerConfig, register_optim_configs
-from foundry.parallel.config import ParallelismConfig
+from foundry.eval import register_eval_configs
+from foundry.models import register_model_configs
+from foundry.optim import register_optim_configs
 from foundry.run_name import register_run_name_resolver
-from foundry.storage_config import StorageConfig
-from foundry.tokenizers import TokenizerConfig, register_tokenizer_configs
-from foundry.train.config import TrainerConfig
+from foundry.tokenizers import register_tokenizer_configs
 from stackbase.names import check_name
 from stackbase.secrets import redact_text
+
+# isort: split
+# Every config group's schema, each from its one home: the classes typing `conf/<group>/` are defined in the
+# `config.py` of the component package that reads them, one module per group (`optimizer` and `scheduler`
+# share `foundry/optim/config.py`; the groups that fill a node of another are homed with their component:
+# `peft` in `foundry/models/peft/config.py`, `hf_export` in `foundry/callbacks/config.py`). `k8s` is the one
+# group not imported here (`foundry.launch.config.K8sConfig`, read by `python -m foundry.launch.k8s`, which
+# composes through this module). tests/foundry/test_config_homes.py checks the rule.
+from foundry.callbacks.config import CallbacksConfig
+from foundry.checkpoint.config import CheckpointConfig
+from foundry.data.config import (
+    FinetuneDataConfig,
+    OfflineInstructDataConfig,
+    QuickstartDataConfig,
+    TextDataConfig,
+)
+from foundry.eval.config import EvalConfig
+from foundry.loggers.config import LoggerConfig
+from foundry.models.config import ModelConfig
+from foundry.optim.config import OptimizerConfig, SchedulerConfig
+from foundry.parallel.config import ParallelismConfig
+from foundry.storage.config import StorageConfig
+from foundry.tokenizers.config import TokenizerConfig
+from foundry.train.config import TrainerConfig
 
 __all__ = [
     "TASKS",
@@ -135,7 +153,7 @@ class TrainConfig:
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
-    """Per-store S3 settings by URL prefix (`conf/storage/`, `foundry.storage_config`)."""
+    """Per-store S3 settings by URL prefix (`conf/storage/`, `foundry.storage`)."""
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     callbacks: CallbacksConfig = field(default_factory=CallbacksConfig)
     eval: EvalConfig | None = None

@@ -85,9 +85,8 @@ def test_tokenizer_larger_than_vocab_names_the_padded_size():
     assert build_model_on(MPTModelConfig(**TINY), device="cpu", tokenizer=fits).config.vocab_size == 64
 
 
-def test_model_config_beside_the_registry():
-    assert ModelConfig.__module__ == "foundry.models.schema"
-    assert MPTModelConfig.__module__ == "foundry.models.mpt.schema"
+def test_model_schemas_and_their_registry():
+    assert ModelConfig.__module__ == MPTModelConfig.__module__ == "foundry.models.config"
     assert MODEL_SCHEMAS == {"_mpt": MPTModelConfig, "_hf_causal_lm": HFCausalLMConfig}
     assert all(issubclass(schema, ModelConfig) for schema in MODEL_SCHEMAS.values())
     stored: dict[str, type] = {}
