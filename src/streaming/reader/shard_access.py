@@ -8,7 +8,9 @@ the next chunk's are prepared in a thread pool, so ahead-of-use work is bounded 
 (``predownload``) and the first sample never waits for shards it does not need. The iteration's very first
 sample does not even wait for all of its own shard: a pool thread prepares that shard while this thread reads
 the sample from the front of its raw file as it is written (``streaming.reader.growing_shard``; not with
-``validate_hash``). With a ``cache_limit``, a remote shard is opened through ``ShardCache.acquire`` (prepared and
+``validate_hash``). From a remote store, the first batch does not wait for shards at all: its samples are read
+straight from their remote shards as byte ranges while every shard downloads (``streaming.reader.direct_read``).
+With a ``cache_limit``, a remote shard is opened through ``ShardCache.acquire`` (prepared and
 pinned in one step, so no other reader or job can evict it first) and stays pinned while its mapped file is
 viewed by a reader or a sample; when the cache is full of shards in use, the shard is read into memory instead
 (``streaming.cache.shards`` states the protocol). One ``ShardAccess`` lives in each process (rank or DataLoader
@@ -33,12 +35,18 @@ from streaming.format.index import ShardInfo, recorded_digests
 from streaming.format.mds import MDSSchema, ShardFormatError
 from streaming.format.reader import FileMap, ShardReader, check_shard_safe, open_shard
 from streaming.reader.batch_read import SampleRef
+from streaming.reader.direct_read import DirectReads, ReadBytes
 from streaming.reader.growing_shard import GrowingFile, early_sample_bytes
 from streaming.reader.stream import Stream
+from streaming.storage.backends import get_backend
 from streaming.storage.ranged import RangeBudget
 from streaming.storage.transfer import DEFAULT_RANGED
+from streaming.storage.url import join_url
 
 __all__ = ["ShardAccess", "first_positions"]
+
+_DIRECT_THREADS = 16
+"""Range requests in flight at once for an iteration's directly read samples (two round trips for a batch)."""
 
 
 def first_positions(shard_per_sample: Sequence[int], *, offset: int = 0) -> dict[int, int]:
@@ -62,6 +70,8 @@ class ShardAccess:
         cache_limit: The node's cache budget in bytes (None: unlimited).
         allow_unsafe_types: Allow ``pkl`` columns.
         download_concurrency: Threads preparing shards ahead of use.
+        direct_samples: How many samples at the start of an iteration are read straight from their remote
+            shards while those download (``streaming.reader.direct_read``; the batch size; 0: none).
     """
 
     def __init__(
@@ -75,6 +85,7 @@ class ShardAccess:
         cache_limit: int | None,
         allow_unsafe_types: bool,
         download_concurrency: int,
+        direct_samples: int = 0,
     ) -> None:
         self.streams = streams
         self.shards = shards
@@ -84,6 +95,7 @@ class ShardAccess:
         self.cache_limit = cache_limit
         self.allow_unsafe_types = allow_unsafe_types
         self.download_concurrency = download_concurrency
+        self.direct_samples = direct_samples
         self.readers: dict[int, ShardReader] = {}
         self.prepared: set[int] = set()
         self.cache: ShardCache | None = None
@@ -238,6 +250,8 @@ class ShardAccess:
         pool = self._pool()
         pending: dict[int, Future[None]] = {}
         started = False  # whether anything was submitted to the pool
+        direct: dict[int, Future[bytes | None]] = {}  # position in the first chunk -> its sample's bytes
+        reads: DirectReads | None = None
         try:
             current = next(chunks, None)
             while current is not None:
@@ -265,10 +279,21 @@ class ShardAccess:
                     # prepares only its first sample's shard (read while it is written) before that sample is
                     # yielded, then submits the rest; later chunks submit at once.
                     ahead = [*shards[1:], *sorted(nxt)]
+                    if not started and self.direct_samples > 0:
+                        reads = DirectReads(threads=_DIRECT_THREADS)
+                        direct = self._read_directly(reads, current, per_sample)
+                        if (
+                            direct
+                        ):  # no early read of the first sample: every shard prepares in the background
+                            started = True
+                            ahead = [*shards, *sorted(nxt)]
                     if started:
                         self._prepare_ahead(pool, pending, ahead)
-                    for i, shard in zip(current.tolist(), per_sample.tolist()):
+                    for pos, (i, shard) in enumerate(zip(current.tolist(), per_sample.tolist())):
+                        got = direct.pop(pos, None)
                         early = None if started else self._early_sample(pool, pending, shard, i)
+                        if got is not None:
+                            early = self._decode_direct(shard, got.result())
                         if early is not None:
                             yield SampleRef(None, -1, early) if refs else early
                         else:
@@ -280,11 +305,71 @@ class ShardAccess:
                             self._prepare_ahead(pool, pending, ahead)
                 current = upcoming
         finally:
+            if reads is not None:
+                reads.close()
             if pool is not None:
                 # cancel first, then wait: shutdown(cancel_futures=True) fails at interpreter exit
                 for fut in pending.values():
                     fut.cancel()
                 pool.shutdown(wait=True)
+
+    def _read_directly(
+        self, reads: DirectReads, chunk: np.ndarray, per_sample: np.ndarray
+    ) -> dict[int, Future[bytes | None]]:
+        """Start reading the chunk's first ``direct_samples`` samples straight from their remote shards where
+        that applies (``streaming.reader.direct_read``): position in the chunk -> a future of the bytes."""
+        out: dict[int, Future[bytes | None]] = {}
+        start_of = np.concatenate([[0], self.shard_ends[:-1]])
+        for pos, (i, shard) in enumerate(zip(chunk[: self.direct_samples].tolist(), per_sample.tolist())):
+            read = self._remote_reader(shard)
+            if read is not None:
+                out[pos] = reads.sample(shard, self.shards[shard], i - int(start_of[shard]), read)
+        return out
+
+    def _remote_reader(self, shard: int) -> ReadBytes | None:
+        """Range reads of ``shard``'s remote raw file, or None where direct reads do not apply."""
+        info = self.shards[shard]
+        stream = self.streams[int(self.stream_per_shard[shard])]
+        if (
+            not stream.is_remote
+            or stream.remote_dirname is None
+            or shard in self.prepared
+            or info.format != "mds"
+            or info.zip_data is not None
+            or self._checks_hash(shard)
+            or os.path.exists(os.path.join(stream.dirname, info.raw_data.basename))
+        ):
+            return None
+        url = join_url(stream.remote_dirname, info.raw_data.basename)
+        backend = get_backend(url)
+        if not backend.ranged_reads:
+            return None
+        timeout = stream.retry_policy().timeout
+
+        def read(start: int, end: int) -> bytes | None:
+            try:
+                got = backend.read_range(url, start, end, timeout=timeout)
+            except Exception:  # any failure: the sample is read from its downloaded shard instead
+                return None
+            return got[0] if got is not None and len(got[0]) == end - start else None
+
+        return read
+
+    def _decode_direct(self, shard: int, raw: bytes | None) -> dict[str, Any] | None:
+        """A directly read sample, decoded; None (read it from the prepared shard) if it could not be."""
+        if raw is None:
+            return None
+        info = self.shards[shard]
+        stream = self.streams[int(self.stream_per_shard[shard])]
+        check_shard_safe(
+            info,
+            path=os.path.join(stream.dirname, info.raw_data.basename),
+            allow_unsafe_types=self.allow_unsafe_types,
+        )
+        try:
+            return MDSSchema.from_config(info.config).decoder()(memoryview(raw))
+        except ShardFormatError:
+            return None
 
     def _early_sample(
         self, pool: ThreadPoolExecutor, pending: dict[int, Future[None]], shard: int, sample_id: int

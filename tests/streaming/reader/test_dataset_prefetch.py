@@ -104,7 +104,13 @@ def test_workers_share_the_ranges_of_their_shard_downloads(s3_bucket, s3_env, tm
 
     with FaultProxy(s3_env, record) as proxy:
         monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
-        ds = StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=32, shuffle=True)
+        ds = StreamingDataset(
+            remote=remote,
+            local=str(tmp_path / "cache"),
+            batch_size=32,
+            shuffle=True,
+            direct_first_batch=False,
+        )  # counts shard downloads only (direct reads: test_direct_read.py)
         loader = StreamingDataLoader(ds, batch_size=32, num_workers=4)
         ids = [int(i) for batch in loader for i in batch["id"]]
     assert sorted(ids) == list(range(3000))

@@ -222,13 +222,18 @@ class HoldingProxy:
 def test_remote_first_sample_comes_before_its_shard_is_downloaded(
     s3_bucket, s3_env, tmp_path, monkeypatch, cache_limit
 ):
+    """The growing-file path (``direct_first_batch=False``, or a store without range reads)."""
     remote = f"{s3_bucket}/ds"
     _write(remote)
     cache = str(tmp_path / "cache")
     # the S3 backend writes what arrives in 1 MiB pieces: hold the rest after the first piece
     with HoldingProxy(s3_env, "shard.00000.mds", after=(1 << 20) + 4096) as proxy:
         monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
-        it = iter(StreamingDataset(remote=remote, local=cache, batch_size=4, cache_limit=cache_limit))
+        it = iter(
+            StreamingDataset(
+                remote=remote, local=cache, batch_size=4, cache_limit=cache_limit, direct_first_batch=False
+            )
+        )
         try:
             first = next(it)
             early = not os.path.exists(os.path.join(cache, "shard.00000.mds"))  # held until `release`
@@ -249,7 +254,13 @@ def test_remote_download_reset_mid_body_gives_the_right_first_sample(
     with HoldingProxy(s3_env, "shard.00000.mds", after=100, reset_first=True) as proxy:
         proxy.release.set()
         monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
-        _check(list(StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=4)))
+        _check(
+            list(
+                StreamingDataset(
+                    remote=remote, local=str(tmp_path / "cache"), batch_size=4, direct_first_batch=False
+                )
+            )
+        )
     assert proxy.gets == ["shard.00000.mds", "shard.00000.mds"]
 
 
@@ -292,5 +303,11 @@ def test_first_sample_read_keeps_its_shard_from_eviction_until_the_read_ends(
         return out
 
     monkeypatch.setattr(shard_access, "early_sample_bytes", read_then_look)
-    _check(list(StreamingDataset(remote=remote, local=cache, batch_size=4, cache_limit="20mb")))
+    _check(
+        list(
+            StreamingDataset(
+                remote=remote, local=cache, batch_size=4, cache_limit="20mb", direct_first_batch=False
+            )
+        )
+    )
     assert evictable == [False], "the shard could be evicted while its first sample was being read"

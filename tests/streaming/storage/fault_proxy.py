@@ -19,15 +19,17 @@ class FaultProxy:
 
     Args:
         target: The upstream server URL (loopback only).
-        fault: ``fault(n, method, path) -> None | "reset" | int status | float delay seconds`` for request n.
+        fault: ``fault(n, method, path) -> None | "reset" | int status | float delay seconds`` for request n
+            (``fault(n, method, path, headers)`` with ``headers=True``: the request's headers too).
         max_requests: Refuse (503) after this many requests, so a runaway loop is bounded.
     """
 
-    def __init__(self, target: str, fault, max_requests: int = 10_000) -> None:
+    def __init__(self, target: str, fault, max_requests: int = 10_000, *, headers: bool = False) -> None:
         parts = urlsplit(target)
         assert parts.hostname == "127.0.0.1", "the fault proxy only forwards to loopback"
         self.host, self.port = parts.hostname, parts.port
         self.fault = fault
+        self.with_headers = headers
         self.max_requests = max_requests
         self.count = 0
         self.injected: list[tuple[int, str, str, object]] = []
@@ -60,7 +62,12 @@ class FaultProxy:
                 with proxy._lock:
                     proxy.count += 1
                     n = proxy.count
-                action = proxy.fault(n, self.command, self.path) if n <= proxy.max_requests else 503
+                args = (
+                    (n, self.command, self.path, dict(self.headers))
+                    if proxy.with_headers
+                    else (n, self.command, self.path)
+                )
+                action = proxy.fault(*args) if n <= proxy.max_requests else 503
                 if action is not None:
                     proxy.injected.append((n, self.command, self.path, action))
                 if action == "reset":
