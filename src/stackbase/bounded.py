@@ -16,8 +16,8 @@ size is known to be within a limit.
   ~5 ms per MB), so a value nested 100,000 deep is one error line, not a `RecursionError` from the parser
   or from the first code that walks the value. Every failure is a `ValueError` naming the file.
 
-Each limit defaults to `stackbase.limits` (`FOUNDRY_MAX_<NAME>` raises it, and a refusal names the variable); a
-keyword argument sets it for one call.
+Each limit defaults to `stackbase.limits` (`FOUNDRY_MAX_<NAME>` raises it, and a refusal names the variable);
+a keyword argument sets it for one call.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ MAX_YAML_DEPTH = LIMITS["YAML_DEPTH"][0]
 MAX_LINE_BYTES = LIMITS["LINE_MB"][0] << 20
 """One line of a task or data file (an ICL row is a few KB; a 20 MB line stalled tokenisation for minutes)."""
 MAX_JSON_DEPTH = LIMITS["JSON_DEPTH"][0]
-"""Nesting of JSON arrays and objects (an index.json or a manifest nests under 10 levels; Python's parser gives
-up near 1,000, and recursive code walking a value that deep fails before it)."""
+"""Nesting of JSON arrays and objects (an index.json or a manifest nests under 10 levels; Python's parser
+gives up near 1,000, and recursive code walking a value that deep fails before it)."""
 _CHUNK = 1 << 20
 
 
@@ -94,12 +94,13 @@ def read_zip_member(
     size = info.file_size
     if expected is not None and size != expected:
         raise TooLarge(
-            f"{source}: record {name} declares {size} bytes, its index says {expected}: a damaged or crafted file"
+            f"{source}: record {name} declares {size} bytes, its index says "
+            f"{expected}: a damaged or crafted file"
         )
     if limit is not None and size > limit:
         raise TooLarge(
-            f"{source}: record {name} declares {size} bytes, over the limit of {limit} (the pickle's limit is "
-            "FOUNDRY_MAX_PICKLE_MB, if the file is trusted)"
+            f"{source}: record {name} declares {size} bytes, over the limit of {limit} (the pickle's limit "
+            "is FOUNDRY_MAX_PICKLE_MB, if the file is trusted)"
         )
     ratio = limit_of("ZIP_RATIO")
     if info.compress_type != zipfile.ZIP_STORED and size > ratio * max(1, info.compress_size):
@@ -159,8 +160,8 @@ def check_yaml_expansion(
         key = id(node)
         if key in open_:
             raise TooLarge(
-                f"{source}: an anchor contains an alias of itself (line {node.start_mark.line + 1}): it would "
-                "expand forever"
+                f"{source}: an anchor contains an alias of itself (line {node.start_mark.line + 1}): it "
+                "would expand forever"
             )
         if key in sizes:
             return sizes[key]
@@ -174,8 +175,8 @@ def check_yaml_expansion(
         open_.discard(key)
         if total > max_nodes:
             raise TooLarge(
-                f"{source}: its anchors and aliases expand to over {max_nodes:,} nodes: refused before expanding "
-                f"(a YAML bomb, not a training config; {hint('YAML_NODES')})"
+                f"{source}: its anchors and aliases expand to over {max_nodes:,} nodes: refused before "
+                f"expanding (a YAML bomb, not a training config; {hint('YAML_NODES')})"
             )
         return total
 

@@ -1,5 +1,5 @@
-"""The limits on untrusted input, each with a default and an environment variable to raise it (issue 39: "a limit
-in config where a user could need more").
+"""The limits on untrusted input, each with a default and an environment variable to raise it (issue 39: "a
+limit in config where a user could need more").
 
 The readers of untrusted files (`stackbase.bounded` and its callers in `streaming` and `foundry`) take their
 limits from `limit(NAME)`, which reads `FOUNDRY_MAX_<NAME>` at call time (no state kept here), so one variable
@@ -34,7 +34,8 @@ def limit(name: str) -> int:
     """The limit `name` (a key of `LIMITS`): `$FOUNDRY_MAX_<name>` when set, else the default.
 
     Raises:
-        ValueError: The variable is set to something other than a positive whole number (named in the message).
+        ValueError: The variable is set to something other than a positive whole number
+            (named in the message).
     """
     default, _ = LIMITS[name]
     text = os.environ.get(PREFIX + name, "").strip()

@@ -39,7 +39,8 @@ def name_problem(name: object) -> str | None:
 
 
 def check_name(name: object, *, field: str) -> str:
-    """`name` when it can be one path component; else `NameError_` naming `field`, what is wrong and the fix."""
+    """`name` when it can be one path component; else `NameError_` naming `field`,
+    what is wrong and the fix."""
     problem = name_problem(name)
     if problem is not None:
         raise NameError_(

@@ -37,11 +37,13 @@ PROC_DIR_ENV = "FOUNDRY_PROC_DIR"
 def pid_alive(pid: object) -> bool:
     """True while process `pid` runs on this machine (signal 0 probe; a foreign user's process counts).
 
-    A zombie (exited, not yet reaped by its parent) counts as dead: it holds no files and will never run again.
-    The one liveness probe of the project (cache reservations, worker batch arenas, the launcher, `foundry.runs`).
+    A zombie (exited, not yet reaped by its parent) counts as dead: it holds no files and will never run
+    again. The one liveness probe of the project (cache reservations, worker batch arenas, the launcher,
+    `foundry.runs`).
     """
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False  # not one process (a forged record's "x", True, 0 or -1: kill(-1) means every process)
+        # not one process (a forged record's "x", True, 0 or -1: kill(-1) means every process)
+        return False
     if pid == os.getpid():
         return True
     try:
@@ -67,7 +69,8 @@ def start_token(pid: int) -> str | None:
             boot = f.read().strip()
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return f"{boot}:{fields[19]}"  # field 22 of stat: starttime (fields[0] is field 3, the state)
+        # field 22 of stat: starttime (fields[0] is field 3, the state)
+        return f"{boot}:{fields[19]}"
     except (OSError, IndexError, ValueError):
         return None
 

@@ -14,9 +14,10 @@ What counts as a secret:
   ``KEY``/``TOKEN``/``PASS*``/``PWD`` in its ``_``-separated name, or ``SECRET``, ``WEBHOOK``, ``CREDENTIAL``,
   ``PASSWORD`` anywhere in it: ``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``, ``DB_PASS``, ``MYSQL_PWD``,
   ``SLACK_WEBHOOK_URL``; plus the names or patterns listed in ``$FOUNDRY_SECRET_ENV``, comma-separated), never
-  ordinary variables (``PWD``, ``OLDPWD``, ``HOME``, ``PATH``, ...), wherever it appears, raw or URL-encoded, so a
-  secret that reached a config through ``${oc.env:...}`` (a tag, a run name, a URL) is masked in any text or
-  field, whatever its key. Values shorter than 8 characters are left alone (they would mask ordinary words).
+  ordinary variables (``PWD``, ``OLDPWD``, ``HOME``, ``PATH``, ...), wherever it appears, raw or URL-encoded,
+  so a secret that reached a config through ``${oc.env:...}`` (a tag, a run name, a URL) is masked in any text
+  or field, whatever its key. Values shorter than 8 characters are left alone (they would mask ordinary
+  words).
 
 Design note: redaction builds new values and never mutates its input, so code that needs the real value (a
 backend opening a signed URL) keeps using the original object while every file and logger gets the redacted
@@ -190,8 +191,8 @@ def _user_patterns() -> list[str]:
 def is_secret_env(name: str, *, patterns: list[str] | None = None) -> bool:
     """Whether the environment variable ``name`` holds a credential, judged by its name (see the module note):
     ``AWS_ACCESS_KEY_ID`` (half of a key pair), ``DB_PASS``, ``MYSQL_PWD``, ``SLACK_WEBHOOK_URL`` are;
-    ``PWD``, ``HOME``, ``TOKENIZERS_PARALLELISM`` and paths to credential files are not. `patterns`: the user's
-    list (``$FOUNDRY_SECRET_ENV``, read when not given)."""
+    ``PWD``, ``HOME``, ``TOKENIZERS_PARALLELISM`` and paths to credential files are not. `patterns`: the
+    user's list (``$FOUNDRY_SECRET_ENV``, read when not given)."""
     low = name.lower()
     if any(fnmatch.fnmatchcase(low, p) for p in (_user_patterns() if patterns is None else patterns)):
         return True
@@ -276,8 +277,9 @@ def redact_value(obj: Any, *, key: object = None) -> Any:  # any config value
 
 
 def masked_traceback(err: BaseException) -> str:
-    """`err`'s traceback as Python prints it, every secret masked (`redact_text`): exception messages carry URLs,
-    overrides and environment values (a `TransientStorageError` printed a `data.remote` URL with its key)."""
+    """`err`'s traceback as Python prints it, every secret masked (`redact_text`): exception messages carry
+    URLs, overrides and environment values (a `TransientStorageError` printed a `data.remote` URL with its
+    key)."""
     return redact_text("".join(traceback.format_exception(err)))
 
 
@@ -295,7 +297,8 @@ def _thread_hook(args: threading.ExceptHookArgs) -> None:
 
 
 def install_masked_excepthook() -> None:
-    """Every uncaught exception of this process (main thread and threads) is printed through `masked_traceback`.
-    Called once by each entry point (`train.py`'s `run_cli`, the tools' `run_tool`); idempotent."""
+    """Every uncaught exception of this process (main thread and threads) is printed through
+    `masked_traceback`. Called once by each entry point (`train.py`'s `run_cli`, the tools' `run_tool`);
+    idempotent."""
     sys.excepthook = _hook
     threading.excepthook = _thread_hook

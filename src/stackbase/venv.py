@@ -1,11 +1,11 @@
 """Entry scripts run in the project's `.venv` from a shell that never activated it (issue 40).
 
-`make install` builds `.venv`; a fresh shell's `python train.py` is the system's (or pyenv's) Python, which has
-none of the dependencies (`No module named 'hydra'`). `use_project_venv(__file__)`, called by `train.py` and
-the scripts before any third-party import, re-executes the same command with `<repo>/.venv/bin/python` when
-the running interpreter lacks the project's packages and that environment exists. An interpreter that has
-them (an activated `.venv`, a conda env the user installed into) is left alone. Standard library only: it
-runs under any Python before anything is installed.
+`make install` builds `.venv`; a fresh shell's `python train.py` is the system's (or pyenv's) Python, which
+has none of the dependencies (`No module named 'hydra'`). `use_project_venv(__file__)`, called by `train.py`
+and the scripts before any third-party import, re-executes the same command with `<repo>/.venv/bin/python`
+when the running interpreter lacks the project's packages and that environment exists. An interpreter that has
+them (an activated `.venv`, a conda env the user installed into) is left alone. Standard library only: it runs
+under any Python before anything is installed.
 """
 
 from __future__ import annotations
