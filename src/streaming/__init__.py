@@ -3,14 +3,14 @@
 A standalone library: it never imports ``foundry``. Public names are re-exported lazily so that
 ``import streaming`` stays cheap (no torch import until a dataset class is touched).
 
-Layout (the top level holds only this note, ``__main__`` and ``safepath``, an alias at the path SECURITY.md names):
-``reader`` (``StreamingDataset`` and its parts, ``Stream``, ``LocalDataset``, ``World``) reads through the
-node-level shard ``cache``; ``loader`` (``StreamingDataLoader``, worker batches) builds on ``reader``;
+Layout (the top level holds only this note, ``__main__`` and ``safepath``, an alias at the path SECURITY.md
+names): ``reader`` (``StreamingDataset`` and its parts, ``Stream``, ``LocalDataset``, ``World``) reads through
+the node-level shard ``cache``; ``loader`` (``StreamingDataLoader``, worker batches) builds on ``reader``;
 ``format`` (shard layouts, encodings, compression, hashes, index), ``plan`` (epoch order: partition, shuffle,
 sampling) and ``storage`` (URLs, backends, transfers) are shared by reading and writing; ``util`` (sizes, path
-safety) sits under everything; ``writers`` (MDS and line-format writers, outputs, ``merge_index``) and ``tools``
-(``python -m streaming``: inspect, validate, rebuild-index) sit on top; ``base`` holds mosaicml-streaming's
-import paths (aliases).
+safety) sits under everything; ``writers`` (MDS and line-format writers, outputs, ``merge_index``) and
+``tools`` (``python -m streaming``: inspect, validate, rebuild-index) sit on top; ``base`` holds
+mosaicml-streaming's import paths (aliases).
 """
 
 from __future__ import annotations

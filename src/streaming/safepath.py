@@ -1,4 +1,5 @@
-"""The path-safety rule at the path SECURITY.md names: a re-export of ``streaming.util.safepath`` (its home)."""
+"""The path-safety rule at the path SECURITY.md names:
+a re-export of ``streaming.util.safepath`` (its home)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import streaming
 
-__all__ = [name for name in streaming.__all__ if name != "merge_index"]  # upstream's streaming.base names
+# upstream's streaming.base names
+__all__ = [name for name in streaming.__all__ if name != "merge_index"]
 
 
 def __getattr__(name: str) -> Any:

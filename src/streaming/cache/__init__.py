@@ -1,7 +1,8 @@
 """The node-level shard cache of remote streams: ``ShardCache`` and the pieces it coordinates through.
 
 - ``shards``: ``ShardCache`` (download, verify, decompress, pin, evict), ``CachedShard``, ``fetch_index``.
-- ``locks``: ``fcntl`` file locks in the cache folder's lock folder (a hidden sibling, ``locks.lock_dir``) (released by the kernel when a process dies).
+- ``locks``: ``fcntl`` file locks in the cache folder's lock folder (a hidden sibling, ``locks.lock_dir``)
+  (released by the kernel when a process dies).
 - ``pins``: the pins one process holds on shards (counted; released with the last view of a mapped file).
 - ``space``: disk accounting (files on disk plus reservations, both read from the disk) and eviction targets.
 - ``verify``: hash checks of cached files, the verdict remembered on disk.

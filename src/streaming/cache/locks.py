@@ -3,11 +3,12 @@
 The lock folder of cache folder ``local`` (``lock_dir``) is its hidden sibling ``.<name>.locks`` next to the
 real path of ``local`` (links resolved), so the cache folder holds exactly the dataset's files (its listing
 equals the remote's, as mosaicml-streaming's) and every job sharing one ``local``, by whatever path, finds the
-same locks. Where that sibling cannot be created (the parent folder is read-only or not ours) or already exists owned by
-another user than us and the cache folder's owner (a shared parent such as ``/tmp``), the lock folder
-is ``streaming-locks/<sha256 of the real path>`` under the per-user runtime folder (``$XDG_RUNTIME_DIR``, else
-``<tmp>/streaming-locks-<uid>``): still one folder per cache folder, shared by that user's jobs on this host.
-The lock folder also holds the cache's small bookkeeping files (source marker, hash verdicts, reservations).
+same locks. Where that sibling cannot be created (the parent folder is read-only or not ours) or already
+exists owned by another user than us and the cache folder's owner (a shared parent such as ``/tmp``), the lock
+folder is ``streaming-locks/<sha256 of the real path>`` under the per-user runtime folder
+(``$XDG_RUNTIME_DIR``, else ``<tmp>/streaming-locks-<uid>``): still one folder per cache folder, shared by
+that user's jobs on this host. The lock folder also holds the cache's small bookkeeping files (source marker,
+hash verdicts, reservations).
 
 The kernel drops a flock when its process dies (even by ``kill -9``), so no lock outlives its holder and
 nothing needs cleaning after a crash. Each ``open`` is its own lock owner, so two threads of one process
@@ -81,7 +82,8 @@ def prep_lock(shard: str) -> str:
 
 
 def open_lock(directory: str, name: str) -> int:
-    """Open (creating it and its folder) the lock file of ``name`` in ``directory``; returns the descriptor."""
+    """Open (creating it and its folder) the lock file of ``name`` in ``directory``;
+    returns the descriptor."""
     folder = lock_dir(directory)
     path = os.path.join(folder, name.replace("/", "__") + ".lock")
     refuse_links(folder, path, doing="open lock file")
@@ -111,7 +113,8 @@ def file_lock(directory: str, name: str, *, blocking: bool = True, shared: bool 
 
 @contextmanager
 def try_lock(directory: str, name: str) -> Iterator[bool]:
-    """The exclusive lock of ``name`` if free at once; False if taken or if the lock folder is not writable."""
+    """The exclusive lock of ``name`` if free at once;
+    False if taken or if the lock folder is not writable."""
     try:
         fd = open_lock(directory, name)
     except OSError:

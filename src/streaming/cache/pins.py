@@ -35,7 +35,8 @@ class Pins:
 
     def take(self, key: int, *, local: str, lock_name: str, present: Callable[[], bool]) -> bool:
         """One more holder of shard ``key`` (use lock ``lock_name`` in ``local``); False, holding nothing,
-        if ``present()`` says its files are gone once the lock is held. Waits only for an eviction under way."""
+        if ``present()`` says its files are gone once the lock is held.
+        Waits only for an eviction under way."""
         self.drain()
         if key in self._fds:
             self._holds[key] += 1

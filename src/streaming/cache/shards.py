@@ -9,12 +9,12 @@ are reserved before any file is created and idle shards evicted until disk plus 
 under it. Victims: farthest next use in the plan, then the oldest; never a shard whose only copy is local.
 Shard files whose index entry records digests are verified (by default with the fastest one; ``validate_hash``
 picks one or turns it off) on download and before this process first uses a cached copy, the verdict
-remembered on disk (``streaming.cache.verify``); a mismatch downloads it again or, with no remote, raises naming
-the file and both digests.
+remembered on disk (``streaming.cache.verify``); a mismatch downloads it again or, with no remote, raises
+naming the file and both digests.
 
 What an index cannot make the cache do: write more than it declares (downloads and decompression stop as soon
-as a file passes the size index.json gives it, ``max_bytes``, with an error naming the shard and both sizes), or
-write or delete through a symbolic link inside the cache folder (``streaming.util.safepath.refuse_links``,
+as a file passes the size index.json gives it, ``max_bytes``, with an error naming the shard and both sizes),
+or write or delete through a symbolic link inside the cache folder (``streaming.util.safepath.refuse_links``,
 checked by the preparer under the prepare lock, by eviction and for the lock folder).
 
 Protocol. Each evictable shard has two locks; the cache folder has one more.
@@ -151,9 +151,10 @@ def _declared_size(shard: CachedShard, f: FileInfo, url: str) -> Iterator[None]:
         yield
     except SizeLimitExceeded as err:
         raise ShardFormatError(
-            f"shard file {f.basename} in {shard.local}: the object at {redact(url)} is larger than the {f.bytes} "
-            f"bytes index.json declares ({err}); the download stopped there and nothing was kept. The remote "
-            "file or its index is wrong: rebuild the index (`python -m streaming rebuild-index`) or restore the file"
+            f"shard file {f.basename} in {shard.local}: the object at {redact(url)} is larger than the "
+            f"{f.bytes} bytes index.json declares ({err}); the download stopped there and nothing was kept. "
+            "The remote file or its index is wrong: rebuild the index (`python -m streaming "
+            "rebuild-index`) or restore the file"
         ) from None
 
 
@@ -166,7 +167,8 @@ def minimum_cache_bytes(shards: Sequence[CachedShard], *, concurrent: int) -> in
 
 
 SOURCE_FILE = "source.json"
-"""In the lock folder: the remote a cache folder was filled from (redacted), so it is never used for another."""
+"""In the lock folder: the remote a cache folder was filled from (redacted),
+so it is never used for another."""
 
 
 def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -> str:
@@ -183,7 +185,8 @@ def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -
     marker = os.path.join(lock_dir(local), SOURCE_FILE)
     mine = redact(remote.rstrip("/"))
     if os.path.exists(path) and _recorded_source(marker) == mine:
-        return path  # every rank and worker after the first: no lock (the marker is written by rename)
+        # every rank and worker after the first: no lock (the marker is written by rename)
+        return path
     os.makedirs(local, exist_ok=True)
     with file_lock(local, INDEX_FILENAME):
         _check_source(local, marker, mine)
@@ -211,8 +214,9 @@ def _check_source(local: str, marker: str, mine: str) -> None:
         os.replace(tmp, marker)
     elif theirs != mine:
         raise ValueError(
-            f"local={local} holds a copy of {theirs}, but this stream's remote is {mine}: shards of two datasets "
-            "would share file names there; give this stream its own local folder (or delete that one)"
+            f"local={local} holds a copy of {theirs}, but this stream's remote is {mine}: shards of two "
+            "datasets would share file names there; give this stream its own "
+            "local folder (or delete that one)"
         )
 
 
@@ -226,10 +230,11 @@ class ShardCache:
         validate_hash: How to verify shards that say nothing (``check_validate_hash``'s forms; None: with the
             fastest digest the index records, if any).
         concurrent: How many shards the plan may need resident at once on this node (for the minimum).
-        wait_timeout: Seconds ``prepare`` waits for other readers to free space before giving up with an error.
+        wait_timeout: Seconds ``prepare`` waits for other readers to free space before giving up with an
+            error.
         fallback_after: Seconds ``acquire`` (a reader) waits for other readers to free space before it returns
-            False, so the shard is read without keeping it (``read_unkept``). None, or where memory files are not
-            available (not Linux): wait ``wait_timeout`` s, then raise.
+            False, so the shard is read without keeping it (``read_unkept``). None, or where memory files are
+            not available (not Linux): wait ``wait_timeout`` s, then raise.
         ranged: How shard downloads split into parallel ranges, shared among those in flight
             (``streaming.storage.ranged.RangeBudget``; None: one budget for this cache, shared by no process).
     """
@@ -256,7 +261,8 @@ class ShardCache:
         self.downloads = 0
         self.unkept_reads = 0
         """Shards read into memory without keeping them, the cache being full of shards in use."""
-        self._short_of_space = False  # the last acquire found no space: the next one does not wait for it
+        # the last acquire found no space: the next one does not wait for it
+        self._short_of_space = False
         self._root = self.shards[0].local if self.shards else "."
         self._paths = [
             {
@@ -281,9 +287,9 @@ class ShardCache:
             minimum = minimum_cache_bytes(self.shards, concurrent=concurrent)
             if cache_limit < minimum:
                 raise CacheTooSmallError(
-                    f"cache_limit={format_bytes(cache_limit)} is too small: the plan needs about {concurrent} "
-                    f"shards resident at once, at least {format_bytes(minimum)} ({minimum} bytes) for this dataset; "
-                    f"raise cache_limit or use smaller shards"
+                    f"cache_limit={format_bytes(cache_limit)} is too small: the plan needs about "
+                    f"{concurrent} shards resident at once, at least {format_bytes(minimum)} ({minimum} "
+                    "bytes) for this dataset; raise cache_limit or use smaller shards"
                 )
 
     @staticmethod
@@ -321,7 +327,8 @@ class ShardCache:
         return self._algo(k) is None or k in self._verified
 
     def pin(self, shard_id: int) -> bool:
-        """Keep shard ``shard_id`` on disk until as many ``unpin`` s (its use lock, shared: eviction skips it).
+        """Keep shard ``shard_id`` on disk until as many ``unpin`` s
+        (its use lock, shared: eviction skips it).
 
         Waits only for an eviction already under way (a few unlinks). Readers use ``acquire``, which cannot
         lose the shard between preparing and pinning it. Pins are per process and counted
@@ -334,7 +341,8 @@ class ShardCache:
         return self._pins.take(shard_id, local=local, lock_name=name, present=lambda: self._ready(shard_id))
 
     def unpin(self, shard_id: int) -> None:
-        """Undo one ``pin`` (or ``acquire``) of shard ``shard_id``; after the last, it may be evicted again."""
+        """Undo one ``pin`` (or ``acquire``) of shard ``shard_id``;
+        after the last, it may be evicted again."""
         self._pins.drop(shard_id)
 
     def pin_while_alive(self, shard_id: int, owner: object) -> None:
@@ -387,13 +395,14 @@ class ShardCache:
         while another thread or process prepares it, or while the cache is full of shards in use.
 
         ``next_use(k)``: plan position at which shard k is next needed (``inf``: not again), to pick eviction
-        victims (default: oldest first). ``on_full``: called once when the cache is full of pinned shards, so the
-        caller can drop its own idle pins. ``wait=False`` (a prefetch): return False instead of waiting for
-        space, and evict only shards needed later than this one (``next_use``).
-        ``on_tmp``: told the temp name of the raw data file if this process writes it (download or decompress).
+        victims (default: oldest first). ``on_full``: called once when the cache is full of pinned shards, so
+        the caller can drop its own idle pins. ``wait=False`` (a prefetch): return False instead of waiting
+        for space, and evict only shards needed later than this one (``next_use``). ``on_tmp``: told the temp
+        name of the raw data file if this process writes it (download or decompress).
 
         Raises:
-            CacheTooSmallError: The shard cannot fit (larger than the limit, or no space for ``wait_timeout`` s).
+            CacheTooSmallError: The shard cannot fit (larger than the limit, or no space for ``wait_timeout``
+                s).
             HashMismatchError: A cached file of a stream with no remote fails ``validate_hash``.
             FileNotFoundError: A shard of a stream with no remote is missing.
         """
@@ -419,9 +428,9 @@ class ShardCache:
         is fetched again.
 
         Returns:
-            True with the shard pinned (until ``unpin``); False, pinning nothing, when the cache stayed full of
-            shards in use by readers for ``fallback_after`` s (at once if the previous call also found it so):
-            read the shard with ``read_unkept``.
+            True with the shard pinned (until ``unpin``); False, pinning nothing, when the cache stayed full
+            of shards in use by readers for ``fallback_after`` s (at once if the previous call also found it
+            so): read the shard with ``read_unkept``.
 
         Raises:
             The errors of ``prepare``.
@@ -442,9 +451,10 @@ class ShardCache:
         assert shard.remote is not None, "only evictable shards wait for space"
         if not self.unkept_reads:
             log.warning(
-                "cache: no room under cache_limit=%s in %s: every cached shard is in use by a reader (of this job "
-                "or another sharing the folder), so shards that do not fit (%s first) are read into memory "
-                "without being kept on disk; raise cache_limit to read them from the cache instead (logged once)",
+                "cache: no room under cache_limit=%s in %s: every cached shard is in use by a reader (of "
+                "this job or another sharing the folder), so shards that do not fit (%s first) are read into "
+                "memory without being kept on disk; raise cache_limit to read them from "
+                "the cache instead (logged once)",
                 format_bytes(self.cache_limit or 0),
                 self._root,
                 shard.info.raw_data.basename,
@@ -474,8 +484,8 @@ class ShardCache:
         on_tmp: Callable[[str], None] | None,
         ahead: bool = False,
     ) -> bool:
-        """``prepare`` (and, if ``pin``, ``pin``) shard ``k``, following the protocol of the module note; False
-        when there was no space within ``patience`` s (``SpaceKeeper.reserve``)."""
+        """``prepare`` (and, if ``pin``, ``pin``) shard ``k``, following the protocol of the module note;
+        False when there was no space within ``patience`` s (``SpaceKeeper.reserve``)."""
         with self._start_lock:
             if not self._started:
                 self._started = True
@@ -489,7 +499,8 @@ class ShardCache:
                 continue  # someone else prepared it meanwhile (or failed): look again
             need, targets = self._to_create(k)
             token = None
-            if tracked and need:  # the one wait on readers: holding no lock but this thread's own pins
+            # the one wait on readers: holding no lock but this thread's own pins
+            if tracked and need:
                 token = self._space.reserve(
                     k,
                     need,
@@ -574,9 +585,9 @@ class ShardCache:
                 continue
             if shard.remote is None:
                 raise HashMismatchError(
-                    f"{path}: {algo} is {actual}, index.json says {expected}; the cached shard file is corrupt "
-                    "and its stream has no remote to download it from again; restore the file from a good copy "
-                    "or rebuild the dataset (check it with `python -m streaming validate`)"
+                    f"{path}: {algo} is {actual}, index.json says {expected}; the cached shard file is "
+                    "corrupt and its stream has no remote to download it from again; restore the file from a "
+                    "good copy or rebuild the dataset (check it with `python -m streaming validate`)"
                 )
             log.warning(
                 "cache: %s: %s is %s, index.json says %s; downloading it again", path, algo, actual, expected
@@ -646,6 +657,7 @@ class ShardCache:
             if bad:
                 path, expected, actual = bad[0]
                 raise HashMismatchError(
-                    f"{path}: decompressed from a verified file, but its {algo} is {actual} and index.json says "
-                    f"{expected}; the index is inconsistent (rebuild it with `python -m streaming rebuild-index`)"
+                    f"{path}: decompressed from a verified file, but its {algo} is {actual} and index.json "
+                    f"says {expected}; the index is inconsistent (rebuild it with "
+                    "`python -m streaming rebuild-index`)"
                 )

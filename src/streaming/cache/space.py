@@ -2,22 +2,23 @@
 
 Several processes (ranks, DataLoader workers, other jobs) share one cache folder and must agree on how full
 it is, so nothing here is a counter in memory. Usage is the size of every shard file present plus every temp
-file (``<name>.tmp-<pid>-<n>``, written by downloads and decompression) of a writer still alive; a temp file of
-a dead process (``kill -9``) is removed when seen. A process about to create files first *reserves* their
-bytes: a small file in the lock folder (``<lock folder>/reservations/<pid>-<id>.json``) naming its pid, the bytes and
-the target paths. A reservation counts only for what its targets do not yet hold on disk, so a download in
-progress is not counted twice, and a reservation whose pid is dead is dropped. Callers hold the cache-wide
-lock while reading and writing reservations, so a decision made from them cannot race another process's; the
-reservations are read before the disk is scanned, so a file renamed into place during the scan is counted.
+file (``<name>.tmp-<pid>-<n>``, written by downloads and decompression) of a writer still alive; a temp file
+of a dead process (``kill -9``) is removed when seen. A process about to create files first *reserves* their
+bytes: a small file in the lock folder (``<lock folder>/reservations/<pid>-<id>.json``) naming its pid, the
+bytes and the target paths. A reservation counts only for what its targets do not yet hold on disk, so a
+download in progress is not counted twice, and a reservation whose pid is dead is dropped. Callers hold the
+cache-wide lock while reading and writing reservations, so a decision made from them cannot race another
+process's; the reservations are read before the disk is scanned, so a file renamed into place during the scan
+is counted.
 
 Cost. Every thread that reserves takes the cache lock, and a holder that gives up the GIL on each system call
 waits for its process's other threads to give it back, so the work under the lock is kept to few system calls
-(measured: threads spent ~70% of a reservation waiting for the lock and ~25% holding it, for ~5% of real work):
-the threads of one process queue on an in-process lock before the ``flock`` (``SpaceKeeper``: at most one
-thread per process waits on or holds the file lock; the lock order is in-process lock, then cache lock, and
-nothing is taken under them but the shard locks eviction only tries), the lock file is opened once per process,
-reservation files are parsed once (they never change) and each pid probed once per measure, and the victims'
-ages come from the scan's own ``stat``.
+(measured: threads spent ~70% of a reservation waiting for the lock and ~25% holding it, for ~5% of real
+work): the threads of one process queue on an in-process lock before the ``flock`` (``SpaceKeeper``: at most
+one thread per process waits on or holds the file lock; the lock order is in-process lock, then cache lock,
+and nothing is taken under them but the shard locks eviction only tries), the lock file is opened once per
+process, reservation files are parsed once (they never change) and each pid probed once per measure, and the
+victims' ages come from the scan's own ``stat``.
 
 Limitation: pid liveness is local to this machine and pid namespace, so the cache folder must be node-local
 (as the cache design assumes anyway) and not shared between containers with separate pid namespaces.
@@ -66,7 +67,8 @@ _TMP = re.compile(r"^(?P<base>.+)\.tmp-(?P<pid>\d+)-[^/]+$")
 
 
 class CacheTooSmallError(ValueError):
-    """``cache_limit`` is below what the epoch plan (or the readers sharing the cache) need resident at once."""
+    """``cache_limit`` is below what the epoch plan
+    (or the readers sharing the cache) need resident at once."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ class DiskUsage:
 
 
 def group_by_folder(paths: Iterable[str]) -> dict[str, frozenset[str]]:
-    """``paths`` as folder -> file names (what ``scan_usage`` lists); computed once per cache, not per scan."""
+    """``paths`` as folder -> file names (what ``scan_usage`` lists);
+    computed once per cache, not per scan."""
     by_dir: dict[str, list[str]] = defaultdict(list)
     for path in paths:
         # str.rpartition is ~2.5x faster than os.path.split (500k shards: 180 vs 450 ms, on the first-sample
@@ -108,12 +111,13 @@ def scan_usage(
 ) -> DiskUsage:
     """Sizes of the files the cache may hold that exist, and of the temp files next to them.
 
-    Each folder is listed once (one ``scandir`` per folder, one ``stat`` per file found), so a scan costs what is
-    on disk, not the number of shards in the dataset.
+    Each folder is listed once (one ``scandir`` per folder, one ``stat`` per file found), so a scan costs what
+    is on disk, not the number of shards in the dataset.
 
     Args:
         by_dir: Every shard file path the cache may hold, grouped by ``group_by_folder``.
-        remove_dead_temps: Delete temp files whose writer pid is no longer alive (they would never be renamed).
+        remove_dead_temps: Delete temp files whose writer pid is no longer alive
+            (they would never be renamed).
         alive: The liveness probe (a memo of ``pid_alive`` for one measure).
     """
     files: dict[str, int] = {}
@@ -270,7 +274,8 @@ class _CacheLock:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
                 if os.fstat(self._fd).st_nlink:
                     break
-                os.close(self._fd)  # the lock file was deleted (its folder removed): others lock a new one
+                # the lock file was deleted (its folder removed): others lock a new one
+                os.close(self._fd)
                 self._fd = None
             try:
                 yield
@@ -322,7 +327,8 @@ class SpaceKeeper:
         self._owner = {p: k for k, e in self.entries.items() for p in e.paths}  # file -> its shard
         self._lock = _CacheLock(root)
         self._known: dict[str, Reservation] = {}  # reservation files parsed (under the cache lock)
-        self._checked = False  # the reservations folder exists and is no link (under the cache lock)
+        # the reservations folder exists and is no link (under the cache lock)
+        self._checked = False
 
     def close(self) -> None:
         """Close this process's descriptor of the cache lock (taken again, reopened, if used after)."""
@@ -388,9 +394,9 @@ class SpaceKeeper:
         assert limit is not None
         if need > limit:
             raise CacheTooSmallError(
-                f"shard {name} needs {need} bytes on disk while it is prepared, more than cache_limit={limit} "
-                f"bytes ({format_bytes(limit)}); raise cache_limit well above {format_bytes(need)} (several "
-                "shards' worth) or write smaller shards"
+                f"shard {name} needs {need} bytes on disk while it is prepared, more than "
+                f"cache_limit={limit} bytes ({format_bytes(limit)}); raise cache_limit well above "
+                f"{format_bytes(need)} (several shards' worth) or write smaller shards"
             )
         start = last_note = time.monotonic()
         delay = 0.005
@@ -415,11 +421,11 @@ class SpaceKeeper:
                 return None
             if patience is None and now - start > self.wait_timeout:
                 raise CacheTooSmallError(
-                    f"cache_limit={limit} bytes ({format_bytes(limit)}) cannot fit shard {name} ({need} bytes): "
-                    f"for {self.wait_timeout:.0f} s every other cached shard stayed in use by a reader or "
-                    f"being downloaded ({format_bytes(used)} used or reserved in {self.root}); raise "
-                    "cache_limit (room for every reader's current and next shards), or run fewer readers "
-                    "or a smaller predownload"
+                    f"cache_limit={limit} bytes ({format_bytes(limit)}) cannot fit shard {name} ({need} "
+                    f"bytes): for {self.wait_timeout:.0f} s every other cached shard stayed in use by a "
+                    f"reader or being downloaded ({format_bytes(used)} used or reserved in {self.root}); "
+                    "raise cache_limit (room for every reader's current and next shards), or run fewer "
+                    "readers or a smaller predownload"
                 )
             if now - last_note > 30:
                 log.warning("cache: full (%s); waiting for readers to release shards", format_bytes(used))
@@ -472,7 +478,8 @@ class SpaceKeeper:
 
 
 def _delete(root: str, paths: Iterable[str]) -> int:
-    """Remove the files at ``paths`` (under ``root``, reached through no link) that exist; returns their bytes."""
+    """Remove the files at ``paths`` (under ``root``, reached through no link) that exist;
+    returns their bytes."""
     freed = 0
     for path in paths:
         refuse_links(root, os.path.dirname(path), doing="evict shard file")

@@ -1,10 +1,10 @@
 """Hash checks of shard files already in the cache, with the verdict remembered on disk.
 
 A file that passed a check is remembered by a small verdict file in the cache's lock folder
-(``<lock folder>/<name>.<algo>.verdict``) holding the file's size, inode, ``mtime_ns``, the algorithm and the digest
-it matched. A later check (this or another process) trusts the verdict only while all of those still match,
-so a file rewritten or modified in place (its mtime changes) is hashed again, while an untouched file is
-hashed once, not on every open. Verdicts are a cache of work done: losing one costs one re-hash, and a
+(``<lock folder>/<name>.<algo>.verdict``) holding the file's size, inode, ``mtime_ns``, the algorithm and the
+digest it matched. A later check (this or another process) trusts the verdict only while all of those still
+match, so a file rewritten or modified in place (its mtime changes) is hashed again, while an untouched file
+is hashed once, not on every open. Verdicts are a cache of work done: losing one costs one re-hash, and a
 folder where they cannot be written (read-only) simply re-hashes per process.
 """
 

@@ -109,7 +109,8 @@ class Compression:
                 memory never holds more than about ``max_bytes`` of output.
         """
         if max_bytes is not None and self.family == "zstd":
-            whole = _zstd_one_frame(data, max_bytes)  # the common case, in one call: no chunked copies
+            # the common case, in one call: no chunked copies
+            whole = _zstd_one_frame(data, max_bytes)
             if whole is not None:
                 return whole
         if max_bytes is not None and self.family in ("zstd", "gz", "bz2", "br"):
@@ -141,8 +142,9 @@ class Compression:
         size they expect.
 
         Raises:
-            SizeLimitExceeded: The output would pass ``max_bytes`` (None: unbounded). Nothing past ``max_bytes``
-                is written: a decompression bomb costs at most ``max_bytes`` of disk and one ``chunk`` of memory.
+            SizeLimitExceeded: The output would pass ``max_bytes`` (None: unbounded). Nothing past
+                ``max_bytes`` is written: a decompression bomb costs at most ``max_bytes`` of disk and one
+                ``chunk`` of memory.
         """
         family = self.family
         if family == "br":

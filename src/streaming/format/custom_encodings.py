@@ -1,12 +1,13 @@
 """Column encodings a user defines, registered by name (mosaicml-streaming's ``_encodings[name] = Cls``).
 
 Design note: upstream keeps its encodings in a module-level dict that user code extends; code written for it
-does ``_encodings["uint4"] = UInt4`` where ``UInt4`` has ``encode(obj) -> bytes``, ``decode(data) -> obj`` and,
-for fixed-size values, an int ``size``. This registry is the one process-wide table of such names (a registry
-is global by nature, like ``codecs``); ``register_encoding`` adds one and ``streaming.format.encodings`` looks
-names up here after its own. A built-in name cannot be replaced: files written with it must keep decoding the
-same way. Each process (writer, reader, DataLoader worker) must register the same names before it uses them,
-as with upstream; spawned workers re-import the user's module, which registers again.
+does ``_encodings["uint4"] = UInt4`` where ``UInt4`` has ``encode(obj) -> bytes``, ``decode(data) -> obj``
+and, for fixed-size values, an int ``size``. This registry is the one process-wide table of such names (a
+registry is global by nature, like ``codecs``); ``register_encoding`` adds one and
+``streaming.format.encodings`` looks names up here after its own. A built-in name cannot be replaced: files
+written with it must keep decoding the same way. Each process (writer, reader, DataLoader worker) must
+register the same names before it uses them, as with upstream; spawned workers re-import the user's module,
+which registers again.
 """
 
 from __future__ import annotations

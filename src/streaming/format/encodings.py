@@ -247,7 +247,8 @@ class _NDArray(Encoding):
         code = _KIND_SIZE_CODES.get(key)
         if code is None:
             raise EncodingError(
-                f"encoding {self.name!r}: array dtype {dt} is not supported; use one of {', '.join(_DTYPE_CODES)}"
+                f"encoding {self.name!r}: array dtype {dt} is not supported; use "
+                f"one of {', '.join(_DTYPE_CODES)}"
             )
         if self._key is not None and key != self._key:
             raise EncodingError(f"array has dtype {dt.name} but the column is {self.name}")
@@ -428,7 +429,8 @@ def encode_value(encoding: Encoding, obj: Any) -> bytes:
         The encoded bytes.
 
     Raises:
-        EncodingError: The value does not fit the encoding, or a fixed-size column got bytes of another length.
+        EncodingError: The value does not fit the encoding,
+            or a fixed-size column got bytes of another length.
     """
     passthrough = isinstance(obj, bytes)  # includes subclasses such as numpy.bytes_, as upstream
     data = bytes(obj) if passthrough else encoding.encode(obj)
@@ -442,7 +444,8 @@ def encode_value(encoding: Encoding, obj: Any) -> bytes:
 
 
 def check_text_encoding(spec: str) -> None:
-    """Raise :class:`UnknownEncodingError` unless ``spec`` is a JSONL/CSV/TSV/XSV encoding (str, int, float)."""
+    """Raise :class:`UnknownEncodingError` unless ``spec`` is a JSONL/CSV/TSV/XSV encoding
+    (str, int, float)."""
     if spec not in TEXT_ENCODING_NAMES:
         raise UnknownEncodingError(
             f"unknown text column encoding {spec!r}; JSONL/CSV/TSV/XSV columns take one of "

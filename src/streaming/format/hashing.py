@@ -42,8 +42,8 @@ _HASHLIB = (
 _XXHASH = ("xxh128", "xxh32", "xxh3_128", "xxh3_64", "xxh64")
 _CHUNK = 1 << 20
 _FASTEST_FIRST = (
-    "xxh3_64", "xxh3_128", "xxh64", "xxh128", "xxh32", "blake2b", "md5", "blake2s", "sha1", "sha512", "sha384",
-    "sha256", "sha224", "sha3_224", "sha3_256", "sha3_384", "sha3_512",
+    "xxh3_64", "xxh3_128", "xxh64", "xxh128", "xxh32", "blake2b", "md5", "blake2s", "sha1", "sha512",
+    "sha384", "sha256", "sha224", "sha3_224", "sha3_256", "sha3_384", "sha3_512",
 )  # fmt: skip
 
 HASH_OFF = "off"
@@ -65,8 +65,8 @@ def check_validate_hash(value: object, *, name: str = "validate_hash") -> str | 
     if isinstance(value, str) and value in supported_hashes():
         return value
     raise ValueError(
-        f"{name}={value!r}: use an algorithm ({', '.join(supported_hashes())}), or {HASH_OFF!r} to skip checks "
-        "(unset: check with the fastest digest the index records)"
+        f"{name}={value!r}: use an algorithm ({', '.join(supported_hashes())}), or {HASH_OFF!r} to skip "
+        "checks (unset: check with the fastest digest the index records)"
     )
 
 

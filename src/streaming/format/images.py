@@ -134,7 +134,8 @@ def _split(data: bytes | memoryview, *, start: int, count: int, name: str) -> li
     sizes = struct.unpack_from(f"<{count}I", view, start)
     if end + sum(sizes) != len(view):
         raise EncodingError(
-            f"encoding {name!r}: corrupt value, {count} elements of {sum(sizes)} bytes do not fill {len(view) - end}"
+            f"encoding {name!r}: corrupt value, {count} elements of {sum(sizes)} "
+            f"bytes do not fill {len(view) - end}"
         )
     parts = []
     for size in sizes:
@@ -151,7 +152,8 @@ def _pack_sizes(parts: list[bytes], name: str) -> bytes:
 
 
 class _List(Encoding):
-    """``list[pil|jpeg|png]``: reserved ``0``, ``n``, ``size[n]``, elements. ``bytes`` elements pass through."""
+    """``list[pil|jpeg|png]``: reserved ``0``, ``n``, ``size[n]``, elements.
+    ``bytes`` elements pass through."""
 
     def __init__(self, name: str, element: Encoding) -> None:
         super().__init__(name)

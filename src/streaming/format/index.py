@@ -99,7 +99,8 @@ class IndexError_(ValueError):  # avoid shadowing the builtin IndexError
 
 
 class IndexJSONError(IndexError_, json.JSONDecodeError):
-    """An ``index.json`` that is not JSON (empty, truncated): a ``json.JSONDecodeError`` too, as upstream raises."""
+    """An ``index.json`` that is not JSON (empty, truncated):
+    a ``json.JSONDecodeError`` too, as upstream raises."""
 
     def __init__(self, message: str, err: json.JSONDecodeError) -> None:
         json.JSONDecodeError.__init__(self, err.msg, err.doc, err.pos)
@@ -358,9 +359,9 @@ def _check_empty(info: ShardInfo, where: str) -> None:
         empty = 8 + len(json.dumps(info.config, sort_keys=True).encode("utf-8"))
     if info.raw_data.bytes >= empty + (1 if info.is_split else 4):
         raise IndexError_(
-            f"{where}: 'samples' is 0 but {info.raw_data.basename} is {info.raw_data.bytes} bytes (an empty shard "
-            f"is {empty}): index.json disagrees with the shard, whose samples would never be read; rebuild the "
-            "index (`python -m streaming rebuild-index`)"
+            f"{where}: 'samples' is 0 but {info.raw_data.basename} is {info.raw_data.bytes} bytes (an empty "
+            f"shard is {empty}): index.json disagrees with the shard, whose samples would never be read; "
+            "rebuild the index (`python -m streaming rebuild-index`)"
         )
 
 
@@ -417,8 +418,8 @@ def parse_index(obj: Any, *, path: str, source: str | None = None) -> DatasetInd
         raise IndexError_(f"{src}: not a dataset index (expected an object with 'version' and 'shards')")
     if obj["version"] != INDEX_VERSION:
         raise IndexError_(
-            f"{src}: unsupported index version {obj['version']!r}; this library reads version {INDEX_VERSION} "
-            "(the format written by mosaicml-streaming >= 0.4)"
+            f"{src}: unsupported index version {obj['version']!r}; this library reads version "
+            f"{INDEX_VERSION} (the format written by mosaicml-streaming >= 0.4)"
         )
     if not isinstance(obj["shards"], list):
         raise IndexError_(f"{src}: 'shards' must be a list")
@@ -453,11 +454,13 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
                 f"{folder}: no such folder (check the path, or the dataset's split)"
             ) from None
         raise IndexNotFoundError(
-            f"No `remote` provided, but local file {path} does not exist (no {INDEX_FILENAME} there): write the dataset with MDSWriter/JSONWriter/CSVWriter, or recreate "
-            f"the index from its shards with `python -m streaming rebuild-index {folder}`"
+            f"No `remote` provided, but local file {path} does not exist (no {INDEX_FILENAME} there): write "
+            "the dataset with MDSWriter/JSONWriter/CSVWriter, or recreate the index from its shards with "
+            f"`python -m streaming rebuild-index {folder}`"
         ) from None
     try:
-        obj = parse_json(raw, source=source or path)  # nesting capped: a deep value is one error, not a crash
+        # nesting capped: a deep value is one error, not a crash
+        obj = parse_json(raw, source=source or path)
     except NotJSON as err:
         if isinstance(err.__cause__, json.JSONDecodeError):
             raise IndexJSONError(

@@ -118,7 +118,8 @@ def mds_column_reader(
             if c in sources:
                 rows = gather([sources[c]] * len(picks), picks)
                 if rows is None:
-                    return None  # the per-sample decoder raises its usual error for the corrupt sample
+                    # the per-sample decoder raises its usual error for the corrupt sample
+                    return None
                 out[c] = rows
         rest = frozenset(c for c in names if c not in sources)
         if rest:

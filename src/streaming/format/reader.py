@@ -3,8 +3,8 @@
 The reference reader opens, seeks, reads and closes the shard file for every sample; we map each shard once
 per process and turn a sample lookup into two uint32 reads and a slice of the map, which is what brings random
 access to a few microseconds. Compressed shards are decompressed either in memory (read-only datasets,
-``LocalDataset``) or to their raw name with temp-file + rename (a cache directory, ``decompress_shard``), piece
-by piece, so the front of a shard can be read while the rest is still being decoded.
+``LocalDataset``) or to their raw name with temp-file + rename (a cache directory, ``decompress_shard``),
+piece by piece, so the front of a shard can be read while the rest is still being decoded.
 """
 
 from __future__ import annotations
@@ -126,8 +126,8 @@ def decompress_shard(dirname: str, info: ShardInfo, *, on_tmp: Callable[[str], N
 
 def _too_large(zip_path: str, compression: str, raw: FileInfo) -> ShardFormatError:
     return ShardFormatError(
-        f"{zip_path}: decompresses ({compression}) to more than the {raw.bytes} bytes index.json declares for "
-        f"{raw.basename}; stopped there (a corrupt or hostile file: restore it or rebuild the dataset)"
+        f"{zip_path}: decompresses ({compression}) to more than the {raw.bytes} bytes index.json declares "
+        f"for {raw.basename}; stopped there (a corrupt or hostile file: restore it or rebuild the dataset)"
     )
 
 
@@ -141,7 +141,8 @@ def _decode_into(codec: Compression, src: BinaryIO, dst: BinaryIO, zip_path: str
     except ImportError:
         raise  # an optional codec package is missing: its message names what to install
     except OSError as err:
-        if err.errno is not None:  # the disk, not the data (codecs raise OSError without errno on bad data)
+        # the disk, not the data (codecs raise OSError without errno on bad data)
+        if err.errno is not None:
             raise
         raise ShardFormatError(f"{zip_path}: cannot decompress ({codec.spec}): {err}") from None
     except Exception as err:  # any other codec failure means a corrupt file
@@ -152,8 +153,9 @@ class ShardReader:
     """Random access to the samples of one shard.
 
     ``reader[i]`` returns a dict of column values; ``reader.sample_bytes(i)`` the raw sample bytes (a
-    zero-copy memoryview for MDS); ``reader.read_columns(indices, columns)`` some columns of many samples (MDS:
-    fixed-size ndarray columns as one array, ``streaming.format.mds_columns``). Iteration yields samples in order.
+    zero-copy memoryview for MDS); ``reader.read_columns(indices, columns)`` some columns of many samples
+    (MDS: fixed-size ndarray columns as one array, ``streaming.format.mds_columns``). Iteration yields samples
+    in order.
     """
 
     def __init__(
@@ -170,8 +172,8 @@ class ShardReader:
     ) -> None:
         self.path = path
         self.buffers = tuple(buffers)
-        """The bytes behind the samples (each a ``FileMap`` of a shard file, or memory); samples' memoryviews and
-        arrays are views of them."""
+        """The bytes behind the samples (each a ``FileMap`` of a shard file, or memory); samples' memoryviews
+        and arrays are views of them."""
         self._n = num_samples
         self._slice = slice_fn
         self._decode = decode
@@ -222,8 +224,8 @@ def check_shard_safe(info: ShardInfo, *, path: str, allow_unsafe_types: bool) ->
     for name, enc in zip(info.column_names, info.column_encodings):
         if not is_encoding_safe(enc):
             raise ValueError(
-                f"{path} contains an unsafe type: column {name!r} uses the unsafe encoding {enc!r} (pickle can run arbitrary code); "
-                "pass allow_unsafe_types=True only if you trust this dataset"
+                f"{path} contains an unsafe type: column {name!r} uses the unsafe encoding {enc!r} (pickle "
+                "can run arbitrary code); pass allow_unsafe_types=True only if you trust this dataset"
             )
 
 

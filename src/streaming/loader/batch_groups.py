@@ -29,7 +29,8 @@ from streaming.reader.batch_read import read_batch
 __all__ = ["GROUP", "BatchGroup", "GroupedBatches", "interleave"]
 
 GROUP = 4
-"""Batches per worker item (after the first): a quarter of the per-item cost per batch, 4 batches in flight."""
+"""Batches per worker item (after the first): a quarter of the per-item cost per batch,
+4 batches in flight."""
 
 
 class BatchGroup:

@@ -17,12 +17,12 @@ Transport: tensors returned by a worker travel through a fresh shared-memory seg
 token-batch sizes. So with workers, a batch is collated in two halves: the worker builds a ``WorkerBatch``
 (compact numpy arrays: the default ``numpy_collate``, or the ``pack`` half of a ``SplitCollator`` such as
 foundry's text collator, which sends narrow token ids), and the rank process turns it into tensors
-(``WorkerBatch.to_tensors``: widening, derived tensors such as labels). Over a ``StreamingDataset`` each worker
-collates whole batches and returns several per item, put back in the global order here
+(``WorkerBatch.to_tensors``: widening, derived tensors such as labels). Over a ``StreamingDataset`` each
+worker collates whole batches and returns several per item, put back in the global order here
 (``streaming.loader.batch_groups``). The arrays cross in reusable shared-memory slots, one arena per worker
-(``streaming.loader.shared_batches``; the pipe when no slot is free). With
-``pin_memory=True`` DataLoader's pin thread does that conversion and pins the result (torch pins any object
-with a ``pin_memory()`` method; numpy arrays it would leave unpinned).
+(``streaming.loader.shared_batches``; the pipe when no slot is free). With ``pin_memory=True`` DataLoader's
+pin thread does that conversion and pins the result (torch pins any object with a ``pin_memory()`` method;
+numpy arrays it would leave unpinned).
 """
 
 from __future__ import annotations
@@ -72,13 +72,14 @@ WorkerBatch.register(BatchGroup)
 
 
 class SplitCollator(ABC):
-    """A collate function in two halves: ``pack`` (samples -> a compact ``WorkerBatch``) and its ``to_tensors``.
+    """A collate function in two halves: ``pack`` (samples -> a compact ``WorkerBatch``) and its
+    ``to_tensors``.
 
     A ``StreamingDataLoader`` with workers runs ``pack`` in them and ``to_tensors`` in the rank process;
-    called directly (or with ``num_workers=0``) it does both. A subclass that sets ``columns`` (the sample keys
-    ``pack`` reads) opts in to the workers' batch read path: over a ``StreamingDataset`` its ``pack`` gets a
-    ``streaming.reader.batch_read.ColumnBatch`` (a sequence of sample dicts with only those keys and the
-    stream tag, plus whole columns as arrays).
+    called directly (or with ``num_workers=0``) it does both. A subclass that sets ``columns`` (the sample
+    keys ``pack`` reads) opts in to the workers' batch read path: over a ``StreamingDataset`` its ``pack``
+    gets a ``streaming.reader.batch_read.ColumnBatch`` (a sequence of sample dicts with only those keys and
+    the stream tag, plus whole columns as arrays).
     """
 
     columns: tuple[str, ...] | None = None
@@ -193,11 +194,13 @@ class StreamingDataLoader(DataLoader):
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
         if isinstance(dataset, StreamingDataset):
             bs = kwargs.get("batch_size", args[0] if args else 1)
-            # A dataset without batch_size is refused when iterated (StreamingDataset's own check), as upstream.
+            # A dataset without batch_size is refused when iterated (StreamingDataset's own check), as
+            # upstream.
             if dataset.batch_size is not None and bs != dataset.batch_size:
                 raise ValueError(
                     f"the DataLoader batch_size ({bs}) differs from StreamingDataset batch_size "
-                    f"({dataset.batch_size}); they must be equal for the sample order and resumption to be right"
+                    f"({dataset.batch_size}); they must be equal for the sample "
+                    "order and resumption to be right"
                 )
         # Workers send WorkerBatches, this process makes tensors (see the module note on transport): numeric
         # columns as numpy by default (same values and dtypes as default_collate), a SplitCollator's `pack`.
@@ -221,8 +224,8 @@ class StreamingDataLoader(DataLoader):
             self._grouped = self._group_loader(dataset, pack, slots)  # type: ignore[arg-type]
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """Worker settings changed after construction (e.g. a `worker_init_fn` chained in to shield the workers
-        from preemption signals) also reach the grouped DataLoader whose workers actually run."""
+        """Worker settings changed after construction (e.g. a `worker_init_fn` chained in to shield the
+        workers from preemption signals) also reach the grouped DataLoader whose workers actually run."""
         super().__setattr__(name, value)
         if name in _WORKER_SETTINGS and getattr(self, "_grouped", None) is not None:
             setattr(self._grouped, name, value)
@@ -273,7 +276,8 @@ class StreamingDataLoader(DataLoader):
             reuse = self.persistent_workers and getattr(self, "_iterator", None) is not None
             if self.num_workers > 0 and self.multiprocessing_context in (None, "fork") and not reuse:
                 ds._warm_plan(self.num_workers)  # forked workers inherit the first window
-            if self._own_generator:  # worker seeds depend on (seed, epoch) only: the same after a resume
+            # worker seeds depend on (seed, epoch) only: the same after a resume
+            if self._own_generator:
                 self.generator.manual_seed(iteration_seed(ds.shuffle_seed, ds._next()[0]))
         self._arenas.drop_exited()  # arenas of workers that have exited (an earlier iterator's)
         it = super().__iter__()
@@ -298,8 +302,8 @@ class StreamingDataLoader(DataLoader):
     def load_state_dict(self, obj: dict[str, Any], *, on_mixture_change: str = "error") -> None:
         """Restore a state; the next ``iter(loader)`` continues exactly where it was saved.
 
-        ``on_mixture_change`` is passed to ``StreamingDataset.load_state_dict`` (``continue``: a changed stream
-        mixture keeps the saved position and draws the rest from the new one)."""
+        ``on_mixture_change`` is passed to ``StreamingDataset.load_state_dict`` (``continue``: a changed
+        stream mixture keeps the saved position and draws the rest from the new one)."""
         ds = self.dataset
         if not isinstance(ds, StreamingDataset):
             return

@@ -167,7 +167,8 @@ class _Writer:
 
 
 class SharedBatchCollate:
-    """A worker's collate function: ``pack`` (samples -> ``WorkerBatch``), then the batch's arrays into a slot.
+    """A worker's collate function: ``pack`` (samples -> ``WorkerBatch``),
+    then the batch's arrays into a slot.
 
     Args:
         pack: The worker half of the collate function (``SplitCollator.pack`` or ``numpy_batch_collate``).
@@ -243,7 +244,8 @@ def _copied(out: Any, arena: SlotArena | None) -> Any:
         return {k: _copied(v, arena) for k, v in out.items()}
     if isinstance(out, list | tuple) and not hasattr(out, "_fields"):
         return type(out)(_copied(v, arena) for v in out)
-    if hasattr(out, "__dict__") and not isinstance(out, type):  # e.g. a BatchGroup of converted batches
+    # e.g. a BatchGroup of converted batches
+    if hasattr(out, "__dict__") and not isinstance(out, type):
         out.__dict__.update({k: _copied(v, arena) for k, v in out.__dict__.items()})
     return out
 

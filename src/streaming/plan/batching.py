@@ -41,7 +41,8 @@ class GlobalOrder:
         raise NotImplementedError
 
     def start(self, drop: int) -> int:
-        """Where an epoch resumed after ``drop`` consumed samples restarts (exactly there, for most orders)."""
+        """Where an epoch resumed after ``drop`` consumed samples restarts
+        (exactly there, for most orders)."""
         return drop
 
 
@@ -114,8 +115,9 @@ class PerStreamOrder(GlobalOrder):
         for i, n in enumerate(counts):
             if n == 0:
                 raise ValueError(
-                    f"batching_method='per_stream': stream {i} has {len(orders[i])} samples this epoch, fewer "
-                    f"than one global batch ({self.g}); give it more weight or use batching_method='random'"
+                    f"batching_method='per_stream': stream {i} has {len(orders[i])} samples this epoch, "
+                    f"fewer than one global batch ({self.g}); give it more weight "
+                    "or use batching_method='random'"
                 )
         labels = np.repeat(np.arange(len(orders)), counts)
         self.labels = labels[span_rng(label_seed, TAG_LABELS).permutation(len(labels))]
@@ -155,15 +157,16 @@ class StratifiedOrder(GlobalOrder):
         exact = sizes / sizes.sum() * self.g
         share = np.floor(exact).astype(np.int64)
         left = self.g - int(share.sum())
-        if left:  # largest remainders first; among equal ones the later stream first, as upstream orders them
+        # largest remainders first; among equal ones the later stream first, as upstream orders them
+        if left:
             share[np.flip(np.argsort(exact - share))[:left]] += 1
         if (share <= 0).any():
             empty = int(np.flatnonzero(share <= 0)[0])
             raise ValueError(
-                f"Number of samples for stream {empty} per global batch is 0: batching_method='stratified': its "
-                f"share of a global batch of {self.g} rounds to 0 "
-                f"samples (shares {share.tolist()}), so its samples would never be read; raise the global batch "
-                "size or that stream's weight, or use batching_method='random'"
+                f"Number of samples for stream {empty} per global batch is 0: batching_method='stratified': "
+                f"its share of a global batch of {self.g} rounds to 0 "
+                f"samples (shares {share.tolist()}), so its samples would never be read; raise the global "
+                "batch size or that stream's weight, or use batching_method='random'"
             )
         self.share = share
         self.cum = np.concatenate([[0], np.cumsum(share)]).astype(np.int64)
@@ -179,8 +182,8 @@ class StratifiedOrder(GlobalOrder):
         dropped = int(sum(len(o) for o in orders)) - self.num_batches * self.g
         if dropped > 0:
             warnings.warn(
-                f"batching_method='stratified' drops {dropped} samples this epoch: streams run out at different "
-                "times",
+                f"batching_method='stratified' drops {dropped} samples this epoch: streams run out at "
+                "different times",
                 stacklevel=2,
             )
 

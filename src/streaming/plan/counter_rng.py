@@ -37,7 +37,8 @@ def _mix_int(z: int) -> int:
 
 
 def derive_key(*ints: int) -> int:
-    """A 64-bit stream key from non-negative ints (seed, epoch, tag, ...); distinct tuples give unrelated keys."""
+    """A 64-bit stream key from non-negative ints (seed, epoch, tag, ...);
+    distinct tuples give unrelated keys."""
     z = 0
     for v in ints:
         z = _mix_int(z + (int(v) + 1) * _GOLDEN)
@@ -101,7 +102,8 @@ def permute(x: np.ndarray, group: np.ndarray, keys: np.ndarray, sizes: np.ndarra
     half, n = half_g[group], sizes.astype(np.uint64)[group]
     y = _encrypt(np.asarray(x, dtype=np.int64).astype(np.uint64), round_keys, group, half)
     todo = np.flatnonzero(y >= n)
-    while len(todo):  # cycle walking: the domain is < 4n, so each step lands inside with probability > 1/4
+    # cycle walking: the domain is < 4n, so each step lands inside with probability > 1/4
+    while len(todo):
         y[todo] = _encrypt(y[todo], round_keys, group[todo], half[todo])
         todo = todo[y[todo] >= n[todo]]
     return y.astype(np.int64)

@@ -22,9 +22,10 @@ Upstream's arrangement, in our words (the index arithmetic below evaluates it la
 5. Resuming at sample s restarts at global batch ``s // G`` (upstream rounds down the same way, warning).
 
 Differences, deliberate: when M (a node's batches) is not a multiple of R, upstream's last global batch is
-partial (some devices get a batch, others none); here it is dropped so that every device gets the same number of
-batches. Shuffles within a stream are this library's lazy ones unless ``upstream`` (``PlanSpec.upstream_order``)
-asks for mosaicml-streaming's own permutations; the stream-label sequence is always upstream's.
+partial (some devices get a batch, others none); here it is dropped so that every device gets the same number
+of batches. Shuffles within a stream are this library's lazy ones unless ``upstream``
+(``PlanSpec.upstream_order``) asks for mosaicml-streaming's own permutations; the stream-label sequence is
+always upstream's.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ class DevicePerStreamOrder(GlobalOrder):
         c, n, r, b = int(num_canonical_nodes), int(num_nodes), int(ranks_per_node), int(batch_size)
         if c % n:
             raise ValueError(
-                f"batching_method='device_per_stream' needs num_canonical_nodes ({c}) to be a multiple of the "
-                f"number of nodes ({n})"
+                f"batching_method='device_per_stream' needs num_canonical_nodes ({c}) to be a multiple of "
+                f"the number of nodes ({n})"
             )
         self.orders, self.c, self.n, self.r, self.b = orders, c, n, r, b
         self.per_node = c // n
@@ -87,13 +88,14 @@ class DevicePerStreamOrder(GlobalOrder):
         for s, k in enumerate(self.counts.tolist()):
             if k == 0:
                 raise ValueError(
-                    f"batching_method='device_per_stream': stream {s} gives each node {self.per_node * padded[s]} "
-                    f"samples this epoch, fewer than one device batch ({b}); give it more weight, use a smaller "
-                    "batch or batching_method='random'"
+                    f"batching_method='device_per_stream': stream {s} gives each node "
+                    f"{self.per_node * padded[s]} samples this epoch, fewer than one device batch ({b}); "
+                    "give it more weight, use a smaller batch or batching_method='random'"
                 )
         if (self.per_node * padded % b).any():
             warnings.warn(
-                "batching_method='device_per_stream' drops each node's incomplete last device batch of a stream",
+                "batching_method='device_per_stream' drops each node's "
+                "incomplete last device batch of a stream",
                 stacklevel=2,
             )
         rng = np.random.default_rng(label_seed)
@@ -117,15 +119,16 @@ class DevicePerStreamOrder(GlobalOrder):
         """Where an epoch resumed after ``drop`` samples restarts: the last global batch boundary."""
         if drop % self.g:
             warnings.warn(
-                f"batching_method='device_per_stream' resumes at a global batch boundary: sample {drop} rounds "
-                f"down to {drop - drop % self.g} (global batch {self.g})",
+                f"batching_method='device_per_stream' resumes at a global batch boundary: sample {drop} "
+                f"rounds down to {drop - drop % self.g} (global batch {self.g})",
                 stacklevel=2,
             )
         return drop - drop % self.g
 
     def sample_ids(self, g: np.ndarray) -> np.ndarray:
         j, o = np.divmod(np.asarray(g, dtype=np.int64), self.g)
-        i, d = np.divmod(o, self.n * self.r)  # sample i of device d = rank * N + node (``World.device``)
+        # sample i of device d = rank * N + node (``World.device``)
+        i, d = np.divmod(o, self.n * self.r)
         slot = (d % self.n) * self.r + d // self.n  # upstream's slot: node * R + rank
         node = slot % self.n
         k = j * self.r + slot // self.n

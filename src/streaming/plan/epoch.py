@@ -50,7 +50,8 @@ class PlanSpec:
         sampling_method: ``balanced`` or ``fixed``.
         sampling_granularity: Pick size of the per-shard remainder.
         batching_method: ``random``, ``stratified``, ``per_stream`` or ``device_per_stream``.
-        world_shape: (physical nodes, devices per node); ``device_per_stream`` only, whose order depends on it.
+        world_shape: (physical nodes, devices per node);
+            ``device_per_stream`` only, whose order depends on it.
         py1e_window: ``py1e`` window override (tests).
         upstream_order: Shuffle in mosaicml-streaming's own order (``streaming.plan.upstream_shuffle``): a run
             that started on that library continues in it.
@@ -169,8 +170,8 @@ def epoch_order(spec: PlanSpec, epoch: int) -> GlobalOrder:
     if spec.batching_method == "device_per_stream":
         if len(kept) < len(choose):
             raise ValueError(
-                f"batching_method='device_per_stream': stream {int(np.flatnonzero(choose == 0)[0])} has no samples "
-                "this epoch (upstream errors too)"
+                f"batching_method='device_per_stream': stream {int(np.flatnonzero(choose == 0)[0])} has no "
+                "samples this epoch (upstream errors too)"
             )
         nodes, ranks = spec.world_shape or (1, 1)
         return DevicePerStreamOrder(

@@ -8,26 +8,25 @@ probability ~0 and are broken by layout index). So each shard's samples spread o
 around its place, keeping few shards resident.
 
 Design tradeoff (how ours is lazy): every key is within ``H = ceil(0.625 bs) + 1`` of its layout index, so
-the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the number
-of keys below v0 is ``max(0, v0 - H)`` plus a count over that range. Windows hold ``Wx = 2**19`` keys
-(``[(k - m) Wx, (k - m + 1) Wx)`` for k > m; a window of 2**20 keys took 2.6x as long to sort, for 10% less per
-sample in the steady state), after a ramp of windows Wx/2**m, Wx/2**m, Wx/2**(m-1), ..., Wx/2 keys, since the
-first sample pays for a whole window. A window costs a key pass over the slots of its reach (at most the
+the samples whose keys fall in ``[v0, v1)`` are found among layout indices ``[v0 - H, v1 + H)``, and the
+number of keys below v0 is ``max(0, v0 - H)`` plus a count over that range. Windows hold ``Wx = 2**19`` keys
+(``[(k - m) Wx, (k - m + 1) Wx)`` for k > m; a window of 2**20 keys took 2.6x as long to sort, for 10% less
+per sample in the steady state), after a ramp of windows Wx/2**m, Wx/2**m, Wx/2**(m-1), ..., Wx/2 keys, since
+the first sample pays for a whole window. A window costs a key pass over the slots of its reach (at most the
 node) plus a sort and permutation of the samples inside, ~8x as much per sample as the pass, so the first
-window is the smallest ``Wx/2**m`` (m in 3..7) of at least ``min(node, reach) / 8`` keys: ``Wx/8`` (65536 keys) for big
-nodes, 8192 keys for the 60k-sample epoch of issue 14 (which was one window: 15 ms of CPU before the first
-sample, now ~3). Not smaller: keys are sparse near a node's start (~0.2 samples per key under the default
-block size), a window too thin for the first batches of 64 workers means a second pass over the reach. The
-windows only partition the key axis, so the order does not depend on them. A window needs nothing but the O(spans)
-span table, so the first sample costs one small window whatever the epoch size, and a resume starts at the
-window it lands in.
-Every random value is counter-based (``streaming.plan.counter_rng``), keyed by (seed, epoch) and a position:
-slot i's delta fraction by (node, i), span k's ``bs'`` and within-span permutation by k. A window is therefore
-a few vector ops over the slots in its reach, taken in chunks that keep only the keys inside ``[v0, v1)`` (and
-the sample of a slot is found, by evaluating the span's permutation at that slot, only for those), with no
-per-span generator and no per-span state. Plan version 2; version 1 drew each span's values from its own
-``numpy`` generator (same distribution, different order; ``streaming.reader.resume_state`` refuses a mid-epoch
-state of the other version).
+window is the smallest ``Wx/2**m`` (m in 3..7) of at least ``min(node, reach) / 8`` keys: ``Wx/8`` (65536
+keys) for big nodes, 8192 keys for the 60k-sample epoch of issue 14 (which was one window: 15 ms of CPU before
+the first sample, now ~3). Not smaller: keys are sparse near a node's start (~0.2 samples per key under the
+default block size), a window too thin for the first batches of 64 workers means a second pass over the reach.
+The windows only partition the key axis, so the order does not depend on them. A window needs nothing but the
+O(spans) span table, so the first sample costs one small window whatever the epoch size, and a resume starts
+at the window it lands in. Every random value is counter-based (``streaming.plan.counter_rng``), keyed by
+(seed, epoch) and a position: slot i's delta fraction by (node, i), span k's ``bs'`` and within-span
+permutation by k. A window is therefore a few vector ops over the slots in its reach, taken in chunks that
+keep only the keys inside ``[v0, v1)`` (and the sample of a slot is found, by evaluating the span's
+permutation at that slot, only for those), with no per-span generator and no per-span state. Plan version 2;
+version 1 drew each span's values from its own ``numpy`` generator (same distribution, different order;
+``streaming.reader.resume_state`` refuses a mid-epoch state of the other version).
 """
 
 from __future__ import annotations
@@ -45,7 +44,8 @@ TAG_PY1E_DELTA = 42
 TAG_PY1E_BLOCK = 43
 TAG_PY1E_PERM = 44
 _CHUNK = 1 << 19  # slots per vector pass (~40 MB of temporaries)
-_MAX_RAMP = 8  # windows before the full width at most: Wx/128, Wx/128, Wx/64, ..., Wx/2 (they add up to Wx)
+# windows before the full width at most: Wx/128, Wx/128, Wx/64, ..., Wx/2 (they add up to Wx)
+_MAX_RAMP = 8
 _MIN_RAMP = 4  # at least: Wx/8, Wx/8, Wx/4, Wx/2
 
 
@@ -91,11 +91,11 @@ class ExpandingShuffle(BlockShuffle):
             self._warned = True
             i = int(np.flatnonzero((h == 0) & (n > 1))[0])
             warnings.warn(
-                "Shuffle block size was smaller than shard size for some shards (their samples are not shuffled "
-                "with other shards; set shuffle_block_size to a larger value for a higher quality shuffle): "
-                f"py1e: a span of {int(n[i])} samples is at least its drawn block size ({int(bsp[i])}, from "
-                f"shuffle_block_size={self.block_size}); its samples are not mixed with other shards. Raise "
-                "shuffle_block_size (>= 10x the samples per shard is advised).",
+                "Shuffle block size was smaller than shard size for some shards (their samples are not "
+                "shuffled with other shards; set shuffle_block_size to a larger value for a higher quality "
+                f"shuffle): py1e: a span of {int(n[i])} samples is at least its drawn block size "
+                f"({int(bsp[i])}, from shuffle_block_size={self.block_size}); its samples are not mixed with "
+                "other shards. Raise shuffle_block_size (>= 10x the samples per shard is advised).",
                 stacklevel=4,
             )
         lo = np.maximum(-h, -start)

@@ -109,7 +109,8 @@ def derived_weights(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(proportion, repeat) of each stream as mosaicml-streaming writes them back onto its ``Stream`` objects:
     the given proportions normalized (relative weights), else each stream's share of the underlying samples
-    (``epoch_size`` without weights), else its share of the epoch; ``repeat`` = chosen / underlying samples."""
+    (``epoch_size`` without weights), else its share of the epoch;
+    ``repeat`` = chosen / underlying samples."""
     n = np.asarray(samples_per_stream, dtype=np.float64)
     chosen = np.asarray(choose_per_stream, dtype=np.float64)
     if len(proportion) and all(p is not None for p in proportion):

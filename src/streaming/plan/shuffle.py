@@ -8,15 +8,15 @@ positions it yields, keeps a few in an LRU cache, and a resume jumps straight to
 Algorithms (same names and intent as upstream; orders differ since numpy call order is not replicated):
 - ``naive``: a global permutation with no locality, as a keyed Feistel network with cycle walking, so any
   position maps to its big id in O(1) without materializing anything.
-- ``py1s``: span order shuffled per run, divided at the canonical rows, span order shuffled per node per epoch,
-  samples shuffled within each span. Blocks = spans.
+- ``py1s``: span order shuffled per run, divided at the canonical rows, span order shuffled per node per
+  epoch, samples shuffled within each span. Blocks = spans.
 - ``py2s``: additionally each unit's samples are shuffled once per run before division, and each piece again
   per epoch. Blocks = spans.
-- ``py1br``: the node's spans laid out unshuffled, cut into blocks of random size ``U[0.75 bs, 1.25 bs)`` after a
-  random per-node stagger ``U[0, 0.75 bs)`` that shortens the first block; samples shuffled within each block
-  by a counter-based permutation evaluated only at the positions asked for (``counter_rng.permute``), so no
-  block (~bs samples) is ever materialized. Unlike upstream the blocks do not overlap (upstream shuffles one
-  overlap region twice).
+- ``py1br``: the node's spans laid out unshuffled, cut into blocks of random size ``U[0.75 bs, 1.25 bs)``
+  after a random per-node stagger ``U[0, 0.75 bs)`` that shortens the first block; samples shuffled within
+  each block by a counter-based permutation evaluated only at the positions asked for
+  (``counter_rng.permute``), so no block (~bs samples) is ever materialized. Unlike upstream the blocks do not
+  overlap (upstream shuffles one overlap region twice).
 - ``py1e``: see ``streaming.plan.py1e``.
 - ``none`` (shuffle off): the identity.
 

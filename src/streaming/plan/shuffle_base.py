@@ -78,7 +78,8 @@ class BlockShuffle(Shuffle):
             sel = np.flatnonzero(c == node)
             jj = j[sel]
             ks = self._block_guess(int(node), jj)
-            while len(sel):  # a guess may be off by a few blocks (py1e windows); step toward the right one
+            # a guess may be off by a few blocks (py1e windows); step toward the right one
+            while len(sel):
                 miss = np.zeros(len(sel), dtype=bool)
                 for k in np.unique(ks):
                     at = np.flatnonzero(ks == k)

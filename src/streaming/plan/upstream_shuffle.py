@@ -2,9 +2,9 @@
 
 Design note: this library's shuffles (``streaming.plan.shuffle``) keep upstream's names and properties but not
 its orders: they are lazy, block by block, with counter-based randomness, where upstream computes each epoch's
-whole permutation with numpy's ``default_rng`` in one pass. A run checkpointed under mosaicml-streaming records
-only (epoch, samples consumed, canonical nodes, seed): continuing it here without duplicates or gaps needs the
-very order upstream was following, so this module computes it as upstream specifies it (the spec:
+whole permutation with numpy's ``default_rng`` in one pass. A run checkpointed under mosaicml-streaming
+records only (epoch, samples consumed, canonical nodes, seed): continuing it here without duplicates or gaps
+needs the very order upstream was following, so this module computes it as upstream specifies it (the spec:
 ``../shared/docs/streaming.md`` section 4.5), with the same numpy generator calls in the same sequence:
 
 1. The epoch's shuffle units become spans of the big-id range, in unit order. A generator seeded with ``seed``
@@ -78,7 +78,8 @@ def _expand(ids: np.ndarray, sizes: np.ndarray, rng: np.random.Generator, block_
 def upstream_permutation(
     algo: str, unit_sizes: np.ndarray, num_canonical_nodes: int, seed: int, epoch: int, block_size: int
 ) -> np.ndarray:
-    """mosaicml-streaming 0.13's permutation of the big ids ``[0, E)`` for ``algo`` (one of ``UPSTREAM_ALGOS``).
+    """mosaicml-streaming 0.13's permutation of the big ids ``[0, E)`` for ``algo``
+    (one of ``UPSTREAM_ALGOS``).
 
     Raises:
         ValueError: Another algorithm, or a canonical node left without samples (dataset smaller than C).

@@ -82,7 +82,8 @@ def read_batch(refs: Sequence[SampleRef], columns: Sequence[str], tag: str | Non
     streams = None
     if tag is not None and n and refs[0].stream is not None:
         streams = np.fromiter((r.stream for r in refs), dtype=np.int64, count=n)
-    if any(r.reader is None or r.reader.column_names is None for r in refs):  # decoded, or JSON rows
+    # decoded, or JSON rows
+    if any(r.reader is None or r.reader.column_names is None for r in refs):
         return _per_sample(refs, columns, tag, streams)
     out: dict[str, Any] = {}
     rest = []

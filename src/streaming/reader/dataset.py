@@ -62,7 +62,8 @@ __all__ = ["STATE_VERSION", "StreamingDataset"]
 
 
 def _where(stream: Stream) -> str:
-    """A stream's name in resume states and their messages: its remote directory (redacted), else its local one."""
+    """A stream's name in resume states and their messages:
+    its remote directory (redacted), else its local one."""
     return redact(stream.remote_dirname) if stream.remote_dirname else stream.dirname
 
 
@@ -74,12 +75,14 @@ class StreamingDataset(IterableDataset):
         remote: Remote of the single stream.
         local: Local directory of the single stream.
         split: Default split of every stream.
-        download_retry: Default per-stream cap on download retries (None: as many as ``download_budget`` allows).
+        download_retry: Default per-stream cap on download retries
+            (None: as many as ``download_budget`` allows).
         download_timeout: Default per-stream download timeout (s).
         download_budget: Default per-stream seconds a download keeps retrying transient failures (300).
-        validate_hash: Default per-stream hash check: unset (the default) verifies every shard file whose index
-            entry records digests, with the fastest of them, on download and on first use of a cached copy; an
-            algorithm name verifies with that one (required in the index); ``False`` or ``"off"`` skips checks.
+        validate_hash: Default per-stream hash check: unset (the default) verifies every shard file whose
+            index entry records digests, with the fastest of them, on download and on first use of a cached
+            copy; an algorithm name verifies with that one (required in the index); ``False`` or ``"off"``
+            skips checks.
         keep_zip: Default per-stream keep-compressed flag.
         epoch_size: Samples per epoch (int or ``"100k"``-style string); relative weights only.
         predownload: Samples a worker may prepare ahead (default ``8 * batch_size``, or 64).
@@ -212,7 +215,8 @@ class StreamingDataset(IterableDataset):
             epoch_size=self.epoch_size_arg,
         )
         for s, p, r, c in zip(self.streams, proportions, repeats, self.choose_per_stream.tolist()):
-            s.proportion, s.repeat, s.choose = float(p), float(r), int(c)  # as upstream fills them in
+            # as upstream fills them in
+            s.proportion, s.repeat, s.choose = float(p), float(r), int(c)
         self.cache_limit = None if cache_limit is None else parse_bytes(cache_limit, name="cache_limit")
         check_cache_limit(self.cache_limit, self._bytes_per_shard, self._index_bytes())
         if world is not None and replication is not None:
@@ -304,7 +308,8 @@ class StreamingDataset(IterableDataset):
         return self._shards_access().shard_cache()
 
     def prepare_shard(self, shard_id: int) -> None:
-        """Make shard ``shard_id`` readable locally: download (remote streams, once per node), verify, decompress."""
+        """Make shard ``shard_id`` readable locally: download (remote streams, once per node),
+        verify, decompress."""
         self._shards_access().prepare(shard_id)
 
     @property
@@ -313,9 +318,9 @@ class StreamingDataset(IterableDataset):
         return self.size
 
     def evict_shard(self, shard_id: int) -> None:
-        """Delete shard ``shard_id``'s files from the local cache (it is downloaded again when needed). A shard
-        being read or prepared (by any process) is left alone, and so is a shard whose only copy is local
-        (mosaicml-streaming deletes it: its data would be gone)."""
+        """Delete shard ``shard_id``'s files from the local cache (it is downloaded again when needed). A
+        shard being read or prepared (by any process) is left alone, and so is a shard whose only copy is
+        local (mosaicml-streaming deletes it: its data would be gone)."""
         if not 0 <= shard_id < len(self.shards):
             raise IndexError(f"shard {shard_id} out of range: the dataset has {len(self.shards)} shards")
         if self.streams[int(self.stream_per_shard[shard_id])].is_remote:
@@ -323,7 +328,8 @@ class StreamingDataset(IterableDataset):
             self._shard_cache().evict(shard_id)
 
     def get_item(self, sample_id: int) -> dict[str, Any]:
-        """Sample ``sample_id`` of the unresampled concatenation of all streams (negative counts from the end)."""
+        """Sample ``sample_id`` of the unresampled concatenation of all streams
+        (negative counts from the end)."""
         if sample_id < 0:
             sample_id += self.size
         if not 0 <= sample_id < self.size:
@@ -342,7 +348,7 @@ class StreamingDataset(IterableDataset):
             return [self.get_item(int(i)) for i in np.asarray(index).reshape(-1)]
         raise TypeError(f"index must be an int, slice, list or numpy array, got {type(index).__name__}")
 
-    # ----- world, plan, epochs: ``EpochPlanner`` (the loader calls the underscored methods; see its docs) -----
+    # ----- world, plan, epochs: ``EpochPlanner`` (the loader calls the underscored methods; see its docs)
 
     def _rank_world(self) -> World:
         return self._plan.rank_world()
@@ -389,8 +395,8 @@ class StreamingDataset(IterableDataset):
             yield ref
 
     def _with_streams(self, chunks: Iterator[np.ndarray], *, refs: bool = False) -> Iterator[tuple[Any, int]]:
-        """What ``ShardAccess.iter_chunks`` yields for ``chunks`` (samples, or refs when ``refs``), each with the
-        index of its stream (items come in chunk order, so each chunk's stream indexes are queued as it is
+        """What ``ShardAccess.iter_chunks`` yields for ``chunks`` (samples, or refs when ``refs``), each with
+        the index of its stream (items come in chunk order, so each chunk's stream indexes are queued as it is
         taken)."""
         ends = np.asarray(self._stream_ends, dtype=np.int64)
         streams: deque[int] = deque()
@@ -412,7 +418,8 @@ class StreamingDataset(IterableDataset):
     # ----- resumption -----
 
     def _config(self, num_canonical_nodes: int | None = None) -> dict[str, Any]:
-        """The checked part of a state (as it would be with ``num_canonical_nodes``, default: the current C)."""
+        """The checked part of a state (as it would be with ``num_canonical_nodes``, default: the current
+        C)."""
         fingerprint = streams_fingerprint(
             [s.fingerprint() for s in self.streams], self.choose_per_stream.tolist()
         )
@@ -470,11 +477,12 @@ class StreamingDataset(IterableDataset):
             self._plan.orders.clear()
         elif obj.get("sample_in_epoch"):
             raise ValueError(
-                "this mosaicml-streaming state was saved mid-epoch, and its order can be continued here only for "
-                f"shuffle_algo in {', '.join(UPSTREAM_ALGOS)} with batching_method 'random' or 'device_per_stream' "
-                "and every stream "
-                f"read whole (no proportion/repeat/choose); this dataset has shuffle_algo={self.shuffle_algo!r}, "
-                f"batching_method={self.batching_method!r}. Resume from the epoch's end, or keep those settings"
+                "this mosaicml-streaming state was saved mid-epoch, and its order can be continued here only "
+                f"for shuffle_algo in {', '.join(UPSTREAM_ALGOS)} with batching_method 'random' or "
+                "'device_per_stream' and every stream "
+                "read whole (no proportion/repeat/choose); this dataset has "
+                f"shuffle_algo={self.shuffle_algo!r}, batching_method={self.batching_method!r}. Resume from "
+                "the epoch's end, or keep those settings"
             )
 
     def _stream_summaries(self) -> list[dict[str, Any]]:
@@ -489,13 +497,13 @@ class StreamingDataset(IterableDataset):
         Args:
             obj: The state.
             on_mixture_change: ``error``: the streams, their indexes and weights must be those of the state.
-                ``continue``: they may differ (streams added, removed or reweighted, shards added): the run keeps
-                the state's position (epoch, sample in epoch) and the rest of the epoch comes from this dataset's
-                plan, which depends only on its streams and arguments (the same at any world size). Past that
-                epoch's end, the next epoch starts. Every other checked argument must still match.
+                ``continue``: they may differ (streams added, removed or reweighted, shards added): the run
+                keeps the state's position (epoch, sample in epoch) and the rest of the epoch comes from this
+                dataset's plan, which depends only on its streams and arguments (the same at any world size).
+                Past that epoch's end, the next epoch starts. Every other checked argument must still match.
 
-        A mosaicml-streaming state (what Composer checkpoints of runs on that library hold) is accepted too: the
-        next iteration continues at the sample that library would have yielded next.
+        A mosaicml-streaming state (what Composer checkpoints of runs on that library hold) is accepted too:
+        the next iteration continues at the sample that library would have yielded next.
 
         Raises:
             ValueError: the state is not from this library/version, or does not match this dataset.
@@ -525,7 +533,8 @@ class StreamingDataset(IterableDataset):
         check_state_version(obj)
         diffs = resume_mismatches(
             obj,
-            ncn_arg=None if upstream else self._plan.ncn_arg,  # upstream's state sets the canonical nodes
+            # upstream's state sets the canonical nodes
+            ncn_arg=None if upstream else self._plan.ncn_arg,
             config_for=self._config,
             on_mixture_change=on_mixture_change,
             streams=self._stream_summaries(),

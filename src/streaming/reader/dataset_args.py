@@ -1,4 +1,5 @@
-"""Checks of ``StreamingDataset``'s arguments, each error naming the argument, what it got and what is allowed.
+"""Checks of ``StreamingDataset``'s arguments, each error naming the argument,
+what it got and what is allowed.
 
 Design note: pure functions of the arguments (and, for the cache limit, the shard sizes), so the dataset's
 constructor reads as what it stores, and every rule is stated once.
@@ -50,9 +51,8 @@ def check_choices_and_bounds(
     }
     for name, value in choices.items():
         if value not in allowed[name]:
-            prefix = (
-                f"Invalid sampling method: {value!r}; " if name == "sampling_method" else ""
-            )  # upstream's
+            # the prefix is upstream's
+            prefix = f"Invalid sampling method: {value!r}; " if name == "sampling_method" else ""
             raise ValueError(f"{prefix}{name} must be one of {', '.join(allowed[name])}; got {value!r}")
     for name, (number, low) in bounds.items():
         if number is not None and number < low:
@@ -69,19 +69,19 @@ def check_cache_limit(cache_limit: int | None, bytes_per_shard: np.ndarray, inde
     largest = int(bytes_per_shard.max()) if len(bytes_per_shard) else 0
     if cache_limit < 4 * largest and cache_limit <= index_bytes:
         raise ValueError(
-            f"Minimum cache usage ({index_bytes} bytes) is larger than the cache limit ({cache_limit} bytes): "
-            f"cache_limit={format_bytes(cache_limit)} is not even the size of the streams' index.json files "
-            f"({format_bytes(index_bytes)}); the minimum is 4x the largest shard, {format_bytes(4 * largest)} "
-            f"({4 * largest} bytes), so that the shards being read, prefetched and prepared fit at once; raise "
-            "cache_limit or write smaller shards"
+            f"Minimum cache usage ({index_bytes} bytes) is larger than the cache limit ({cache_limit} "
+            f"bytes): cache_limit={format_bytes(cache_limit)} is not even the size of the streams' "
+            f"index.json files ({format_bytes(index_bytes)}); the minimum is 4x the largest shard, "
+            f"{format_bytes(4 * largest)} ({4 * largest} bytes), so that the shards being read, prefetched "
+            "and prepared fit at once; raise cache_limit or write smaller shards"
         )
     if cache_limit < 4 * largest:
         raise ValueError(
-            f"Cache limit ({cache_limit} bytes) is too low. Increase the `cache_limit` to at-least four times the "
-            f"largest shard size ({largest} bytes): cache_limit={format_bytes(cache_limit)} is too small for this "
-            f"dataset: the minimum is 4x its largest shard, {format_bytes(4 * largest)} ({4 * largest} bytes), so "
-            "that the shards being read, prefetched and prepared fit at once; raise cache_limit or write smaller "
-            "shards"
+            f"Cache limit ({cache_limit} bytes) is too low. Increase the `cache_limit` to at-least four "
+            f"times the largest shard size ({largest} bytes): cache_limit={format_bytes(cache_limit)} is too "
+            f"small for this dataset: the minimum is 4x its largest shard, {format_bytes(4 * largest)} "
+            f"({4 * largest} bytes), so that the shards being read, prefetched and prepared fit at once; "
+            "raise cache_limit or write smaller shards"
         )
 
 
@@ -99,8 +99,9 @@ def warn_on_settings(
         warnings.warn(
             f"predownload < batch_size ({predownload} < {batch_size}). This may result in slower batch time. "
             "Recommendation is to set predownload to at-least batch_size: "
-            f"predownload={predownload} is smaller than batch_size={batch_size}: every batch waits for shards "
-            "prepared a few samples at a time; use predownload >= batch_size (default: 8 x batch_size)",
+            f"predownload={predownload} is smaller than batch_size={batch_size}: every batch waits for "
+            "shards prepared a few samples at a time; use predownload >= "
+            "batch_size (default: 8 x batch_size)",
             stacklevel=3,
         )
     if (
@@ -111,8 +112,8 @@ def warn_on_settings(
     ):
         warnings.warn(
             "Shuffle block size was smaller than shard size for some shards: "
-            f"shuffle_block_size={shuffle_block_size} is smaller than the largest shard ({largest_shard} samples): "
-            "samples of such a shard are not mixed with other shards'; use a block of at least 10x the samples per "
-            "shard",
+            f"shuffle_block_size={shuffle_block_size} is smaller than the largest shard ({largest_shard} "
+            "samples): samples of such a shard are not mixed with other shards'; use a block of at least 10x "
+            "the samples per shard",
             stacklevel=3,
         )

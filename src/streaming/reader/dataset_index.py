@@ -80,7 +80,8 @@ class EmptyStreamError(ValueError, RuntimeError):
 
 
 def load_dataset_shards(streams: Sequence[Stream], *, allow_unsafe_types: bool) -> DatasetShards:
-    """Load every stream's shard table and check (unless ``allow_unsafe_types``) that no shard has a pickle column.
+    """Load every stream's shard table and check (unless ``allow_unsafe_types``) that no shard has a pickle
+    column.
 
     Raises:
         ValueError: A shard with an unsafe column encoding (names the stream folder, the first such shard and
@@ -90,8 +91,8 @@ def load_dataset_shards(streams: Sequence[Stream], *, allow_unsafe_types: bool) 
     for s, t in zip(streams, tables):
         if len(t) == 0:
             raise EmptyStreamError(
-                f"Stream contains no samples: {s.dirname}: index.json lists no shards (an empty dataset, or a writer that never finished); "
-                "write samples to it or leave this stream out"
+                f"Stream contains no samples: {s.dirname}: index.json lists no shards (an empty dataset, or "
+                "a writer that never finished); write samples to it or leave this stream out"
             )
     if not allow_unsafe_types:
         for s, t in zip(streams, tables):

@@ -1,8 +1,8 @@
 """``EpochPlanner``: a rank's world, the global order of its epochs, and where the next iteration starts.
 
 Design note: the iteration bookkeeping of ``StreamingDataset``, kept apart from its streams, random access and
-resume-state contents. It holds what lives in the rank process: the epoch counter (``epoch``/``drop``: where the
-next iteration starts; ``iter_epoch``/``iter_drop``: the iteration running now, which a state is saved
+resume-state contents. It holds what lives in the rank process: the epoch counter (``epoch``/``drop``: where
+the next iteration starts; ``iter_epoch``/``iter_drop``: the iteration running now, which a state is saved
 against), what a loaded state fixes (canonical nodes, initial physical nodes, global batch size), and a
 one-epoch cache of the global order. Workers only ever hold copies, so the loader advances the rank's counter
 (``begin_epoch``). The cache is never pickled (spawned workers recompute it); forked workers inherit the
@@ -61,7 +61,8 @@ class EpochPlanner:
         return {**self.__dict__, "orders": {}}
 
     def rank_world(self) -> World:
-        """This rank's world (detected once; inside a DataLoader worker without touching the process group)."""
+        """This rank's world (detected once; inside a DataLoader worker without touching the process
+        group)."""
         if self.world is None:
             self.world = World.detect(
                 replication=self.replication, use_process_group=get_worker_info() is None
@@ -86,7 +87,8 @@ class EpochPlanner:
         """The plan of this world, with ``num_canonical_nodes`` (default: ``self.num_canonical_nodes``)."""
         ncn = self.num_canonical_nodes if num_canonical_nodes is None else num_canonical_nodes
         shape = None
-        if self.spec_args.get("batching_method") == "device_per_stream":  # the one world-dependent order
+        # the one world-dependent order
+        if self.spec_args.get("batching_method") == "device_per_stream":
             world = self.rank_world()
             if world.ranks_per_node % world.replication:
                 raise ValueError(
@@ -128,7 +130,8 @@ class EpochPlanner:
         self.epoch, self.drop = int(epoch), 0
 
     def position(self) -> tuple[int, int]:
-        """(epoch, offset) a state counts consumed samples from: the running iteration's, else the next one's."""
+        """(epoch, offset) a state counts consumed samples from:
+        the running iteration's, else the next one's."""
         return self.next() if self.iter_epoch is None else (self.iter_epoch, self.iter_drop)
 
     def restore(self, obj: dict[str, Any]) -> None:
@@ -146,11 +149,12 @@ class EpochPlanner:
         return DeviceSlice(total=total, num_devices=world.num_devices, device=world.device)
 
     def check_iterable(self) -> World:
-        """This rank's world, after checking it can iterate (batch size, partition, a loaded state's batch)."""
+        """This rank's world, after checking it can iterate
+        (batch size, partition, a loaded state's batch)."""
         if self.batch_size is None:
             raise ValueError(
-                "Please pass `batch_size` to StreamingDataset to iterate (the per-device batch size, equal to the "
-                "DataLoader's batch_size); random access works without it"
+                "Please pass `batch_size` to StreamingDataset to iterate (the per-device batch size, equal "
+                "to the DataLoader's batch_size); random access works without it"
             )
         world = self.rank_world()
         check_partition(
@@ -164,8 +168,8 @@ class EpochPlanner:
         if self.expected_gbs is not None and gbs != self.expected_gbs:
             raise ValueError(
                 f"the loaded state was saved with global batch size {self.expected_gbs}, but this run has "
-                f"{gbs} (batch_size={self.batch_size} x {world.num_devices} devices); keep the global batch size "
-                "fixed to resume (change batch_size accordingly)"
+                f"{gbs} (batch_size={self.batch_size} x {world.num_devices} devices); keep the global batch "
+                "size fixed to resume (change batch_size accordingly)"
             )
         return world
 
@@ -193,8 +197,8 @@ class EpochPlanner:
         )
 
     def warm(self, num_workers: int) -> None:
-        """Compute (in the rank process) the shuffle blocks behind each worker's first batch, so forked workers
-        inherit them instead of all computing the same window at once on a busy CPU."""
+        """Compute (in the rank process) the shuffle blocks behind each worker's first batch, so forked
+        workers inherit them instead of all computing the same window at once on a busy CPU."""
         world = self.check_iterable()
         epoch, drop = self.next()
         order = self.order(epoch)

@@ -69,7 +69,8 @@ class GrowingFile:
         if self._fd is None or os.fstat(self._fd).st_size < end:
             return None
         data = os.pread(self._fd, end - start, start)
-        return data if len(data) == end - start else None  # truncated by a retry meanwhile: look again
+        # truncated by a retry meanwhile: look again
+        return data if len(data) == end - start else None
 
     def close(self) -> None:
         if self._fd is not None:

@@ -1,9 +1,10 @@
-"""A stream's shards as a ``ShardTable``: numbers in arrays, ``ShardInfo`` built only for shards that are read.
+"""A stream's shards as a ``ShardTable``: numbers in arrays,
+``ShardInfo`` built only for shards that are read.
 
-Design note (the 500k-shard cold start): parsing and validating ``index.json`` costs ~10 us and ~2 KB of Python
-objects per shard, paid by every rank of every run. A large index (``min_bytes`` and up) is therefore parsed
-and validated once per node (same ``load_index`` as always, so a bad index fails with the same errors, unsafe
-names included) and stored in a binary cache file in the per-user cache folder
+Design note (the 500k-shard cold start): parsing and validating ``index.json`` costs ~10 us and ~2 KB of
+Python objects per shard, paid by every rank of every run. A large index (``min_bytes`` and up) is therefore
+parsed and validated once per node (same ``load_index`` as always, so a bad index fails with the same errors,
+unsafe names included) and stored in a binary cache file in the per-user cache folder
 (``<default_cache_base()>/indexes/<hash of the index path>.idx``, a private folder): the samples and bytes of
 every shard as int64 arrays, and each shard object's canonical JSON text (``sort_keys``) with its offsets. A
 rank then loads two arrays (16 bytes per shard) and reads a shard's JSON slice with one ``pread`` when the
@@ -12,13 +13,14 @@ the object is identical and its names are checked again). The canonical texts, j
 ``Stream.fingerprint`` hashes, so the fingerprint needs no parsing either.
 
 Trust and invalidation: the file records the index's path, size, mtime and inode, a CRC-32 of its arrays, one
-CRC-32 per shard text and one of all texts. Opening checks the key, the file size and the arrays' CRC (32 bytes
-per shard: every rank of a node opens the file, so it must not read the ~250 bytes per shard of text, 140 MB
-at 500k shards, to start); a mismatch, a truncated or corrupt file is rebuilt, never trusted. A shard's text
-is checked against its CRC when it is read, and the whole text when it is streamed (``fingerprint``): damage
-found there drops the cache file and the table falls back to parsing ``index.json`` (the next start rebuilds). Builders take a file lock
-per cache file and write a temp file then rename, so concurrent ranks end with one valid cache and readers never
-see a partial one. Small indexes (below ``min_bytes``) and unwritable cache folders are parsed eagerly as before.
+CRC-32 per shard text and one of all texts. Opening checks the key, the file size and the arrays' CRC (32
+bytes per shard: every rank of a node opens the file, so it must not read the ~250 bytes per shard of text,
+140 MB at 500k shards, to start); a mismatch, a truncated or corrupt file is rebuilt, never trusted. A shard's
+text is checked against its CRC when it is read, and the whole text when it is streamed (``fingerprint``):
+damage found there drops the cache file and the table falls back to parsing ``index.json`` (the next start
+rebuilds). Builders take a file lock per cache file and write a temp file then rename, so concurrent ranks end
+with one valid cache and readers never see a partial one. Small indexes (below ``min_bytes``) and unwritable
+cache folders are parsed eagerly as before.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from streaming.reader.shard_sequence import ShardSequence
 __all__ = ["CACHE_VERSION", "MIN_CACHE_BYTES", "CacheDamaged", "ShardTable", "cache_file", "load_shard_table"]
 
 CACHE_VERSION = 2  # 2: per-shard text CRCs, the open check covers the arrays only
-MIN_CACHE_BYTES = 1 << 20  # ~3.5k shards of a typical MDS index; below that, parsing costs < ~0.05 s
+# ~3.5k shards of a typical MDS index; below that, parsing costs < ~0.05 s
+MIN_CACHE_BYTES = 1 << 20
 _MAGIC = b"SDSIDX02"
 _MEMO = 4096  # ShardInfo objects kept per stream (a rank touches few shards at a time)
 
@@ -131,7 +134,8 @@ class ShardTable(ShardSequence):
         )
 
     def _fall_back(self) -> None:
-        """The cache file is damaged: drop it (the next start rebuilds it) and parse ``index.json`` instead."""
+        """The cache file is damaged: drop it (the next start rebuilds it) and parse ``index.json``
+        instead."""
         file = self._blob[0] if self._blob is not None else None
         index = load_index(os.path.dirname(self.path), source=self.source)
         if len(index.shards) != len(self):
@@ -168,7 +172,8 @@ class ShardTable(ShardSequence):
             raise CacheDamaged(file)
 
     def fingerprint(self, weights: dict[str, Any]) -> str:
-        """``sha256(json.dumps({**weights, "shards": [shard.to_json()...]}, sort_keys=True))[:16]``, streamed."""
+        """``sha256(json.dumps({**weights, "shards": [shard.to_json()...]}, sort_keys=True))[:16]``,
+        streamed."""
         head = json.dumps(weights, sort_keys=True)
         assert all(k < "shards" for k in weights), "the shards key must sort last"
         for _ in range(
@@ -280,7 +285,8 @@ def load_shard_table(
         min_bytes: Indexes smaller than this are parsed eagerly (default ``MIN_CACHE_BYTES``).
 
     Raises:
-        The errors of ``load_index`` (missing, malformed index, unsafe names), whether or not a cache is built.
+        The errors of ``load_index`` (missing, malformed index, unsafe names),
+        whether or not a cache is built.
     """
     path = index_path(dirname, split)
     try:
@@ -301,12 +307,12 @@ def load_shard_table(
     if table is not None:
         return table
     try:
-        os.makedirs(
-            cache_dir, exist_ok=True
-        )  # the lock folder is its sibling: it no longer creates the folder
+        # the lock folder is its sibling: it no longer creates the folder
+        os.makedirs(cache_dir, exist_ok=True)
     except OSError:
         return ShardTable.from_index(load_index(dirname, split, source=source), source=source)
-    with file_lock(cache_dir, os.path.basename(file)):  # one builder per node; the others wait, then read
+    # one builder per node; the others wait, then read
+    with file_lock(cache_dir, os.path.basename(file)):
         table = _open_cache(file, key, path=path, source=source)
         if table is not None:
             return table

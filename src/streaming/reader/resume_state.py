@@ -1,15 +1,16 @@
 """The resume state of ``StreamingDataset``: what it records and how a loaded state is checked.
 
-Design note: pure functions over plain dicts. ``dataset_config`` is the part of a state that must match for the
-sample order to continue unchanged (shuffle, partition, batching, sampling, epoch size, and a fingerprint of
-the streams' indexes and weights); ``build_state`` adds where the run stands; ``resume_mismatches`` compares a
-loaded state with the dataset and lists every difference (empty list: resumable), so the dataset only applies
-the counters. Keeping the check pure makes it testable without a dataset and is the one place to extend.
-A state also lists each stream (``stream_summary``: where, fingerprint, samples per epoch), so a changed mixture
-is reported stream by stream (``mixture_changes``); with ``on_mixture_change="continue"`` the streams and the
-epoch size they add up to may differ (the run keeps its position and draws the rest from the new mixture).
-A state records the ``plan_version`` of its shuffle's order (``streaming.plan.plan_version``; absent: 1): a
-state saved mid-epoch under another version is refused (``plan_mismatch``), one at an epoch boundary resumes.
+Design note: pure functions over plain dicts. ``dataset_config`` is the part of a state that must match for
+the sample order to continue unchanged (shuffle, partition, batching, sampling, epoch size, and a fingerprint
+of the streams' indexes and weights); ``build_state`` adds where the run stands; ``resume_mismatches``
+compares a loaded state with the dataset and lists every difference (empty list: resumable), so the dataset
+only applies the counters. Keeping the check pure makes it testable without a dataset and is the one place to
+extend. A state also lists each stream (``stream_summary``: where, fingerprint, samples per epoch), so a
+changed mixture is reported stream by stream (``mixture_changes``); with ``on_mixture_change="continue"`` the
+streams and the epoch size they add up to may differ (the run keeps its position and draws the rest from the
+new mixture). A state records the ``plan_version`` of its shuffle's order (``streaming.plan.plan_version``;
+absent: 1): a state saved mid-epoch under another version is refused (``plan_mismatch``), one at an epoch
+boundary resumes.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ CHECKED_KEYS = (
     "streams_fingerprint",
 )
 MIXTURE_KEYS = ("epoch_size", "streams_fingerprint")
-"""Checked keys that follow from the streams and their weights: the ones ``on_mixture_change="continue"`` lets differ."""
+"""Checked keys that follow from the streams and their weights:
+the ones ``on_mixture_change="continue"`` lets differ."""
 ON_MIXTURE_CHANGE = ("error", "continue")
 
 
@@ -79,8 +81,9 @@ def dataset_config(
     fingerprint: str,
     upstream_order: bool = False,
 ) -> dict[str, Any]:
-    """The checked part of a state (keys ``CHECKED_KEYS``, and ``plan_version``); ``shuffle_block_size`` is the
-    effective one. ``upstream_order``: the shuffle follows mosaicml-streaming's own order (``order`` key)."""
+    """The checked part of a state (keys ``CHECKED_KEYS``, and ``plan_version``); ``shuffle_block_size`` is
+    the effective one. ``upstream_order``: the shuffle follows mosaicml-streaming's own order (``order``
+    key)."""
     return {
         **({"order": UPSTREAM_ORDER} if upstream_order else {}),
         "shuffle": shuffle,
@@ -124,8 +127,8 @@ UPSTREAM_ORDER = "mosaicml-streaming"
 """``order`` of a state whose run shuffles in mosaicml-streaming's own order (it started on that library)."""
 
 UPSTREAM_KEYS = frozenset({"epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed"})
-"""What mosaicml-streaming's ``StreamingDataset.state_dict()`` holds (plus, since 0.7, ``initial_physical_nodes``):
-what Composer checkpoints of runs on that library carry."""
+"""What mosaicml-streaming's ``StreamingDataset.state_dict()`` holds (plus, since 0.7,
+``initial_physical_nodes``): what Composer checkpoints of runs on that library carry."""
 
 
 def is_upstream_state(obj: Any) -> bool:
@@ -178,9 +181,9 @@ def from_upstream(obj: dict[str, Any], *, shuffle_seed: int, config: dict[str, A
     nodes = obj.get("initial_physical_nodes")
     if obj["shuffle_seed"] != shuffle_seed:
         raise ValueError(
-            f"the mosaicml-streaming state was saved with shuffle_seed={obj['shuffle_seed']}, this dataset has "
-            f"shuffle_seed={shuffle_seed}: build the dataset with shuffle_seed={obj['shuffle_seed']} to continue "
-            "that run's order"
+            f"the mosaicml-streaming state was saved with shuffle_seed={obj['shuffle_seed']}, this dataset "
+            f"has shuffle_seed={shuffle_seed}: build the dataset with shuffle_seed={obj['shuffle_seed']} to "
+            "continue that run's order"
         )
     return build_state(
         epoch=obj["epoch"],
@@ -194,8 +197,8 @@ def from_upstream(obj: dict[str, Any], *, shuffle_seed: int, config: dict[str, A
 
 def check_state_version(obj: Any) -> None:
     """Raises ValueError unless ``obj`` is a state dict of ``STATE_VERSION`` whose position (``epoch``,
-    ``sample_in_epoch``) and recorded world (``global_batch_size``, ``initial_physical_nodes``) have their types
-    and ranges (each named with its value)."""
+    ``sample_in_epoch``) and recorded world (``global_batch_size``, ``initial_physical_nodes``) have their
+    types and ranges (each named with its value)."""
     if not isinstance(obj, dict) or obj.get("version") != STATE_VERSION:
         got = obj.get("version") if isinstance(obj, dict) else type(obj).__name__
         raise ValueError(f"not a StreamingDataset state of version {STATE_VERSION} (got version {show(got)})")
@@ -214,7 +217,8 @@ def check_state_version(obj: Any) -> None:
 
 
 def stream_summary(*, where: str, fingerprint: str, choose: int) -> dict[str, Any]:
-    """One stream as a state records it: its location (credentials redacted), fingerprint, samples per epoch."""
+    """One stream as a state records it: its location (credentials redacted), fingerprint,
+    samples per epoch."""
     return {"where": where, "fingerprint": fingerprint, "samples_per_epoch": int(choose)}
 
 
@@ -238,7 +242,8 @@ def mixture_changes(saved: Sequence[dict[str, Any]], current: Sequence[dict[str,
 
 
 def _summaries(value: Any) -> bool:
-    """Whether a state's ``streams`` is a list of ``stream_summary`` dicts (a crafted one may hold anything)."""
+    """Whether a state's ``streams`` is a list of ``stream_summary`` dicts
+    (a crafted one may hold anything)."""
     keys = ("where", "fingerprint", "samples_per_epoch")
     return isinstance(value, list) and all(
         isinstance(s, dict) and all(k in s for k in keys) and isinstance(s["where"], str) for s in value
@@ -257,11 +262,11 @@ def plan_mismatch(obj: dict[str, Any], mine: dict[str, Any]) -> str | None:
         return None
     algo = mine["shuffle_algo"] if mine["shuffle"] else "none"
     return (
-        f"plan_version: the state was saved {at} samples into epoch {show(obj.get('epoch'))} under plan version "
-        f"{show(saved)} of shuffle_algo={algo!r}, and this version of the library orders that epoch differently "
-        f"(plan version {now}), so it cannot continue it in the same order; finish the epoch with the library "
-        "version that saved the state, or restart the epoch in the new order by setting the state's "
-        "'sample_in_epoch' to 0"
+        f"plan_version: the state was saved {at} samples into epoch {show(obj.get('epoch'))} under plan "
+        f"version {show(saved)} of shuffle_algo={algo!r}, and this version of the library orders that epoch "
+        f"differently (plan version {now}), so it cannot continue it in the same order; finish the epoch "
+        "with the library version that saved the state, or restart the epoch in the new order by setting the "
+        "state's 'sample_in_epoch' to 0"
     )
 
 
@@ -278,8 +283,8 @@ def resume_mismatches(
     Args:
         obj: A state of ``STATE_VERSION`` (see ``check_state_version``).
         ncn_arg: The dataset's ``num_canonical_nodes`` argument (None: taken from the state).
-        config_for: The dataset's ``dataset_config`` for a given number of canonical nodes (the default shuffle
-            block size depends on it).
+        config_for: The dataset's ``dataset_config`` for a given number of canonical nodes (the default
+            shuffle block size depends on it).
         on_mixture_change: ``error``: the streams must match; ``continue``: ``MIXTURE_KEYS`` may differ.
         streams: The dataset's ``stream_summary`` list (names each changed stream when the state has one too).
     """
@@ -306,5 +311,6 @@ def resume_mismatches(
             diffs.append("streams_fingerprint: the stream mixture changed: " + "; ".join(detail))
         else:
             diffs.append(f"{k}: state has {show(obj.get(k))}, dataset has {mine[k]!r}")
-    plan = plan_mismatch(obj, mine) if not diffs else None  # another difference already changes the order
+    # another difference already changes the order
+    plan = plan_mismatch(obj, mine) if not diffs else None
     return [*diffs, plan] if plan else diffs

@@ -9,12 +9,13 @@ the next chunk's are prepared in a thread pool, so ahead-of-use work is bounded 
 sample does not even wait for all of its own shard: a pool thread prepares that shard while this thread reads
 the sample from the front of its raw file as it is written (``streaming.reader.growing_shard``; not with
 ``validate_hash``). From a remote store, the first batch does not wait for shards at all: its samples are read
-straight from their remote shards as byte ranges while every shard downloads (``streaming.reader.direct_read``).
-With a ``cache_limit``, a remote shard is opened through ``ShardCache.acquire`` (prepared and
-pinned in one step, so no other reader or job can evict it first) and stays pinned while its mapped file is
-viewed by a reader or a sample; when the cache is full of shards in use, the shard is read into memory instead
-(``streaming.cache.shards`` states the protocol). One ``ShardAccess`` lives in each process (rank or DataLoader
-worker) and is never pickled: its readers, pins and pool are process state.
+straight from their remote shards as byte ranges while every shard downloads
+(``streaming.reader.direct_read``). With a ``cache_limit``, a remote shard is opened through
+``ShardCache.acquire`` (prepared and pinned in one step, so no other reader or job can evict it first) and
+stays pinned while its mapped file is viewed by a reader or a sample; when the cache is full of shards in use,
+the shard is read into memory instead (``streaming.cache.shards`` states the protocol). One ``ShardAccess``
+lives in each process (rank or DataLoader worker) and is never pickled: its readers, pins and pool are process
+state.
 """
 
 from __future__ import annotations
@@ -100,8 +101,10 @@ class ShardAccess:
         self.prepared: set[int] = set()
         self.cache: ShardCache | None = None
         self.active_shards: set[int] = set()
-        self._uses_now: dict[int, int] = {}  # shard -> position of its first sample in the chunk being read
-        self._uses_next: dict[int, int] = {}  # the same for the next chunk, after the current one's samples
+        # shard -> position of its first sample in the chunk being read
+        self._uses_now: dict[int, int] = {}
+        # the same for the next chunk, after the current one's samples
+        self._uses_next: dict[int, int] = {}
         self._ends: list[int] | None = None
 
     def shard_cache(self) -> ShardCache:
@@ -120,7 +123,8 @@ class ShardAccess:
                         keep_zip=bool(stream.keep_zip),
                     )
                 )
-            worker = get_worker_info()  # the rank's workers share the node's link: their downloads split it
+            # the rank's workers share the node's link: their downloads split it
+            worker = get_worker_info()
             self.cache = ShardCache(
                 shards=shards,
                 cache_limit=self.cache_limit,
@@ -137,8 +141,9 @@ class ShardAccess:
         on_tmp: Callable[[str], None] | None = None,
     ) -> None:
         """Make shard ``shard_id`` readable locally. When the cache is full of shards in use, the iterating
-        thread (``reader``) first drops its own idle readers, and a ``prefetch`` gives up at once (the shard is
-        prepared when needed). ``on_tmp`` is told the temp name of the raw data file if this call writes it."""
+        thread (``reader``) first drops its own idle readers, and a ``prefetch`` gives up at once (the shard
+        is prepared when needed). ``on_tmp`` is told the temp name of the raw data file if this call writes
+        it."""
         stream = self.streams[int(self.stream_per_shard[shard_id])]
         if stream.is_remote:
             if not self.shard_cache().prepare(
@@ -156,7 +161,8 @@ class ShardAccess:
         self.prepared.add(shard_id)
 
     def _checks_hash(self, shard_id: int) -> bool:
-        """Whether shard ``shard_id``'s files are hash-verified (its stream's ``validate_hash`` and its digests)."""
+        """Whether shard ``shard_id``'s files are hash-verified
+        (its stream's ``validate_hash`` and its digests)."""
         stream = self.streams[int(self.stream_per_shard[shard_id])]
         return hash_to_check(stream.validate_hash, recorded_digests(self.shards[shard_id])) is not None
 
@@ -170,8 +176,9 @@ class ShardAccess:
         return (lambda: self.release(set())) if reader else None
 
     def release(self, keep: set[int]) -> None:
-        """Forget readers of shards outside ``keep``; a shard's cache pin goes with the last view of its mapped
-        file (``ShardCache.pin_while_alive``: the reader, samples still held), then it can be evicted."""
+        """Forget readers of shards outside ``keep``; a shard's cache pin goes with the last view of its
+        mapped file (``ShardCache.pin_while_alive``: the reader, samples still held), then it can be
+        evicted."""
         for shard_id in [k for k in self.readers if k not in keep]:
             del self.readers[shard_id]
             self.prepared.discard(shard_id)
@@ -230,7 +237,8 @@ class ShardAccess:
 
     def sample(self, sample_id: int) -> dict[str, Any]:
         """Sample ``sample_id`` (in range) of the concatenation of all shards."""
-        if self._ends is None:  # a list: bisect on it is several times faster than searchsorted on one id
+        # a list: bisect on it is several times faster than searchsorted on one id
+        if self._ends is None:
             self._ends = self.shard_ends.tolist()
         shard = bisect.bisect_right(self._ends, sample_id)
         return self.reader(shard)[sample_id - (self._ends[shard - 1] if shard else 0)]
@@ -250,7 +258,8 @@ class ShardAccess:
         pool = self._pool()
         pending: dict[int, Future[None]] = {}
         started = False  # whether anything was submitted to the pool
-        direct: dict[int, Future[bytes | None]] = {}  # position in the first chunk -> its sample's bytes
+        # position in the first chunk -> its sample's bytes
+        direct: dict[int, Future[bytes | None]] = {}
         reads: DirectReads | None = None
         try:
             current = next(chunks, None)
@@ -275,16 +284,15 @@ class ShardAccess:
                         yield read(i)
                 else:
                     # The pool's threads start on the first submit and, once running, compete with this
-                    # thread for the CPU and the GIL (measured: +70 ms on a zstd first sample): the first chunk
-                    # prepares only its first sample's shard (read while it is written) before that sample is
-                    # yielded, then submits the rest; later chunks submit at once.
+                    # thread for the CPU and the GIL (measured: +70 ms on a zstd first sample): the first
+                    # chunk prepares only its first sample's shard (read while it is written) before that
+                    # sample is yielded, then submits the rest; later chunks submit at once.
                     ahead = [*shards[1:], *sorted(nxt)]
                     if not started and self.direct_samples > 0:
                         reads = DirectReads(threads=_DIRECT_THREADS)
                         direct = self._read_directly(reads, current, per_sample)
-                        if (
-                            direct
-                        ):  # no early read of the first sample: every shard prepares in the background
+                        # no early read of the first sample: every shard prepares in the background
+                        if direct:
                             started = True
                             ahead = [*shards, *sorted(nxt)]
                     if started:
@@ -423,10 +431,11 @@ class ShardAccess:
     def _prepare_ahead(
         self, pool: ThreadPoolExecutor, pending: dict[int, Future[None]], ahead: list[int]
     ) -> None:
-        """Prepare ``ahead`` (the chunk's shards after its first sample's, in order of first use, then the next
-        chunk's) in the background; the first sample's shard is prepared inline when it is read, so it waits
-        only for its own shard."""
-        for shard, fut in list(pending.items()):  # surface prefetch errors; prepared again below if needed
+        """Prepare ``ahead`` (the chunk's shards after its first sample's, in order of first use, then the
+        next chunk's) in the background; the first sample's shard is prepared inline when it is read, so it
+        waits only for its own shard."""
+        # surface prefetch errors; prepared again below if needed
+        for shard, fut in list(pending.items()):
             if fut.done():
                 fut.exception()
                 del pending[shard]

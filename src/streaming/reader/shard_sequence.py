@@ -20,7 +20,8 @@ __all__ = ["ShardSequence"]
 
 
 class ShardSequence(Sequence[ShardInfo]):
-    """Shards by index (negative counts from the end), slices as lists; subclasses build one shard at a time."""
+    """Shards by index (negative counts from the end), slices as lists;
+    subclasses build one shard at a time."""
 
     @abstractmethod
     def __len__(self) -> int: ...

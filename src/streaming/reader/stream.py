@@ -1,11 +1,11 @@
 """``Stream``: one dataset (a local folder, a remote URL or both), its mixing weight, and shard preparation.
 
 Design tradeoff: a Stream owns the one step that turns an index entry into a readable local shard,
-``prepare_shard``. For a local-only stream it checks the local files and decompresses a compressed shard to its
-raw name (temp file + atomic rename, so racing processes and a ``kill -9`` mid-write leave nothing that breaks
-a later start); remote streams go through the dataset's node-level ``streaming.cache.ShardCache``. Weights
-(``proportion`` / ``repeat`` / ``choose``) are only validated here; the per-epoch counts are computed by
-``streaming.plan.sampling.stream_choose``.
+``prepare_shard``. For a local-only stream it checks the local files and decompresses a compressed shard to
+its raw name (temp file + atomic rename, so racing processes and a ``kill -9`` mid-write leave nothing that
+breaks a later start); remote streams go through the dataset's node-level ``streaming.cache.ShardCache``.
+Weights (``proportion`` / ``repeat`` / ``choose``) are only validated here; the per-epoch counts are computed
+by ``streaming.plan.sampling.stream_choose``.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def default_cache_base() -> str:
 def default_local(remote: str, split: str | None = None) -> str:
     """The default cache folder of a remote stream: ``<default_cache_base()>/<hash of remote and split>``.
 
-    The base is created with mode 0700. An existing base or per-stream folder that is owned by another user, or
-    writable by group or others, is refused (files planted in it would be trusted).
+    The base is created with mode 0700. An existing base or per-stream folder that is owned by another user,
+    or writable by group or others, is refused (files planted in it would be trusted).
 
     Raises:
         UnsafeCacheDirError: Naming the folder and how to avoid it (pass ``local=``).
@@ -86,9 +86,9 @@ class Stream:
     """A dataset directory plus how much of it each epoch uses.
 
     Args:
-        remote: Remote location: ``s3://``, ``gs://``, ``azure://``, ``hf://datasets/...``, ``http(s)://`` or a
-            path. Shards are downloaded into ``local`` on demand, once per node. A plain path is read in place
-            when ``local`` is unset.
+        remote: Remote location: ``s3://``, ``gs://``, ``azure://``, ``hf://datasets/...``, ``http(s)://`` or
+            a path. Shards are downloaded into ``local`` on demand, once per node. A plain path is read in
+            place when ``local`` is unset.
         local: Local directory (holding ``index.json`` or ``<split>/index.json``). Default for a URL
             ``remote``: a per-user cache folder, ``$STREAMING_CACHE`` or ``$XDG_CACHE_HOME/streaming`` or
             ``~/.cache/streaming``, then a hash of ``remote`` and ``split`` (see ``default_local``).
@@ -96,8 +96,8 @@ class Stream:
         proportion: Relative weight (all streams relative, or none).
         repeat: Absolute multiplier of the stream's samples per epoch.
         choose: Absolute number of samples per epoch.
-        download_retry: At most this many extra attempts per download, for transient errors (default: as many as
-            ``download_budget`` allows).
+        download_retry: At most this many extra attempts per download, for transient errors (default: as many
+            as ``download_budget`` allows).
         download_timeout: Seconds allowed per download attempt (default 60).
         download_budget: Seconds a download keeps retrying transient failures, with capped exponential backoff
             (default 300: object stores have outages of minutes).
@@ -155,8 +155,8 @@ class Stream:
             "repeat": repeat,
             "choose": self.choose,
         }
-        """The weights as passed: a dataset fills in ``proportion``, ``repeat`` and ``choose`` with the values it
-        derives (as mosaicml-streaming does), and reads these."""
+        """The weights as passed: a dataset fills in ``proportion``, ``repeat`` and ``choose`` with the values
+        it derives (as mosaicml-streaming does), and reads these."""
         self.download_retry = download_retry
         self.download_timeout = download_timeout
         self.download_budget = download_budget
@@ -227,7 +227,8 @@ class Stream:
 
     def fingerprint(self) -> str:
         """A short hash of this stream's index (shard names, sizes, sample counts, hashes) and weights."""
-        if self._fingerprint is None:  # resume states ask for it at every checkpoint; the table never changes
+        # resume states ask for it at every checkpoint; the table never changes
+        if self._fingerprint is None:
             weights = self.weights_given
             self._fingerprint = self.shard_table().fingerprint(weights)
         return self._fingerprint
@@ -254,8 +255,8 @@ class Stream:
             return
         want = info.raw_data.basename + (f" or {info.zip_data.basename}" if info.zip_data else "")
         raise FileNotFoundError(
-            f"{self.dirname}: shard file {want} is missing (index.json lists it); restore the file or rebuild "
-            "the dataset"
+            f"{self.dirname}: shard file {want} is missing (index.json lists it); restore the file or "
+            "rebuild the dataset"
         )
 
     def __repr__(self) -> str:

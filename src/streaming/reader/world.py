@@ -1,11 +1,11 @@
 """The world a dataset runs in: nodes, ranks per node, DataLoader workers per rank, and replication.
 
-Design tradeoff: upstream trusts ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_WORLD_SIZE`` alone, so a launcher that sets
-them inconsistently silently duplicates data. Here an initialized ``torch.distributed`` process group is the
-source of truth and the environment is only a fallback (or a cross-check: disagreement is an error naming both
-values). The local world size, which the process group does not know, comes from ``LOCAL_WORLD_SIZE`` or, when
-unset, from one ``all_gather_object`` of host names. torch is only consulted if the program already imported
-``torch.distributed``, so plain single-process use never pays for it.
+Design tradeoff: upstream trusts ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_WORLD_SIZE`` alone, so a launcher that
+sets them inconsistently silently duplicates data. Here an initialized ``torch.distributed`` process group is
+the source of truth and the environment is only a fallback (or a cross-check: disagreement is an error naming
+both values). The local world size, which the process group does not know, comes from ``LOCAL_WORLD_SIZE`` or,
+when unset, from one ``all_gather_object`` of host names. torch is only consulted if the program already
+imported ``torch.distributed``, so plain single-process use never pays for it.
 """
 
 from __future__ import annotations
@@ -125,8 +125,9 @@ class World:
             for name, env_v, pg_v in (("RANK", e_rank, rank), ("WORLD_SIZE", e_size, size)):
                 if env_v is not None and env_v != pg_v:
                     raise ValueError(
-                        f"the torch.distributed process group says {name.lower()}={pg_v} but the environment says "
-                        f"{name}={env_v}; fix the launcher so they agree (the process group is what we use)"
+                        f"the torch.distributed process group says {name.lower()}={pg_v} but the environment "
+                        f"says {name}={env_v}; fix the launcher so they agree "
+                        "(the process group is what we use)"
                     )
             if local is None:
                 hosts: list[str | None] = [None] * size
@@ -137,7 +138,8 @@ class World:
         local = size if local is None else local
         if local < 1 or size % local:
             raise ValueError(
-                f"LOCAL_WORLD_SIZE={local} must be >= 1 and divide WORLD_SIZE={size} (same ranks on every node)"
+                f"LOCAL_WORLD_SIZE={local} must be >= 1 and divide "
+                f"WORLD_SIZE={size} (same ranks on every node)"
             )
         if not 0 <= rank < size:
             raise ValueError(f"RANK={rank} out of range for WORLD_SIZE={size}")

@@ -87,7 +87,8 @@ class RangeBudget:
 
     Args:
         config: The ranged settings; ``config.concurrency`` is the budget of ranges in flight.
-        sharers: Processes sharing the same link, each with a budget of its own (DataLoader workers of a rank).
+        sharers: Processes sharing the same link, each with a budget of its own
+            (DataLoader workers of a rank).
     """
 
     def __init__(self, config: RangedConfig, sharers: int = 1) -> None:

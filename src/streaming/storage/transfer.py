@@ -4,10 +4,10 @@ A download goes to ``<path>.tmp-<pid>-<n>`` and is renamed into place only when 
 hash-verified), so a crash or ``kill -9`` never leaves a partial file under the real name. Transient failures
 (connection resets, timeouts, HTTP 5xx/429) are retried for a time ``budget`` (default 5 minutes: stores have
 outages of minutes, and a run that dies after 1.3 s of one loses everything since its last checkpoint), with
-capped exponential backoff and jitter, each retry logged with the redacted URL; ``retries`` optionally caps the
-count too. The jitter comes from a private RNG per transfer, never Python's global ``random``, so a retry
-leaves a training run's RNG state (and its checkpoint) as an uninterrupted run's. A missing object fails at once
-with its URL in the message. A hash mismatch triggers one fresh download, then a clear error.
+capped exponential backoff and jitter, each retry logged with the redacted URL; ``retries`` optionally caps
+the count too. The jitter comes from a private RNG per transfer, never Python's global ``random``, so a retry
+leaves a training run's RNG state (and its checkpoint) as an uninterrupted run's. A missing object fails at
+once with its URL in the message. A hash mismatch triggers one fresh download, then a clear error.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class RetryPolicy:
         max_backoff: Cap on one sleep (10 s: a transfer resumes within ~10 s of the end of an outage, which
             matters more than the few extra requests it costs during one).
         budget: Seconds from the first attempt after which no retry starts (the last sleep is cut to fit).
-        setting: The config field that sets the budget, named when it is spent (e.g. ``data.download_budget``).
+        setting: The config field that sets the budget, named when it is spent
+            (e.g. ``data.download_budget``).
     """
 
     retries: int | None = None
@@ -87,13 +88,15 @@ class RetryPolicy:
             raise ValueError(f"{self.setting} must be >= 0 seconds, got {self.budget}")
 
     def sleep_for(self, attempt: int, rng: random.Random) -> float:
-        """Backoff before retry number ``attempt`` (1-based): exponential, capped, with jitter from ``rng``."""
+        """Backoff before retry number ``attempt`` (1-based):
+        exponential, capped, with jitter from ``rng``."""
         cap = min(self.max_backoff, self.initial_backoff * (2 ** min(attempt - 1, 60)))
         return rng.uniform(cap / 2, cap)
 
 
 def _with_retries(what: str, url: str, policy: RetryPolicy, fn: Callable[[], None]) -> None:
-    rng = random.Random(int.from_bytes(os.urandom(8), "little"))  # private: the global RNG is the run's
+    # private: the global RNG is the run's
+    rng = random.Random(int.from_bytes(os.urandom(8), "little"))
     start = time.monotonic()
     attempt = 0
     while True:
@@ -111,8 +114,8 @@ def _with_retries(what: str, url: str, policy: RetryPolicy, fn: Callable[[], Non
                     else f"{policy.setting}={policy.budget:g} s"
                 )
                 raise TransientStorageError(
-                    f"{what} {redact(url)} failed after {attempt} attempt(s) over {elapsed:.0f} s ({limit} spent): "
-                    f"{err}"
+                    f"{what} {redact(url)} failed after {attempt} attempt(s) over {elapsed:.0f} s ({limit} "
+                    f"spent): {err}"
                 ) from None
             delay = min(policy.sleep_for(attempt, rng), left)
             log.warning(
@@ -175,8 +178,9 @@ def download_file(
         policy: Retries and timeout (default: 2 retries, 60 s).
         expected_hashes: ``{algo: hexdigest}`` from the index (used with ``validate_hash``).
         validate_hash: An algorithm to verify after download; a mismatch re-downloads once, then raises.
-        root: The folder ``path`` must stay under. Pass it whenever ``path`` was built from a name read from an
-            untrusted file or listing (index basenames, object names); nothing is created or written otherwise.
+        root: The folder ``path`` must stay under. Pass it whenever ``path`` was built from a name read from
+            an untrusted file or listing (index basenames, object names); nothing is created or written
+            otherwise.
         on_tmp: Told the temp file's name before each attempt writes it (front to back; a retry truncates it
             first), so another thread can read what has arrived (``streaming.reader.growing_shard``).
         max_bytes: The most bytes the object may have (what an index declares): a larger one is refused,
@@ -196,8 +200,8 @@ def download_file(
     """
     if root is not None and not is_within(root, path):
         raise UnsafePathError(
-            f"download {redact(url)}: destination {path} is outside its folder {os.path.abspath(root)}; the file "
-            "name came from an untrusted index or listing and must be a relative name without '..'"
+            f"download {redact(url)}: destination {path} is outside its folder {os.path.abspath(root)}; the "
+            "file name came from an untrusted index or listing and must be a relative name without '..'"
         )
     policy = policy or RetryPolicy()
     backend = get_backend(url)
@@ -230,7 +234,8 @@ def _expected_digest(
     expected = (expected_hashes or {}).get(validate_hash)
     if expected is None:
         raise ValueError(
-            f"validate_hash={validate_hash!r} but the index records no {validate_hash} digest for {redact(url)}"
+            f"validate_hash={validate_hash!r} but the index records no "
+            f"{validate_hash} digest for {redact(url)}"
         )
     return validate_hash, expected
 
@@ -247,8 +252,8 @@ def _digest_ok(url: str, path: str, algo: str, expected: str, *, last: bool) -> 
         )
         return False
     raise HashMismatchError(
-        f"{redact(url)}: {algo} is {actual} after two downloads, index.json says {expected}; the remote file or "
-        "its index is corrupt (run `python -m streaming validate`)"
+        f"{redact(url)}: {algo} is {actual} after two downloads, index.json says {expected}; the remote file "
+        "or its index is corrupt (run `python -m streaming validate`)"
     )
 
 

@@ -4,9 +4,9 @@ Design note: shard transfer keeps ``streaming.storage.transfer`` (atomic renames
 checks, byte ranges, locks); a file a program simply reads or writes whole goes through smart_open, the
 stack's chosen library for that. smart_open gets the clients our backends build (``get_backend``), so both
 paths see the same endpoint (the URL's store profile, else ``S3_ENDPOINT_URL``), ``S3_UNSIGNED``, AWS chain,
-``STORAGE_EMULATOR_HOST`` and Azure account environment, and its SDK failures go through the backend's ``sdk_errors``: ``FileNotFoundError``
-/ ``PermissionError`` / ``TransientStorageError`` naming the redacted URL. A missing SDK names the extra to
-install, as for shard transfer.
+``STORAGE_EMULATOR_HOST`` and Azure account environment, and its SDK failures go through the backend's
+``sdk_errors``: ``FileNotFoundError`` / ``PermissionError`` / ``TransientStorageError`` naming the redacted
+URL. A missing SDK names the extra to install, as for shard transfer.
 
 Per scheme:
 
@@ -133,7 +133,8 @@ def _open_smart(url: str, mode: str, encoding: str | None, timeout: float) -> It
             with opener(target, mode, encoding=encoding, compression="disable", transport_params=params) as f:
                 yield f
         except OSError as err:
-            sdk_error = getattr(err, "backend_error", None)  # smart_open's S3 reader wraps botocore's error
+            # smart_open's S3 reader wraps botocore's error
+            sdk_error = getattr(err, "backend_error", None)
             if sdk_error is None:
                 raise
             raise sdk_error from None
@@ -142,7 +143,8 @@ def _open_smart(url: str, mode: str, encoding: str | None, timeout: float) -> It
 @contextmanager
 def _via_backend(url: str, mode: str, encoding: str | None, timeout: float) -> Iterator[IO[Any]]:
     policy = RetryPolicy(timeout=timeout)
-    with tempfile.TemporaryDirectory(prefix="open_url-") as scratch:  # mode 0700: private to this user
+    # mode 0700: private to this user
+    with tempfile.TemporaryDirectory(prefix="open_url-") as scratch:
         path = os.path.join(scratch, "object")
         if mode[0] == "r":
             download_file(url, path, policy=policy)

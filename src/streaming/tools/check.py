@@ -1,4 +1,5 @@
-"""Dataset checks and repair: ``describe``, ``validate`` and ``rebuild_index`` (behind ``python -m streaming``).
+"""Dataset checks and repair: ``describe``, ``validate`` and ``rebuild_index``
+(behind ``python -m streaming``).
 
 Validation trusts nothing: every file listed by the index must exist with the recorded size and digests,
 every offset table must be monotonic and end at the file size, and every sample count must agree between the
@@ -33,8 +34,8 @@ _META_RE = re.compile(r"^shard\.(\d+)\.(json|csv|tsv|xsv)\.meta(?:\.(zstd|gz|bz2
 def is_shard_file(name: str) -> bool:
     """True for the plain file names ``rebuild_index`` reads: ``shard.NNNNN.<format>[.meta][.<compression>]``.
 
-    Names found by listing a folder or a bucket are untrusted; only names of this exact shape (no separator, no
-    ``..``) are ever joined onto a local folder by ``rebuild-index``.
+    Names found by listing a folder or a bucket are untrusted; only names of this exact shape (no separator,
+    no ``..``) are ever joined onto a local folder by ``rebuild-index``.
     """
     return bool(_SHARD_RE.match(name) or _META_RE.match(name))
 

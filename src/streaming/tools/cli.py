@@ -29,8 +29,8 @@ from streaming.util.sizes import format_bytes
 def _local_copy(path: str, split: str | None, *, shards: bool) -> Iterator[str]:
     """A local directory holding the dataset at ``path`` (downloaded to a temp dir when ``path`` is a URL).
 
-    Shard names come from the downloaded ``index.json``, which ``load_index`` checks before any shard is fetched;
-    each destination is also verified to stay inside the temp dir.
+    Shard names come from the downloaded ``index.json``, which ``load_index`` checks before any shard is
+    fetched; each destination is also verified to stay inside the temp dir.
     """
     if not is_remote(path):
         yield path

@@ -47,7 +47,8 @@ def profiles_from_file(path: str) -> dict[str, Any]:
         raise ValueError(f"--storage-profiles {path!r}: cannot parse it: {err}") from None
     if isinstance(data, Mapping) and ("profiles" in data or "profiles_file" in data or "defaults" in data):
         if data.get("profiles_file"):  # a foundry storage config naming a profiles file
-            return profiles_from_file(str(data["profiles_file"]))  # relative to the cwd, as in foundry
+            # relative to the cwd, as in foundry
+            return profiles_from_file(str(data["profiles_file"]))
         data = data.get("profiles") or {}
     if not isinstance(data, Mapping):
         raise ValueError(f"--storage-profiles {path!r}: expected a mapping of URL prefix -> settings")

@@ -1,10 +1,10 @@
 """One path-safety rule for every file name that comes from a file we did not write.
 
-Shard basenames in ``index.json``, file names in a checkpoint ``manifest.json``, object-store listings and merge
-inputs are all *untrusted*: a crafted name such as ``../../x`` or ``/usr/lib/python3/site-packages/x.pth`` joined
-onto a cache folder would write, read or delete a file outside it. Every such name passes through
-``safe_relpath`` (the name alone) or ``safe_join`` (the name joined onto its root) before anything touches the
-file system.
+Shard basenames in ``index.json``, file names in a checkpoint ``manifest.json``, object-store listings and
+merge inputs are all *untrusted*: a crafted name such as ``../../x`` or
+``/usr/lib/python3/site-packages/x.pth`` joined onto a cache folder would write, read or delete a file outside
+it. Every such name passes through ``safe_relpath`` (the name alone) or ``safe_join`` (the name joined onto
+its root) before anything touches the file system.
 
 The rule: a non-empty string; ``/`` separators only (no backslash); no NUL or other control character; not
 absolute, no drive letter (``C:``) and no URL scheme; no ``..`` component anywhere (even one that would cancel
@@ -12,14 +12,14 @@ out). ``.`` and empty components are dropped, so the result is the normalised PO
 checks that the joined path stays under its root after ``os.path.abspath`` normalisation.
 
 Links: a name that passes the rule can still lead outside its root through a symbolic link inside it (a
-planted ``local/sub -> /home/me``, then a shard named ``sub/notes.txt``). Whoever writes or deletes a file under
-a cache or dataset folder first calls ``refuse_links``: no existing component below the root may be a link.
-The root itself may be one (pointing a cache at a bigger disk is normal). Only the folder's owner can plant a
-link in a private folder, so the check and the write need no atomicity against a concurrent attacker.
+planted ``local/sub -> /home/me``, then a shard named ``sub/notes.txt``). Whoever writes or deletes a file
+under a cache or dataset folder first calls ``refuse_links``: no existing component below the root may be a
+link. The root itself may be one (pointing a cache at a bigger disk is normal). Only the folder's owner can
+plant a link in a private folder, so the check and the write need no atomicity against a concurrent attacker.
 
-The same family: a *folder* we cache into is trusted only if it is ours. ``private_dir`` creates a cache folder
-with mode 0700 and refuses an existing one that is not a plain directory, belongs to another user, or that group
-or others may write (files planted there would be served as if we had downloaded them).
+The same family: a *folder* we cache into is trusted only if it is ours. ``private_dir`` creates a cache
+folder with mode 0700 and refuses an existing one that is not a plain directory, belongs to another user, or
+that group or others may write (files planted there would be served as if we had downloaded them).
 """
 
 from __future__ import annotations
@@ -101,13 +101,15 @@ def safe_relpath(name: object, *, source: str, field: str) -> str:
         field: The field that held it (e.g. ``shards[3].raw_data.basename``).
 
     Raises:
-        UnsafePathError: Naming ``source``, ``field`` and the value, before anything is read, written or deleted.
+        UnsafePathError: Naming ``source``, ``field`` and the value, before anything is read,
+            written or deleted.
     """
     problem = _problem(name)
     if problem is not None:
         raise UnsafePathError(
-            f"{source}: {field}={name!r:.300} is not a safe relative file name ({problem}); names in this file must "
-            "be relative paths inside its folder, without '..', absolute paths, drive letters or backslashes"
+            f"{source}: {field}={name!r:.300} is not a safe relative file name ({problem}); names in this "
+            "file must be relative paths inside its folder, without '..', absolute "
+            "paths, drive letters or backslashes"
         )
     assert isinstance(name, str)
     return "/".join(p for p in name.split("/") if p not in ("", "."))
@@ -154,8 +156,9 @@ def refuse_links(root: str | os.PathLike[str], path: str | os.PathLike[str], *, 
         if stat.S_ISLNK(mode):
             raise UnsafePathError(
                 f"{doing} {path}: {current} is a symbolic link (to {os.readlink(current)}); files under "
-                f"{root_abs} are never written or deleted through a link, which could lead outside it. Remove "
-                "the link (or replace it with a real folder), or point the dataset's local= at the real folder"
+                f"{root_abs} are never written or deleted through a link, which could lead outside it. "
+                "Remove the link (or replace it with a real folder), or point the "
+                "dataset's local= at the real folder"
             )
 
 
@@ -166,8 +169,8 @@ class UnsafeFolderError(PermissionError):
 def folder_problem(path: str | os.PathLike[str]) -> str | None:
     """Why an existing folder is not private to the current user (None if it is, or does not exist).
 
-    Not private: a symlink or non-directory, owned by another uid, or writable by group or others. The ownership
-    checks are skipped on platforms without POSIX uids.
+    Not private: a symlink or non-directory, owned by another uid, or writable by group or others. The
+    ownership checks are skipped on platforms without POSIX uids.
     """
     getuid = getattr(os, "getuid", None)
     try:
@@ -208,6 +211,7 @@ def private_dir(path: str | os.PathLike[str], *, what: str, fix: str, create: bo
     problem = folder_problem(folder)
     if problem:
         raise UnsafeFolderError(
-            f"{what} {folder} {problem}; files planted there would be trusted as our own. {fix[:1].upper()}{fix[1:]}"
+            f"{what} {folder} {problem}; files planted there would be trusted as our "
+            f"own. {fix[:1].upper()}{fix[1:]}"
         )
     return folder

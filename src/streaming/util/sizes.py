@@ -85,7 +85,8 @@ def parse_count(value: int | str, *, name: str = "count") -> int:
     match = re.fullmatch(_NUMBER + r"\s*([kmbt]?)", value.strip().lower())
     if match is None:
         raise ValueError(
-            f"{name}={value!r} is not a count: use an integer or a number with a suffix k, m, b or t (e.g. '100k')"
+            f"{name}={value!r} is not a count: use an integer or a number with a "
+            "suffix k, m, b or t (e.g. '100k')"
         )
     number, exp, unit = match.groups()
     total = float(number) * (10 ** int(exp) if exp else 1) * _COUNT_UNITS[unit]

@@ -91,8 +91,9 @@ class Writer(ABC):
     ) -> None:
         if unknown:
             raise WriterArgumentError(
-                f"Invalid Writer argument(s): {type(self).__name__} got unknown argument(s) {sorted(unknown)}; valid: out, columns, compression, "
-                "hashes, size_limit, keep_local, exist_ok, append, progress_bar, max_workers, retry"
+                f"Invalid Writer argument(s): {type(self).__name__} got unknown argument(s) "
+                f"{sorted(unknown)}; valid: out, columns, compression, hashes, size_limit, keep_local, "
+                "exist_ok, append, progress_bar, max_workers, retry"
             )
         self._compression = get_compression(compression) if compression else None
         self.compression = compression
@@ -101,8 +102,8 @@ class Writer(ABC):
         limit = parse_bytes(size_limit, name="size_limit") if size_limit is not None else 0
         if limit > MAX_SHARD_BYTES:
             raise ValueError(
-                f"`size_limit` must be less than {MAX_SHARD_BYTES} bytes: size_limit={size_limit!r} is {limit} "
-                "bytes; shards must stay below 4 GiB because shard offsets "
+                f"`size_limit` must be less than {MAX_SHARD_BYTES} bytes: size_limit={size_limit!r} is "
+                f"{limit} bytes; shards must stay below 4 GiB because shard offsets "
                 "are uint32: use e.g. '64mb' (the default) up to '4095mb'"
             )
         self.size_limit = limit or None
@@ -124,7 +125,8 @@ class Writer(ABC):
         self._pending: deque[Future[ShardInfo]] = deque()
         self._done: list[ShardInfo] = []
         self._pool = ThreadPoolExecutor(max_workers=max_workers or min(8, (os.cpu_count() or 1) + 2))
-        self._max_pending = max(2, self._pool._max_workers)  # bound the memory held by queued shards
+        # bound the memory held by queued shards
+        self._max_pending = max(2, self._pool._max_workers)
         self._progress = tqdm(desc=f"writing {self.local}", unit=" samples", disable=not progress_bar)
         self._finished = False
 
@@ -249,8 +251,8 @@ class Writer(ABC):
         if remote is not None and not exist_ok and self._output.fetch_index(INDEX_FILENAME) and not append:
             os.remove(os.path.join(local, INDEX_FILENAME))
             raise FileExistsError(
-                f"a dataset already exists at {redact(remote)}: pass exist_ok=True to overwrite it or append=True "
-                "to add shards to it"
+                f"a dataset already exists at {redact(remote)}: pass exist_ok=True to overwrite it or "
+                "append=True to add shards to it"
             )
 
     def _load_existing(self) -> list[ShardInfo]:
@@ -265,7 +267,8 @@ class Writer(ABC):
             existing = dict(zip(shard.column_names, shard.column_encodings))
             if existing != self._columns:
                 raise ValueError(
-                    f"cannot append to {self.local}: its columns are {existing}, this writer's are {self._columns}"
+                    f"cannot append to {self.local}: its columns are {existing}, "
+                    f"this writer's are {self._columns}"
                 )
         return shards
 

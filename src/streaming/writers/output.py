@@ -93,7 +93,8 @@ class RemoteOutput(Output):
 
 
 def split_out(out: str | tuple[str, str]) -> tuple[str | None, str | None]:
-    """``out`` as ``(local, remote)``; a plain path is local, a URL with a scheme other than file is remote."""
+    """``out`` as ``(local, remote)``; a plain path is local,
+    a URL with a scheme other than file is remote."""
     if isinstance(out, tuple | list):
         if len(out) != 2:
             raise ValueError(f"out must be a path, a URL or a (local_dir, remote_url) pair, got {out!r}")
@@ -111,7 +112,8 @@ def split_out(out: str | tuple[str, str]) -> tuple[str | None, str | None]:
 def resolve_output(
     out: str | tuple[str, str], *, keep_local: bool, retry: int, max_workers: int | None
 ) -> Output:
-    """Build the writer output for ``out``: a local directory, a remote URL, or ``(local_dir, remote_url)``."""
+    """Build the writer output for ``out``: a local directory, a remote URL,
+    or ``(local_dir, remote_url)``."""
     del max_workers
     local, remote = split_out(out)
     if remote is None:

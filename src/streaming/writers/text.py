@@ -2,8 +2,8 @@
 
 Each shard is a data file of lines plus a ``.meta`` file (``uint32 N``, ``uint32 offsets[N+1]``, the config
 JSON), so any sample is one slice of the data file. Values are checked against the three text encodings
-(``str``, ``int``, ``float``) at write time; separated-value formats have no quoting, so a value containing the
-separator or newline is refused with a pointer to the formats that can hold it.
+(``str``, ``int``, ``float``) at write time; separated-value formats have no quoting, so a value containing
+the separator or newline is refused with a pointer to the formats that can hold it.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class _SplitWriter(Writer):
 
 
 class JSONWriter(_SplitWriter):
-    """Writes JSONL shards: one ``json.dumps(sample, sort_keys=True)`` line per sample (str/int/float columns)."""
+    """Writes JSONL shards: one ``json.dumps(sample, sort_keys=True)`` line per sample
+    (str/int/float columns)."""
 
     format = "json"
 

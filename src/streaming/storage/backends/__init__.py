@@ -1,8 +1,8 @@
 """Storage backends: the official SDK of each store behind one small interface, chosen by URL scheme.
 
-Design note: one module per backend family (``local``, ``s3``, ``gcs``, ``azure``, ``hf``, ``http``), the shared
-interface and error contract in ``base``; this module only maps a URL's scheme to its backend and caches one
-instance per scheme, relevant environment and process. Each backend maps its SDK's failures to
+Design note: one module per backend family (``local``, ``s3``, ``gcs``, ``azure``, ``hf``, ``http``), the
+shared interface and error contract in ``base``; this module only maps a URL's scheme to its backend and
+caches one instance per scheme, relevant environment and process. Each backend maps its SDK's failures to
 ``FileNotFoundError`` / ``PermissionError`` (permanent, never retried, the URL in the message),
 ``TransientStorageError`` (retried by ``streaming.storage.transfer``) and anything else (a bug: propagated).
 SDK-internal retries are turned off where the SDK allows it, so one policy (ours) decides, and every retry is

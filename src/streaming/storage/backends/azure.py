@@ -1,8 +1,9 @@
 """Azure Blob Storage as a backend: ``azure://<container>/<blob>``, through azure-storage-blob.
 
 Design note: one ``BlobServiceClient`` per backend, from a connection string or an account name with a key
-(else ``DefaultAzureCredential``); ``service`` is public so that ``streaming.storage.whole_file`` reads through
-smart_open with the same client. The SDK's HTTP errors are mapped with the shared ``TRANSIENT_HTTP`` statuses.
+(else ``DefaultAzureCredential``); ``service`` is public so that ``streaming.storage.whole_file`` reads
+through smart_open with the same client. The SDK's HTTP errors are mapped with the shared ``TRANSIENT_HTTP``
+statuses.
 """
 
 from __future__ import annotations

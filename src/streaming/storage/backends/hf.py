@@ -41,7 +41,8 @@ class HFBackend(Backend):
             raise FileNotFoundError(f"{redact(url)}: not found") from None
         except (self._hub.errors.LocalEntryNotFoundError, ConnectionError, TimeoutError) as err:
             raise TransientStorageError(f"{redact(url)}: {type(err).__name__}") from None
-        check_stated_size(url, os.path.getsize(cached), max_bytes)  # the hub's own cache holds it already
+        # the hub's own cache holds it already
+        check_stated_size(url, os.path.getsize(cached), max_bytes)
         shutil.copyfile(cached, path)
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:

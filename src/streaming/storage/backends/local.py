@@ -32,7 +32,8 @@ class LocalBackend(Backend):
             return
         with open(src, "rb") as f:
             check_stated_size(url, os.fstat(f.fileno()).st_size, max_bytes)
-            copy_bounded(f, path, url, max_bytes)  # bounded as it copies: the file may grow meanwhile
+            # bounded as it copies: the file may grow meanwhile
+            copy_bounded(f, path, url, max_bytes)
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         dst = self._path(url)

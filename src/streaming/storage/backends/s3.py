@@ -31,7 +31,8 @@ class S3Backend(Backend):
 
     Endpoint, region, credentials and addressing style per URL: ``streaming.storage.profiles.profile_for``
     (``STREAMING_STORAGE_PROFILES``, else ``S3_ENDPOINT_URL`` or boto3's own ``AWS_ENDPOINT_URL*``, and the
-    standard AWS chain). ``S3_UNSIGNED=1`` (or no credentials at all) uses unsigned requests for public buckets.
+    standard AWS chain). ``S3_UNSIGNED=1`` (or no credentials at all) uses unsigned requests for public
+    buckets.
     """
 
     ranged_reads = True
