@@ -6,11 +6,11 @@ composition errors (a bad override, an unknown group option, a parse error: `Com
 OmegaConf's (a wrong type, a missing `???` value, an unresolvable interpolation), `ValueError` (every schema's
 `__post_init__` check, `foundry.errors.ConfigError`, a tokenizer that cannot be found) and
 `FileNotFoundError` (a dataset that has not been created yet), and the operating system's errors the user
-fixes (a full disk, a read-only or unwritable folder, a file where a folder goes: `foundry.errors.os_error_message`).
-Everything else is a bug and propagates with
-its traceback. `HYDRA_FULL_ERROR=1` shows the traceback of user errors too.
-The command-line tools (`scripts/*.py`, `python -m foundry.launch|runs|sync`) report the same way through
-`foundry.errors.run_tool`, which imports neither Hydra nor torch.
+fixes (a full disk, a read-only or unwritable folder, a file where a folder goes:
+`foundry.errors.os_error_message`). Everything else is a bug and propagates with its traceback.
+`HYDRA_FULL_ERROR=1` shows the traceback of user errors too. The command-line tools (`scripts/*.py`,
+`python -m foundry.launch|runs|sync`) report the same way through `foundry.errors.run_tool`, which imports
+neither Hydra nor torch.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ _SEARCH_PATH = re.compile(r"provider=\S+, path=file://(\S+)")
 
 
 def _missing_option_message(err: MissingConfigException) -> str | None:
-    """`model=mpt-tinny`: one line with the closest option, instead of Hydra's list (internal bases included)."""
+    """`model=mpt-tinny`: one line with the closest option, instead of Hydra's list
+    (internal bases included)."""
     found = _GROUP_OPTIONS.search(str(err))
     path = err.missing_cfg_file or ""
     if not found or not err.options or not path.startswith(found.group(1) + "/"):
@@ -62,10 +63,10 @@ def _missing_option_message(err: MissingConfigException) -> str | None:
     group = found.group(1)
     choice = path[len(group) + 1 :]
     options = list(err.options)
-    folder = choice.rpartition("/")[
-        0
-    ]  # data=finetune/x: Hydra lists conf/data/, the options are in finetune/
-    if folder:  # Hydra's search path is in the message; its config folders hold the subfolder's options
+    # data=finetune/x: Hydra lists conf/data/, the options are in finetune/
+    folder = choice.rpartition("/")[0]
+    # Hydra's search path is in the message; its config folders hold the subfolder's options
+    if folder:
         roots = [Path(p) / group / folder for p in _SEARCH_PATH.findall(str(err))]
         inner = sorted({f"{folder}/{f.stem}" for root in roots for f in root.glob("*.yaml")})
         options = inner or options
@@ -112,15 +113,18 @@ def run_cli(main: Callable[[], Any]) -> int:
     Returns:
         0 on success, `EXIT_USER_ERROR` (2) after printing a user error; bugs raise (traceback, exit 1).
     """
-    install_masked_excepthook()  # a bug's traceback (raised on from here) is printed with secrets masked
+    # a bug's traceback (raised on from here) is printed with secrets masked
+    install_masked_excepthook()
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises instead of printing its own report; we report
+    # Hydra re-raises instead of printing its own report; we report
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()
     except _REPORTED as err:
         message = os_error_message(err) if isinstance(err, OSError) and err.errno is not None else None
         if message is None and not isinstance(err, USER_ERRORS):
-            raise  # an OSError that is not the user's (a broken connection): a bug's traceback, masked
+            # an OSError that is not the user's (a broken connection): a bug's traceback, masked
+            raise
         if user_full_error == "1":
             print(masked_traceback(err), end="", file=sys.stderr)
         print(f"error: {redact_text(message or user_message(err))}", file=sys.stderr, flush=True)

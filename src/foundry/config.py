@@ -89,7 +89,9 @@ LLM_FOUNDRY_KEYS = {
     "save_folder": "checkpoint.save_folder",
     "load_path": "checkpoint.load_path",
     "autoresume": "checkpoint.autoresume",
-    "load_weights_only": "checkpoint.load_weights_only (task=finetune loads checkpoint.load_path's weights only)",
+    "load_weights_only": (
+        "checkpoint.load_weights_only (task=finetune loads checkpoint.load_path's weights only)"
+    ),
     "load_strict_model_weights": "checkpoint.load_strict",
     "save_interval": "checkpoint.save_interval",
     "save_num_checkpoints_to_keep": "checkpoint.save_num_checkpoints_to_keep",
@@ -106,14 +108,16 @@ LLM_FOUNDRY_KEYS = {
     "accumulate_train_batch_on_tokens": "trainer.accumulate_train_batch_on_tokens",
     "train_subset_num_batches": "trainer.train_subset_num_batches",
 }
-"""Top-level keys of llm-foundry YAMLs and where they live here (`python -m foundry.compat.llmfoundry` translates
-a whole YAML; its table, `foundry.compat.llmfoundry.keys.TOP`, starts from these)."""
+"""Top-level keys of llm-foundry YAMLs and where they live here (`python -m foundry.compat.llmfoundry`
+translates a whole YAML; its table, `foundry.compat.llmfoundry.keys.TOP`, starts from these)."""
 LLM_FOUNDRY_FINETUNE_KEYS = {
     "name": "data=finetune/<name> picks finetuning data (llm-foundry's `name: finetuning`)",
     "dataset": "the data.* keys are llm-foundry's train_loader.dataset keys, flattened (data.hf_name=...)",
     "split": "data.train_split (and data.eval_split for the eval loader)",
     "decoder_only_format": "always true here (decoder-only models); remove it",
-    "allow_pad_trimming": "not supported: rows keep max_seq_len (fixed shapes); data.packing_ratio cuts padding",
+    "allow_pad_trimming": (
+        "not supported: rows keep max_seq_len (fixed shapes); data.packing_ratio cuts padding"
+    ),
     "drop_last": "not configurable: training drops a final partial batch, eval keeps every example",
     "streams": "not supported for finetuning data: one source per run (data.hf_name or data.local/remote)",
     "pin_memory": "not configurable (in-memory rows have no workers; MDS: data.num_workers)",
@@ -125,7 +129,8 @@ LLM_FOUNDRY_FINETUNE_KEYS = {
 if TYPE_CHECKING:
     DataConfig = TextDataConfig | FinetuneDataConfig
 else:
-    DataConfig = Any  # OmegaConf 2.3 has no unions: the composed node keeps its own schema (checked below)
+    # OmegaConf 2.3 has no unions: the composed node keeps its own schema (checked below)
+    DataConfig = Any
 KEY_RULE = (
     "Every key must be declared by its schema: `key=value` sets one, and `+key=value` cannot add new ones "
     "(free-form values go under `+variables.<name>=value`)."
@@ -137,7 +142,8 @@ class TrainConfig:
     """The root of `conf/train.yaml`: one field per config group plus run-level keys."""
 
     task: str = "pretrain"
-    """What `train.py` runs: `pretrain`, `finetune` (on `data=finetune/<name>`), or `eval` (ICL evaluation)."""
+    """What `train.py` runs: `pretrain`, `finetune` (on `data=finetune/<name>`), or `eval`
+    (ICL evaluation)."""
     run_name: str = "dev"
     """Names the run directory (`outputs/<run_name>`) and the W&B run; a named run autoresumes. `train.yaml`
     generates a fresh one (`pretrain-mpt-tiny-20261126-175501`, `foundry.run_name`) unless given."""
@@ -172,9 +178,9 @@ class TrainConfig:
         check_name(self.run_name, field="run_name")
         if redact_text(self.run_name) != self.run_name:
             raise ValueError(
-                f"run_name={redact_text(self.run_name)!r} holds a credential (the value of a secret environment "
-                "variable, or a key=value secret): it would name the run folder, the W&B run and every record in "
-                "plain text; choose another run_name"
+                f"run_name={redact_text(self.run_name)!r} holds a credential (the value of a secret "
+                "environment variable, or a key=value secret): it would name the run folder, the W&B run and "
+                "every record in plain text; choose another run_name"
             )
         finetune_data = isinstance(self.data, FinetuneDataConfig)
         if self.task == "finetune" and not finetune_data:
@@ -192,9 +198,11 @@ class TrainConfig:
 def register_configs() -> None:
     """Stores every schema node in Hydra's `ConfigStore` and registers the config's resolvers (idempotent;
     call before composing)."""
-    # `${quickstart_tokenizer:<cache>,<corpus_mb>,<vocab_size>}`: the keyed tokenizer path (conf/data/quickstart.yaml)
+    # `${quickstart_tokenizer:<cache>,<corpus_mb>,<vocab_size>}`: the keyed tokenizer path
+    # (conf/data/quickstart.yaml)
     OmegaConf.register_new_resolver("quickstart_tokenizer", quickstart_tokenizer_path, replace=True)
-    register_run_name_resolver()  # `${foundry.run_name:${task}}`: a fresh name unless the run is named
+    # `${foundry.run_name:${task}}`: a fresh name unless the run is named
+    register_run_name_resolver()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     register_model_configs(cs)
@@ -316,7 +324,8 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
     (resolving interpolations and running every schema's `__post_init__` check).
 
     Raises:
-        ConfigError: Naming every undeclared key (and the closest declared one), or the value a schema rejects.
+        ConfigError: Naming every undeclared key (and the closest declared one),
+            or the value a schema rejects.
     """
     unknown = unknown_keys(cfg)
     if unknown:

@@ -1,11 +1,12 @@
-"""The index of every config key (`conf/_keys.json`), built from the typed schemas, for checks that must not import
-them (issue 40: a config mistake took 7-27 s to be answered, most of it importing torch before the first check).
+"""The index of every config key (`conf/_keys.json`), built from the typed schemas, for checks that must not
+import them (issue 40: a config mistake took 7-27 s to be answered, most of it importing torch before the
+first check).
 
-`build_index()` walks `TrainConfig`: every dataclass field by dotted key with its type, and for a field typed by a
-base schema (`model`, `data`, `optimizer`, `scheduler`, ...) the fields of every schema that can stand there (the
-union: `model.rope_theta` is valid because some model schema has it). A `dict` field admits any key below it
-(`variables.*`). `make config-index` writes the file; a test fails when it is out of date. The reader is
-`foundry.quick_check` (standard library only).
+`build_index()` walks `TrainConfig`: every dataclass field by dotted key with its type, and for a field typed
+by a base schema (`model`, `data`, `optimizer`, `scheduler`, ...) the fields of every schema that can stand
+there (the union: `model.rope_theta` is valid because some model schema has it). A `dict` field admits any key
+below it (`variables.*`). `make config-index` writes the file; a test fails when it is out of date. The reader
+is `foundry.quick_check` (standard library only).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def build_index() -> dict[str, Any]:
     keys: dict[str, str] = {}
     _walk(TrainConfig, "", keys, set())
     for schema in (*_schemas_for(TextDataConfig), *_schemas_for(FinetuneDataConfig)):
-        _walk(schema, "data.", keys, set())  # `data` is typed Any for OmegaConf (no unions): its schemas here
+        # `data` is typed Any for OmegaConf (no unions): its schemas here
+        _walk(schema, "data.", keys, set())
     return {
         "keys": dict(sorted(keys.items())),
         "group_only": sorted(GROUP_ONLY_KEYS),

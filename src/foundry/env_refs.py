@@ -9,8 +9,9 @@ record view resolves every interpolation except `oc.env`, so no environment valu
 How: each live `${oc.env:` in a string leaf is escaped (`\\${oc.env:`, OmegaConf's literal form) in a copy of
 the config, which is then resolved; a node that interpolates such a node (`${data.remote}`) therefore
 records the same unresolved text; a leaf that still holds the value of a variable the config names (a
-resolver that read its argument again) is recorded as written. `env_refs` lists the leaves that differ from the run's resolution, by
-dotted path, so a record built from the typed config (`run.json`) can put the same text back (`keep_env_refs`).
+resolver that read its argument again) is recorded as written. `env_refs` lists the leaves that differ from
+the run's resolution, by dotted path, so a record built from the typed config (`run.json`) can put the same
+text back (`keep_env_refs`).
 """
 
 from __future__ import annotations
@@ -122,8 +123,8 @@ def _keep(tree: Any, refs: Mapping[str, tuple[Any, str]], prefix: str) -> Any:
 
 
 def resolve_recorded(value: Any) -> Any:  # a value read back from a record
-    """A value read back from a record (`run.json`'s tokenizer path, for a later `generate.py` or export) with its
-    `${oc.env:...}` interpolations resolved in the current environment; other values unchanged.
+    """A value read back from a record (`run.json`'s tokenizer path, for a later `generate.py` or export) with
+    its `${oc.env:...}` interpolations resolved in the current environment; other values unchanged.
 
     Raises:
         ValueError: The interpolation cannot be resolved here (the variable is not set and has no default).

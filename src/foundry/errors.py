@@ -5,7 +5,8 @@ the message must name the bad key, value or file and say how to fix it. It subcl
 code that catches `ValueError` (the convention of every schema's `__post_init__`) keeps working. The
 command-line tools (`scripts/*.py`, `python -m foundry.launch|runs|sync`) report the same way through
 `run_tool`, which also counts `OSError` as the user's (a path that cannot be read or written, a hub name that
-cannot be reached). This module imports nothing heavy, so a tool that must start fast (`runs show`) can use it.
+cannot be reached). This module imports nothing heavy, so a tool that must start fast
+(`runs show`) can use it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ class ResumeMismatch(ConfigError):
         self.mixture_changed = mixture_changed
 
 
-_WRITE_ADVICE = "write elsewhere: run from another folder or set hydra.run.dir=..., checkpoint.save_folder=... or $FOUNDRY_CACHE"
+_WRITE_ADVICE = (
+    "write elsewhere: run from another folder or set hydra.run.dir=..., checkpoint.save_folder=... or "
+    "$FOUNDRY_CACHE"
+)
 _OS_ADVICE = {
     errno.ENOSPC: ("no space left on the device", "free space there, or " + _WRITE_ADVICE),
     errno.EDQUOT: ("disk quota exceeded", "free space there, or " + _WRITE_ADVICE),
@@ -65,8 +69,9 @@ _OS_ADVICE = {
     errno.ENAMETOOLONG: ("file name too long", "choose a shorter run_name or folder"),
     errno.ENOENT: ("no such file or folder", "check the path"),
 }
-"""Operating-system errors a user fixes (a full disk, a read-only `outputs/`, a file where a folder goes): what
-they mean and the fix. Any other `OSError` (a broken connection, a bad file descriptor) is not the user's."""
+"""Operating-system errors a user fixes (a full disk, a read-only `outputs/`, a file where a folder goes):
+what they mean and the fix. Any other `OSError` (a broken connection, a bad file descriptor) is not the
+user's."""
 
 
 def os_error_message(err: BaseException) -> str | None:
@@ -91,7 +96,8 @@ def run_tool(main: Callable[[], int | None]) -> int:
     """
     from stackbase.secrets import install_masked_excepthook, masked_traceback, redact_text
 
-    install_masked_excepthook()  # a bug's traceback (raised on from here) is printed with secrets masked
+    # a bug's traceback (raised on from here) is printed with secrets masked
+    install_masked_excepthook()
     try:
         return main() or 0
     except (ValueError, OSError) as err:

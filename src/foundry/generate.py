@@ -54,7 +54,8 @@ class SamplingConfig:
     seed: int | None = None
     """Seed for sampling (None: torch's current generator)."""
     use_cache: bool = True
-    """Decode with the KV cache (False recomputes every prefix: slow, for checking the cache; same greedy text)."""
+    """Decode with the KV cache (False recomputes every prefix: slow, for checking the cache; same greedy
+    text)."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -76,7 +77,7 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:  # a tokenizer
+def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     """A conversation as the prompt text the model continues (the assistant's turn opened)."""
     template = getattr(tokenizer, "chat_template", None) or CHATML_TEMPLATE
     for i, m in enumerate(messages):
@@ -129,14 +130,14 @@ def generate(
     device = next(model.parameters()).device
     if cfg.seed is not None:
         torch.manual_seed(cfg.seed)
-    runner: Any = model  # a transformers `GenerationMixin` (nn.Module.__getattr__ is typed Tensor | Module)
+    # a transformers `GenerationMixin` (nn.Module.__getattr__ is typed Tensor | Module)
+    runner: Any = model
     out: list[str] = []
     try:
         for i in range(0, len(texts), cfg.batch_size):
             batch = tokenizer(texts[i : i + cfg.batch_size], return_tensors="pt", padding=True).to(device)
-            batch.pop(
-                "token_type_ids", None
-            )  # a causal LM takes none; transformers 4.x's generate refuses them
+            # a causal LM takes none; transformers 4.x's generate refuses them
+            batch.pop("token_type_ids", None)
             ids = runner.generate(**batch, **_generate_kwargs(tokenizer, cfg))
             new = ids[:, batch["input_ids"].shape[1] :]
             out += [cut_at_stop(t, cfg.stop) for t in tokenizer.batch_decode(new, skip_special_tokens=True)]

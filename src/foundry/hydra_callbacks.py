@@ -1,14 +1,15 @@
-"""Hydra's files without credentials: redacted YAML dumps, the `.hydra/` callback, and the sweep-folder resolver.
+"""Hydra's files without credentials: redacted YAML dumps, the `.hydra/` callback,
+and the sweep-folder resolver.
 
 Hydra records the composed config, its own config and the command-line overrides (`.hydra/*.yaml`,
-`multirun.yaml`) and names sweep job folders after the overrides (`hydra.job.override_dirname`); a signed URL or
-a token given on the command line would land verbatim in all of them. `conf/hydra/default.yaml` therefore sets
-`output_subdir: null` (Hydra writes no `.hydra/`); `write_hydra_files` writes the same three files through
-`stackbase.secrets.redact_value` once the run is accepted (`foundry.rundir.record`: a refused command
-writes nothing), `RedactedHydraFiles` redacts the sweep's `multirun.yaml`, and sweep job folders are named with the
-`${foundry.redact:...}` resolver. `RedactingFilter` masks every log line the job and Hydra itself log (the
-console and `<run_dir>/train.log`; Hydra's launcher logs each job's overrides). The task itself never reads
-these files and keeps the real values.
+`multirun.yaml`) and names sweep job folders after the overrides (`hydra.job.override_dirname`); a signed URL
+or a token given on the command line would land verbatim in all of them. `conf/hydra/default.yaml` therefore
+sets `output_subdir: null` (Hydra writes no `.hydra/`); `write_hydra_files` writes the same three files
+through `stackbase.secrets.redact_value` once the run is accepted (`foundry.rundir.record`: a refused command
+writes nothing), `RedactedHydraFiles` redacts the sweep's `multirun.yaml`, and sweep job folders are named
+with the `${foundry.redact:...}` resolver. `RedactingFilter` masks every log line the job and Hydra itself log
+(the console and `<run_dir>/train.log`; Hydra's launcher logs each job's overrides). The task itself never
+reads these files and keeps the real values.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ class RedactedHydraFiles(HydraCallback):
 
 
 def _redact_file(path: Path) -> None:
-    """Rewrites a YAML file Hydra already wrote (the sweep's `multirun.yaml`) redacted, if it holds secrets."""
+    """Rewrites a YAML file Hydra already wrote (the sweep's `multirun.yaml`) redacted,
+    if it holds secrets."""
     if not path.is_file():
         return
     original = OmegaConf.to_container(OmegaConf.load(path), resolve=False, enum_to_str=True)

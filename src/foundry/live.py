@@ -1,4 +1,5 @@
-"""The liveness record `<run_dir>/live.json` (written by `foundry.callbacks.liveness`, read by `foundry.runs`).
+"""The liveness record `<run_dir>/live.json` (written by `foundry.callbacks.liveness`, read by
+`foundry.runs`).
 
 Design note: the schema is a leaf module that both sides import (`foundry.callbacks` writes, `foundry.runs`
 reads; neither imports the other), so `python -m foundry.runs list` never imports the training stack (torch)
@@ -36,7 +37,8 @@ class Live:
     interval_s: float = 10.0
     """How often the record is refreshed while training (readers derive staleness from it)."""
     token: str | None = None
-    """`stackbase.process.start_token(pid)` when written: tells this process from a later one reusing its pid."""
+    """`stackbase.process.start_token(pid)` when written:
+    tells this process from a later one reusing its pid."""
     proof: str | None = None
     """`stackbase.process.claim(...).proof`: what `runs stop` checks before it signals `pid` (issue 39)."""
 
@@ -46,8 +48,8 @@ def stale_after(interval_s: float) -> float:
     return max(3 * interval_s, 60.0)
 
 
-_TYPES = {"pid": int, "host": str, "step": int, "max_steps": int, "phase": str, "time": float, "started": float,
-          "attempt": int, "interval_s": float, "token": str, "proof": str}  # fmt: skip
+_TYPES = {"pid": int, "host": str, "step": int, "max_steps": int, "phase": str, "time": float,
+          "started": float, "attempt": int, "interval_s": float, "token": str, "proof": str}  # fmt: skip
 
 
 def read_live(text: str) -> Live | None:

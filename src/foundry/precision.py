@@ -45,8 +45,8 @@ def _check_fp8_hardware(device: torch.device) -> None:
     need = f"{FP8_CAPABILITY[0]}.{FP8_CAPABILITY[1]}"
     if device.type != "cuda":
         raise ValueError(
-            f"trainer.precision=amp_fp8 needs an NVIDIA GPU with FP8 tensor cores (compute capability >= {need}: "
-            f"H100, H200, L4, L40S, B200); the device is {device.type}: use amp_bf16"
+            "trainer.precision=amp_fp8 needs an NVIDIA GPU with FP8 tensor cores (compute capability >= "
+            f"{need}: H100, H200, L4, L40S, B200); the device is {device.type}: use amp_bf16"
         )
     capability = torch.cuda.get_device_capability(device)
     if capability < FP8_CAPABILITY:

@@ -1,14 +1,14 @@
-"""`train.py`'s overrides checked before anything heavy is imported (issue 40: a typo took 7-27 s to be answered,
-most of it importing torch and transformers before the first check).
+"""`train.py`'s overrides checked before anything heavy is imported (issue 40: a typo took 7-27 s to be
+answered, most of it importing torch and transformers before the first check).
 
-`check_overrides(args, conf=)` reads `conf/_keys.json` (`foundry.config_index`, built from the typed schemas) and
-the option files under `conf/`, and returns one message for the first override that cannot be right: a group
-option with no file (`model=mpt-tinny`), a run name that cannot be a folder (`run_name=..`), a key no schema declares (`modle=...`, `model.d_modle=...`), or an
-`int`/`float`/`bool` key given a value that is none (`model.d_model=abc`). Everything it cannot judge is left to
-the full check after composition: interpolations, sweeps (`a=1,2`, `range(...)`), lists and mappings, Hydra's own
-keys, another `--config-dir`, schema nodes of the ConfigStore (`trainer=_trainer`), and any key under a mapping
-(`variables.*`). It must never refuse what the full check
-accepts (a test runs it over every `train.py` command the docs show). Standard library only.
+`check_overrides(args, conf=)` reads `conf/_keys.json` (`foundry.config_index`, built from the typed schemas)
+and the option files under `conf/`, and returns one message for the first override that cannot be right: a
+group option with no file (`model=mpt-tinny`), a run name that cannot be a folder (`run_name=..`), a key no
+schema declares (`modle=...`, `model.d_modle=...`), or an `int`/`float`/`bool` key given a value that is none
+(`model.d_model=abc`). Everything it cannot judge is left to the full check after composition: interpolations,
+sweeps (`a=1,2`, `range(...)`), lists and mappings, Hydra's own keys, another `--config-dir`, schema nodes of
+the ConfigStore (`trainer=_trainer`), and any key under a mapping (`variables.*`). It must never refuse what
+the full check accepts (a test runs it over every `train.py` command the docs show). Standard library only.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ def _options(conf: Path, group: str, folder: str) -> list[str]:
 def _group_problem(conf: Path, group: str, choice: str) -> str | None:
     folder, _, name = choice.rpartition("/")
     options = _options(conf, group, folder)
-    if not options or name in options or name.startswith("_"):  # `_name`: a ConfigStore node, not a file
+    # `_name`: a ConfigStore node, not a file
+    if not options or name in options or name.startswith("_"):
         return None
     prefix = f"{folder}/" if folder else ""
     public = [prefix + o for o in options if not o.startswith("_")]
@@ -96,7 +97,8 @@ def _value_problem(key: str, kind: str, value: str) -> str | None:
 
 
 def _run_name_problem(args: list[str]) -> str | None:
-    """`run_name=..` (or `$RUN_NAME`): a name that cannot be one folder (`stackbase.names`, as the full check)."""
+    """`run_name=..` (or `$RUN_NAME`): a name that cannot be one folder
+    (`stackbase.names`, as the full check)."""
     from stackbase.names import NameError_, check_name
 
     given = [a.split("=", 1)[1] for a in args if a.lstrip("+").startswith("run_name=")]
@@ -140,8 +142,8 @@ def check_overrides(args: list[str], *, conf: Path) -> str | None:
 
 
 def exit_on_mistake(args: list[str], *, conf: Path) -> None:
-    """Prints `error: <problem>` and exits 2 when `check_overrides` finds one; `HYDRA_FULL_ERROR=1` skips it (the
-    full check then reports the mistake with its traceback)."""
+    """Prints `error: <problem>` and exits 2 when `check_overrides` finds one; `HYDRA_FULL_ERROR=1` skips it
+    (the full check then reports the mistake with its traceback)."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return
     problem = check_overrides(args, conf=conf)

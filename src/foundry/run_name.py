@@ -8,8 +8,8 @@ per config, and Hydra copies that cache into the task's config and into every sw
 directory, the task and all jobs of a sweep see one name. Processes that must agree on a name without talking
 cannot use the clock: under torchrun the name ends with the rendezvous id (the same on every rank and restart;
 `--standalone` draws a fresh one per launch), and several ranks without one are refused. Supervisors fix the
-name once and pass `run_name=` to every (re)start: `python -m foundry.launch` (via `foundry.launch.compose`), the
-Slurm launcher and `python -m foundry.launch.k8s`.
+name once and pass `run_name=` to every (re)start: `python -m foundry.launch` (via `foundry.launch.compose`),
+the Slurm launcher and `python -m foundry.launch.k8s`.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def _stamp() -> str:
 
 
 def _taken(name: str, root: Path = Path("outputs")) -> bool:
-    """A run directory (or a sweep directory) of that name exists (Hydra's `outputs/`, relative to the cwd)."""
+    """A run directory (or a sweep directory) of that name exists
+    (Hydra's `outputs/`, relative to the cwd)."""
     return (root / name).exists() or (root / "multirun" / name).exists()
 
 
@@ -99,8 +100,9 @@ def default_run_name(task: str, *, environ: Mapping[str, str] | None = None) -> 
         return fresh_run_name(task, model, stamp=job, taken=lambda name: False)
     if int(env.get("WORLD_SIZE", "1") or 1) > 1:
         raise ConfigError(
-            f"run_name: {env.get('WORLD_SIZE')} ranks without a rendezvous id cannot agree on a new run name: "
-            "pass run_name=<name> (the same on every rank), or start torchrun with --standalone or --rdzv-id"
+            f"run_name: {env.get('WORLD_SIZE')} ranks without a rendezvous id cannot agree on a new run "
+            "name: pass run_name=<name> (the same on every rank), or start torchrun "
+            "with --standalone or --rdzv-id"
         )
     return fresh_run_name(task, model, stamp=_stamp(), taken=_taken)
 

@@ -3,11 +3,12 @@
 Design note: the copy goes through ``streaming.storage`` (its retries, its per-prefix store profiles from
 ``STREAMING_STORAGE_PROFILES``), so source and destination may sit on different clouds in one command.
 Digests come from what the tree already records: a checkpoint's ``manifest.json`` (sha256 per file) and an MDS
-``index.json`` (each shard's ``hashes``, when the writer kept any); other files are compared by a sha256 computed
-on both sides. A source file that disagrees with its record stops the copy (the source is corrupt). It is
-resumable: a destination file whose digest already matches is skipped, one that differs (a torn or corrupted
-copy) is replaced. Manifests and indexes are copied last, so an interrupted sync never leaves a destination
-checkpoint that looks complete while files are missing, the same rule the checkpoint saver follows.
+``index.json`` (each shard's ``hashes``, when the writer kept any); other files are compared by a sha256
+computed on both sides. A source file that disagrees with its record stops the copy (the source is corrupt).
+It is resumable: a destination file whose digest already matches is skipped, one that differs (a torn or
+corrupted copy) is replaced. Manifests and indexes are copied last, so an interrupted sync never leaves a
+destination checkpoint that looks complete while files are missing, the same rule the checkpoint saver
+follows.
 """
 
 from __future__ import annotations
@@ -115,9 +116,9 @@ def _copy_one(src: str, dst: str, name: str, want: Expected | None, present: boo
     got = (os.path.getsize(here), _digest(here, want))
     if want and got != (want.size, want.digest):
         raise CorruptFileError(
-            f"{redact(src_url)}: {got[0]} bytes, {want.algo} {got[1][:16]}..., but its manifest/index records "
-            f"{want.size} bytes, {want.digest[:16]}...; the source is corrupt, so the copy stopped before it "
-            "(files copied so far stay, and a rerun skips them)"
+            f"{redact(src_url)}: {got[0]} bytes, {want.algo} {got[1][:16]}..., but its manifest/index "
+            f"records {want.size} bytes, {want.digest[:16]}...; the source is corrupt, so the copy stopped "
+            "before it (files copied so far stay, and a rerun skips them)"
         )
     if have == got:
         return "skipped"

@@ -1,4 +1,5 @@
-"""Training durations written as Composer/llm-foundry time strings (``4800ba``, ``1ep``, ``2.5e9tok``, ``0.01dur``).
+"""Training durations written as Composer/llm-foundry time strings
+(``4800ba``, ``1ep``, ``2.5e9tok``, ``0.01dur``).
 
 Design note: the trainer counts exactly one thing, optimizer steps. A :class:`Duration` is only a parsed
 string; :func:`to_steps` turns it into a step count once, from the run's facts (max steps, steps per epoch,
@@ -75,7 +76,8 @@ class Duration:
         object.__setattr__(self, "value", value)
 
     def __str__(self) -> str:
-        """The canonical time string, e.g. ``100ba``, ``2500000000tok``, ``0.01dur``; parses back to ``self``."""
+        """The canonical time string, e.g. ``100ba``, ``2500000000tok``, ``0.01dur``;
+        parses back to ``self``."""
         if self.value.is_integer() and abs(self.value) < 2**53:
             return f"{int(self.value)}{self.unit.value}"
         return f"{self.value!r}{self.unit.value}"
@@ -85,8 +87,9 @@ def parse_duration(s: str | int | float | Duration, default_unit: TimeUnit = Tim
     """Parse a Composer-style time string into a :class:`Duration`.
 
     Args:
-        s: A time string such as ``"4800ba"``, ``"1ep"``, ``"2.5e9tok"``, ``"0.01dur"`` (case-insensitive), or a
-            bare number (int, float or numeric string) meaning ``default_unit``. A ``Duration`` passes through.
+        s: A time string such as ``"4800ba"``, ``"1ep"``, ``"2.5e9tok"``, ``"0.01dur"`` (case-insensitive), or
+            a bare number (int, float or numeric string) meaning ``default_unit``. A ``Duration`` passes
+            through.
         default_unit: Unit of bare numbers; optimizer steps unless the caller says otherwise (Composer
             used epochs, see the module docstring).
 
@@ -143,7 +146,8 @@ def to_steps(
     """Convert a duration into a number of optimizer steps.
 
     Rounding: ``sp`` and ``tok`` round up (the smallest step count that covers the amount); ``dur`` rounds
-    down like Composer's ``int(value * max_duration)``, forgiving float noise (``0.29dur`` of 100 steps is 29).
+    down like Composer's ``int(value * max_duration)``, forgiving float noise
+    (``0.29dur`` of 100 steps is 29).
 
     Args:
         d: The duration.

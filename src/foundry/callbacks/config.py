@@ -76,4 +76,5 @@ class CallbacksConfig:
     memory_monitor: bool = False
     runtime_estimator: RuntimeEstimatorConfig | None = None
     hf_export: HFExportConfig | None = None
-    """A Hugging Face folder every N steps and at the end (`+hf_export=default`; see `callbacks/hf_export.py`)."""
+    """A Hugging Face folder every N steps and at the end
+    (`+hf_export=default`; see `callbacks/hf_export.py`)."""

@@ -35,7 +35,8 @@ class CheckpointConfig:
     save_adapters_only: bool = False
     """With `model.peft_config`: save only the trainable weights (the LoRA adapters) with the model config
     (which holds the LoRA config), always in the `full` format. A run still resumes: the optimizer state is
-    kept, and the frozen base is reloaded from `load_path` (or an `hf-causal-lm` model's pretrained weights)."""
+    kept, and the frozen base is reloaded from `load_path`
+    (or an `hf-causal-lm` model's pretrained weights)."""
     transfer_budget: float = 300.0
     """Seconds an upload or download of a remote `save_folder`/`load_path` keeps retrying transient store
     failures (an outage) before the save or load fails, naming the store and this field."""
@@ -47,11 +48,13 @@ class CheckpointConfig:
     """A checkpoint directory (local or URL; its `manifest.json` is read) to start from when autoresume finds
     nothing."""
     load_weights_only: bool = False
-    """From `load_path`, load the model weights only (fine-tuning); counters, optimizer and data start fresh."""
+    """From `load_path`, load the model weights only (fine-tuning);
+    counters, optimizer and data start fresh."""
     load_strict: bool = True
     """Fail when the checkpoint's weights and the model's parameters differ in names or shapes."""
     autoresume: bool | None = None
-    """Resume from the newest complete checkpoint in `save_folder`; null = on whenever `save_folder` is set."""
+    """Resume from the newest complete checkpoint in `save_folder`;
+    null = on whenever `save_folder` is set."""
     allow_pickle: bool = False
     """Load checkpoints with full pickle (arbitrary code on load): only for files you trust."""
 
@@ -66,8 +69,8 @@ class CheckpointConfig:
             )
         if self.save_num_checkpoints_to_keep == 0 or self.save_num_checkpoints_to_keep < -1:
             raise ValueError(
-                f"checkpoint.save_num_checkpoints_to_keep={self.save_num_checkpoints_to_keep}: use -1 (keep all) "
-                "or a positive count"
+                f"checkpoint.save_num_checkpoints_to_keep={self.save_num_checkpoints_to_keep}: use -1 (keep "
+                "all) or a positive count"
             )
         if self.save_adapters_only and self.save_format == "sharded":
             raise ValueError(
@@ -76,8 +79,8 @@ class CheckpointConfig:
             )
         if self.save_adapters_only and self.save_weights_only:
             raise ValueError(
-                "checkpoint.save_adapters_only and save_weights_only are exclusive (adapters-only checkpoints "
-                "keep the optimizer state to resume); set one of them"
+                "checkpoint.save_adapters_only and save_weights_only are exclusive (adapters-only "
+                "checkpoints keep the optimizer state to resume); set one of them"
             )
         if self.autoresume and not self.save_folder:
             raise ValueError("checkpoint.autoresume=true needs checkpoint.save_folder (where to look)")

@@ -196,15 +196,16 @@ def _adapters_on_base(
     device: str,
     allow_pickle: bool,
 ) -> tuple[Any, Manifest]:
-    """An adapters-only checkpoint on its base: `base`'s weights (or the pretrained ones), then the adapters."""
+    """An adapters-only checkpoint on its base: `base`'s weights (or the pretrained ones),
+    then the adapters."""
     from foundry.models import build_model_on
 
     mc = info.manifest.model_config
     pretrained = bool(mc.get("pretrained_model_name_or_path")) and mc.get("pretrained", True)
     if base is None and not pretrained:
         raise ValueError(
-            f"{info.url} holds LoRA adapters only (checkpoint.save_adapters_only=true): pass the base model's "
-            "checkpoint too (base=..., scripts/generate.py --base, scripts/export_hf.py --base)"
+            f"{info.url} holds LoRA adapters only (checkpoint.save_adapters_only=true): pass the base "
+            "model's checkpoint too (base=..., scripts/generate.py --base, scripts/export_hf.py --base)"
         )
     model = build_model_on(schema, device="cpu")
     if base is not None:
@@ -214,7 +215,7 @@ def _adapters_on_base(
     return model.to(device).eval(), info.manifest
 
 
-def to_hf(  # tokenizer
+def to_hf(
     src: str,
     out_dir: str,
     *,

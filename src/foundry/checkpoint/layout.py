@@ -7,7 +7,7 @@ Layout of a save folder (local or remote)::
         manifest.json           written LAST: every file with its size and sha256, step, world size, configs
         model.pt  state.pt      format "full" (rank 0 writes both)
         .metadata  __0_0.distcp ...  rank0.pt ... common.pt    format "sharded" (torch.distributed.checkpoint)
-      latest                    the newest complete checkpoint's name (a convenience; discovery never trusts it)
+      latest the newest complete checkpoint's name (a convenience; discovery never trusts it)
 
 Design note: a checkpoint exists only once its manifest does, and the manifest is published after every file
 it lists, so a crash at any point leaves either a complete checkpoint or a torn directory that discovery skips
@@ -121,7 +121,8 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict)
     """Anything else worth keeping with the run (global batch size, W&B run id, ...)."""
     adapters_only: bool = False
-    """The weights are the LoRA adapters only (`checkpoint.save_adapters_only`); the base comes from elsewhere."""
+    """The weights are the LoRA adapters only (`checkpoint.save_adapters_only`);
+    the base comes from elsewhere."""
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:

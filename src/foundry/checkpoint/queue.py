@@ -56,7 +56,8 @@ class UploadQueue(Generic[J]):
 
     # ----------------------------------------------------------------- training thread
     def submit(self, job: J) -> J | None:
-        """Queues `job` behind the one in flight; returns the waiting job it replaced (already dropped), if any."""
+        """Queues `job` behind the one in flight; returns the waiting job it replaced (already dropped),
+        if any."""
         with self._cond:
             self._raise()
             replaced, self._waiting = self._waiting, job

@@ -85,8 +85,8 @@ checkpoints); torch dtypes (`torch.float32`, ...) are allowed besides."""
 class UnsafeCheckpointError(pickle.UnpicklingError, ValueError):
     """A checkpoint file that names a global outside the allowlist (it could run code when loaded).
 
-    A `ValueError` too, so `train.py` reports it as one `error:` line and exits 2, which the launcher treats as
-    fatal: a hostile file is not loaded again by restarts."""
+    A `ValueError` too, so `train.py` reports it as one `error:` line and exits 2, which the launcher treats
+    as fatal: a hostile file is not loaded again by restarts."""
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -113,7 +113,8 @@ def restricted_load(file: IO[bytes], *, source: str) -> Any:
 
     Raises:
         UnsafeCheckpointError: A global outside the allowlist.
-        ValueError: Not a pickle of metadata (truncated, a persistent id, arguments the allowed classes refuse).
+        ValueError: Not a pickle of metadata (truncated, a persistent id, arguments the allowed classes
+            refuse).
     """
     try:
         return _MetadataUnpickler(file, source=source).load()
@@ -141,7 +142,8 @@ def _check_metadata(metadata: Any, *, source: str) -> dcp_metadata.Metadata:
 
 
 class RestrictedReader(FileSystemReader):
-    """`FileSystemReader` whose `.metadata` is unpickled through the allowlist and checked (see module doc)."""
+    """`FileSystemReader` whose `.metadata` is unpickled through the allowlist and checked
+    (see module doc)."""
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> dcp_metadata.Metadata:
         rank = kwargs.get("rank")
@@ -176,8 +178,8 @@ class SafeLoadPlanner(DefaultLoadPlanner):
             found = re.search(r"GLOBAL (\S+)", str(e))
             what = f"the global {found.group(1)}" if found else "a Python object"
             raise UnsafeCheckpointError(
-                f"{self.source}: the value of {fqn!r} is a pickle naming {what}, which can run arbitrary code "
-                "when loaded; it was refused. " + _TRUST_HINT
+                f"{self.source}: the value of {fqn!r} is a pickle naming {what}, which can run arbitrary "
+                "code when loaded; it was refused. " + _TRUST_HINT
             ) from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], obj)

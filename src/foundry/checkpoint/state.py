@@ -134,7 +134,8 @@ def _short(names: list[str]) -> str:
 
 
 class WeightMismatch(RuntimeError):
-    """The checkpoint's weights do not fit the model (`foundry.checkpoint.resume` names the config differences).
+    """The checkpoint's weights do not fit the model
+    (`foundry.checkpoint.resume` names the config differences).
 
     Args:
         missing: Model weights the checkpoint has no tensor for.
@@ -208,7 +209,8 @@ def _stored_shape(meta: Any) -> tuple[int, ...] | None:  # a DCP storage metadat
 
 
 def _has_array_state(optim_sd: dict[str, Any]) -> bool:
-    """Whether an optimizer state dict holds a per-parameter tensor with a dimension (moments, not only steps)."""
+    """Whether an optimizer state dict holds a per-parameter tensor with a dimension
+    (moments, not only steps)."""
     per_param = optim_sd.get("state", {}).values()
     return any(isinstance(v, torch.Tensor) and v.dim() > 0 for s in per_param for v in s.values())
 
@@ -232,9 +234,10 @@ def _load_full_optimizer(
         if "Expected device to be set" not in str(err):
             raise
         raise ValueError(
-            f"the checkpoint's optimizer state holds per-parameter tensors but this {type(optimizer).__name__} "
-            "keeps none (was the optimizer or its momentum changed?): restore the optimizer config, or start "
-            "from the weights only (checkpoint.load_path + checkpoint.load_weights_only=true)"
+            "the checkpoint's optimizer state holds per-parameter tensors but this "
+            f"{type(optimizer).__name__} keeps none (was the optimizer or its momentum changed?): restore "
+            "the optimizer config, or start from the weights only (checkpoint.load_path + "
+            "checkpoint.load_weights_only=true)"
         ) from err
 
 
@@ -260,7 +263,8 @@ def read_state_file(path: str, *, allow_pickle: bool, keys: tuple[str, ...] = ()
     if keys and not (isinstance(obj, dict) and all(k in obj for k in keys)):
         raise ValueError(
             f"{path}: not a checkpoint file of this library (expected an object with {', '.join(keys)}; "
-            f"got {type(obj).__name__}{f' with keys {sorted(map(str, obj))[:8]}' if isinstance(obj, dict) else ''})"
+            f"got {type(obj).__name__}"
+            f"{f' with keys {sorted(map(str, obj))[:8]}' if isinstance(obj, dict) else ''})"
         )
     return obj
 
@@ -361,7 +365,8 @@ def load_sharded(
         view.setdefault(name, model_sd[key])
     state = {"model": view} if optim_sd is None else {"model": view, "optim": optim_sd}
     safe_dcp.load(state, directory, allow_pickle=allow_pickle, allow_partial_load=not strict)
-    loaded = {key: view[name] for key, name in source.items()}  # a stored tensor may feed two weights
+    # a stored tensor may feed two weights
+    loaded = {key: view[name] for key, name in source.items()}
     with _Restoring(directory, "weights"):
         set_model_state_dict(model, loaded, options=StateDictOptions(strict=strict and not partial))
     if optimizer is None:

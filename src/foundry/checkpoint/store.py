@@ -22,15 +22,16 @@ __all__ = ["CheckpointStore", "transfer_policy"]
 
 
 def transfer_policy(budget: float) -> RetryPolicy:
-    """Retries of checkpoint transfers: transient failures for `budget` seconds (`checkpoint.transfer_budget`)."""
+    """Retries of checkpoint transfers: transient failures for `budget` seconds
+    (`checkpoint.transfer_budget`)."""
     return RetryPolicy(budget=budget, setting="checkpoint.transfer_budget")
 
 
 def _publish(dst: str, write: Callable[[BinaryIO], object]) -> None:
     """Create the file `dst` atomically on whatever filesystem holds it: `write` fills a temp file beside it,
-    which is flushed to disk and renamed into place, then the folder entry is flushed too. A rename never crosses
-    filesystems here (a save folder on a mounted volume got `EXDEV` when the temp file lived in the run folder),
-    and a crash leaves either the old file or the whole new one, never a part."""
+    which is flushed to disk and renamed into place, then the folder entry is flushed too. A rename never
+    crosses filesystems here (a save folder on a mounted volume got `EXDEV` when the temp file lived in the
+    run folder), and a crash leaves either the old file or the whole new one, never a part."""
     folder = os.path.dirname(dst) or "."
     os.makedirs(folder, exist_ok=True)
     tmp = f"{dst}.tmp-{os.getpid()}"

@@ -1,4 +1,5 @@
-"""Data for the trainer: tokenized-text batches from MDS, dataset preparation, the offline quick-start corpus."""
+"""Data for the trainer: tokenized-text batches from MDS, dataset preparation,
+the offline quick-start corpus."""
 
 from foundry.data.collate import TextCollator
 from foundry.data.config import QuickstartDataConfig, TextDataConfig

@@ -4,9 +4,10 @@ Design note: a cache that several runs read at once (the quick start's tokenizer
 change under a reader. So each build lives in its own folder named by a hash of everything that determines its
 content (`build_key`): different parameters get a different folder and leave the others as they are. A build
 is written into a temporary sibling folder and published with one `rename`, so a folder that exists is
-complete. Builders of the same key serialize on an `flock` (`streaming.cache.locks`, dropped by the kernel when
-its holder dies, even by `kill -9`): the first builds, the others wait and then reuse its folder. The price is
-one folder per parameter set (old ones are never garbage-collected: delete the cache folder to reclaim them).
+complete. Builders of the same key serialize on an `flock` (`streaming.cache.locks`, dropped by the kernel
+when its holder dies, even by `kill -9`): the first builds, the others wait and then reuse its folder. The
+price is one folder per parameter set (old ones are never garbage-collected: delete the cache folder to
+reclaim them).
 """
 
 from __future__ import annotations
@@ -73,13 +74,15 @@ def publish_once(root: Path, name: str, *, build: Callable[[Path], None], what: 
             fcntl.flock(fd, fcntl.LOCK_EX)
         if final.is_dir():
             return final, False
-        for stale in root.glob(f"{TMP_PREFIX}{name}-*"):  # left by a builder that died (we hold the lock)
+        # left by a builder that died (we hold the lock)
+        for stale in root.glob(f"{TMP_PREFIX}{name}-*"):
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}-", dir=root))
         try:
             tmp.chmod(0o755)
             build(tmp)
-            os.rename(tmp, final)  # atomic; fails rather than replace a folder published without the lock
+            # atomic; fails rather than replace a folder published without the lock
+            os.rename(tmp, final)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -1,17 +1,18 @@
-"""The pretraining collate function: sample dicts with `tokens` (or legacy `text`) -> `input_ids` / `labels` (B, S).
+"""The pretraining collate function: sample dicts with `tokens`
+(or legacy `text`) -> `input_ids` / `labels` (B, S).
 
 It is picklable (DataLoader workers run it), so all text-specific work happens here and the dataset stays the
-generic `streaming.StreamingDataset`. Unlike llm-foundry, packed rows keep their EOS labels even when pad == eos:
-only real padding is ignored.
+generic `streaming.StreamingDataset`. Unlike llm-foundry, packed rows keep their EOS labels even when pad ==
+eos: only real padding is ignored.
 
 Design note: it is a `streaming.SplitCollator` in two halves, because what crosses the worker pipe dominates
-at token-batch sizes. `pack` (in a worker) reads, truncates, pads and checks the rows and returns `PackedRows`:
-one (B, S) array in the narrowest dtype that holds the stored ids and the pad id (int32 / uint16 for real
-data: a quarter or an eighth of int64), row lengths only when a row was padded, narrow document ids, stream
-ids. `PackedRows.to_tensors` (in the rank process, or DataLoader's pin thread, which also pins) widens to the
-int64 tensors the model gets and derives `labels` and `attention_mask`, which need no sample data. Measured
-(2 workers, 32 x 2048 int32 tokens): two int64 tensors through shared memory ran at half the rate of the plain
-loader's one int32 buffer. Calling the collator directly does both halves.
+at token-batch sizes. `pack` (in a worker) reads, truncates, pads and checks the rows and returns
+`PackedRows`: one (B, S) array in the narrowest dtype that holds the stored ids and the pad id (int32 / uint16
+for real data: a quarter or an eighth of int64), row lengths only when a row was padded, narrow document ids,
+stream ids. `PackedRows.to_tensors` (in the rank process, or DataLoader's pin thread, which also pins) widens
+to the int64 tensors the model gets and derives `labels` and `attention_mask`, which need no sample data.
+Measured (2 workers, 32 x 2048 int32 tokens): two int64 tensors through shared memory ran at half the rate of
+the plain loader's one int32 buffer. Calling the collator directly does both halves.
 
 Optional keys, all computed with whole-batch numpy ops (no per-token Python loop):
 * `sequence_id` (B, S) int64 when built with `documents=DocumentRule(...)`: which document of a packed row
@@ -81,9 +82,8 @@ class PackedRows(WorkerBatch):
         # busy cores, vs ~0.1 ms for numpy's single-threaded copy)
         def filled(value: np.ndarray) -> torch.Tensor:
             out = empty_int64(value.shape, pin=pin)
-            np.copyto(
-                out.numpy(), value, casting="unsafe"
-            )  # integer/bool widening (uint64 is packed as int64)
+            # integer/bool widening (uint64 is packed as int64)
+            np.copyto(out.numpy(), value, casting="unsafe")
             return out
 
         ids = self.ids
@@ -119,8 +119,8 @@ class TextCollator(SplitCollator):
             the model's embedding).
         documents: When given, batches carry `sequence_id` (B, S) (see the module note): how rows without a
             `document_lengths` column split into documents.
-        stream_map: When given, a sample's `_stream` index i is reported as `stream_map[i]` (an eval dataset of
-            some of the training streams reports training stream indices).
+        stream_map: When given, a sample's `_stream` index i is reported as `stream_map[i]` (an eval dataset
+            of some of the training streams reports training stream indices).
     """
 
     def __init__(
@@ -158,8 +158,8 @@ class TextCollator(SplitCollator):
         if "text" in sample:
             if self.tokenizer is None:
                 raise ValueError(
-                    "dataset rows have a 'text' column but there is no tokenizer (tokenizer.name is null): pass "
-                    "tokenizer.name=/path/to/tokenizer.json, or convert the data to token ids first"
+                    "dataset rows have a 'text' column but there is no tokenizer (tokenizer.name is null): "
+                    "pass tokenizer.name=/path/to/tokenizer.json, or convert the data to token ids first"
                 )
             ids = self.tokenizer(sample["text"], truncation=True, max_length=self.max_seq_len)["input_ids"]
             return np.asarray(ids, dtype=np.int64), False
@@ -167,7 +167,8 @@ class TextCollator(SplitCollator):
 
     def pack(self, samples: Sequence[dict[str, Any]]) -> PackedRows:
         """The worker half: rows -> one (B, S) array in the narrowest dtype holding the ids and the pad id.
-        `samples` may be a `ColumnBatch` (the workers' batch read path): its gathered `tokens` are used as is."""
+        `samples` may be a `ColumnBatch` (the workers' batch read path):
+        its gathered `tokens` are used as is."""
         columns = samples if isinstance(samples, ColumnBatch) else None
         full = self._gathered_rows(columns) if columns is not None else None
         if full is None:
@@ -248,8 +249,8 @@ class TextCollator(SplitCollator):
             top = int(maxes[bad[0]])
             raise ValueError(
                 f"the dataset has token id {top} but model.vocab_size={self.vocab_size}: set "
-                f"model.vocab_size above the largest id (a multiple of 64, e.g. {round_vocab_size(top + 1)}), "
-                "or check that data.local holds data tokenized for this model"
+                "model.vocab_size above the largest id (a multiple of 64, e.g. "
+                f"{round_vocab_size(top + 1)}), or check that data.local holds data tokenized for this model"
             )
 
     @staticmethod
@@ -264,7 +265,8 @@ class TextCollator(SplitCollator):
 def _sequence_ids(
     samples: Sequence[dict[str, Any]], ids: np.ndarray, *, rule: DocumentRule, lengths: np.ndarray | None
 ) -> np.ndarray:
-    """(B, S) document ids: a row's recorded `document_lengths` where it has them, its separators otherwise."""
+    """(B, S) document ids: a row's recorded `document_lengths` where it has them,
+    its separators otherwise."""
     recorded = np.array([DOCUMENT_LENGTHS_COLUMN in s for s in samples])
     if recorded.all():
         docs = [s[DOCUMENT_LENGTHS_COLUMN] for s in samples]

@@ -42,7 +42,8 @@ __all__ = [
 
 _TOKEN_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 MIXTURE_CHANGES = ("error", "continue")
-"""`data.on_mixture_change`: what a resumed run does when its streams or weights differ from the checkpoint's."""
+"""`data.on_mixture_change`: what a resumed run does when its streams or weights differ from the
+checkpoint's."""
 _CHOICES = {
     "sampling_method": ("balanced", "fixed"),
     "partition_algo": ("relaxed", "orig"),
@@ -104,8 +105,8 @@ def _check_one(
     ):
         raise ValueError(
             f"{key} has no location{_closest(name, others)}: give it a path (under data.local_root / "
-            f"data.remote_root), or {key}.local / {key}.remote; streams come from conf/data/streams/<source>.yaml "
-            f"(add one with +data/streams@{key}=<source>)"
+            f"data.remote_root), or {key}.local / {key}.remote; streams come from "
+            f"conf/data/streams/<source>.yaml (add one with +data/streams@{key}=<source>)"
         )
     weights = [(k, v) for k, v in (("proportion", s.proportion), ("repeat", s.repeat), ("choose", s.choose))]
     given = [k for k, v in weights if v is not None]
@@ -170,7 +171,8 @@ class TextDataConfig:
     train_split: str = "train"
     """Split sub-directory used for training (with `streams`: the default of every stream's `split`)."""
     eval_split: str | None = "val"
-    """Split used for evaluation (null: no eval); must be null with `streams` (each has its own eval_split)."""
+    """Split used for evaluation (null: no eval); must be null with `streams`
+    (each has its own eval_split)."""
     max_seq_len: int | None = None
     """Row length; null -> `model.max_seq_len`."""
     shuffle: bool = True
@@ -213,7 +215,8 @@ class TextDataConfig:
     replication: int | None = None
     """Consecutive ranks that get identical samples (tensor/sequence parallel groups)."""
     on_mixture_change: str = "error"
-    """On resume with other streams or weights than the checkpoint's: `error`, or `continue` from its position."""
+    """On resume with other streams or weights than the checkpoint's:
+    `error`, or `continue` from its position."""
     num_workers: int = 0
     """DataLoader worker processes per rank."""
     pin_memory: bool | None = None
@@ -229,9 +232,9 @@ class TextDataConfig:
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"data.{name}={getattr(self, name)!r}: use one of {', '.join(allowed)}")
-        for name, low in (("num_workers", 0), ("download_retry", 0), ("predownload", 0), ("sampling_granularity", 1),
-                          ("shuffle_seed", 0), ("shuffle_block_size", 1), ("num_canonical_nodes", 1),
-                          ("replication", 1)):  # fmt: skip
+        for name, low in (("num_workers", 0), ("download_retry", 0), ("predownload", 0),
+                          ("sampling_granularity", 1), ("shuffle_seed", 0), ("shuffle_block_size", 1),
+                          ("num_canonical_nodes", 1), ("replication", 1)):  # fmt: skip
             if getattr(self, name) is not None and getattr(self, name) < low:
                 raise ValueError(f"data.{name}={getattr(self, name)} must be >= {low}")
         if self.download_timeout <= 0:
@@ -260,9 +263,9 @@ class TextDataConfig:
         for name in ("local", "remote", "eval_split"):
             if getattr(self, name) is not None:
                 raise ValueError(
-                    f"data.{name}={getattr(self, name)!r} is for a single dataset, but data.streams is set: use "
-                    f"data.local_root / data.remote_root and per-stream fields (data.streams.<name>.{name}), or "
-                    f"data.{name}=null"
+                    f"data.{name}={getattr(self, name)!r} is for a single dataset, but data.streams is set: "
+                    "use data.local_root / data.remote_root and per-stream fields "
+                    f"(data.streams.<name>.{name}), or data.{name}=null"
                 )
         check_streams(self.streams, local_root=self.local_root, remote_root=self.remote_root)
         if self.epoch_size is not None and any(s.proportion is None for s in self.streams.values()):
@@ -272,7 +275,8 @@ class TextDataConfig:
 
     @property
     def stream_names(self) -> list[str] | None:
-        """The mixture's stream names in index order (the `_stream` tag of a sample indexes it); None: one dataset."""
+        """The mixture's stream names in index order (the `_stream` tag of a sample indexes it);
+        None: one dataset."""
         return list(self.streams) or None
 
 
@@ -343,10 +347,11 @@ class FinetuneDataConfig:
         mds = self.local is not None or self.remote is not None
         if (self.hf_name is not None) == mds:
             raise ValueError(
-                "finetuning data needs exactly one source: data.hf_name (files, a saved or hub HF dataset) or "
-                "data.local/data.remote (MDS)" + (", not both" if mds else "; both are null")
+                "finetuning data needs exactly one source: data.hf_name (files, a saved or hub HF dataset) "
+                "or data.local/data.remote (MDS)" + (", not both" if mds else "; both are null")
             )
-        _target_policy(self.target_prompts, self.target_responses)  # a bad value fails naming its field
+        # a bad value fails naming its field
+        _target_policy(self.target_prompts, self.target_responses)
         self.packing_ratio = _packing_ratio(self.packing_ratio)
         if self.max_leftover_bins_to_keep is not None and self.max_leftover_bins_to_keep < 0:
             raise ValueError(
@@ -367,8 +372,8 @@ class FinetuneDataConfig:
 
 
 def _target_policy(target_prompts: str, target_responses: str) -> TargetPolicy:
-    # local: any import from `foundry.data.finetune` runs its __init__, which re-exports FinetuneDataConfig from
-    # this module: a module-level import here would meet this module half-initialised
+    # local: any import from `foundry.data.finetune` runs its __init__, which re-exports FinetuneDataConfig
+    # from this module: a module-level import here would meet this module half-initialised
     from foundry.data.finetune.masks import TargetPolicy
 
     return TargetPolicy.parse(target_prompts, target_responses)
@@ -388,7 +393,8 @@ def _packing_ratio(value: Any) -> float | str | None:  # whatever the YAML held
 
 @dataclass(kw_only=True)
 class OfflineInstructDataConfig(FinetuneDataConfig):
-    """Finetuning data generated offline into `hf_name` (a local folder) when it has no `{train_split}.jsonl`."""
+    """Finetuning data generated offline into `hf_name`
+    (a local folder) when it has no `{train_split}.jsonl`."""
 
     chat: bool = False
     """Write chat `messages` rows instead of prompt/response."""
@@ -397,7 +403,8 @@ class OfflineInstructDataConfig(FinetuneDataConfig):
     eval_fraction: float = 0.1
     """Share of questions (by hash) in the `val` split."""
     quickstart_local: str | None = None
-    """A quick-start cache folder: its default tokenizer is built there when missing (the quick-start model's)."""
+    """A quick-start cache folder: its default tokenizer is built there when missing
+    (the quick-start model's)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,4 +1,5 @@
-"""`TextLoader`: the pretraining `StreamingDataLoader`, resuming under the run's `data.on_mixture_change` policy.
+"""`TextLoader`: the pretraining `StreamingDataLoader`,
+resuming under the run's `data.on_mixture_change` policy.
 
 Design note: the trainer restores its loader with a plain `loader.load_state_dict(state)` and knows nothing
 about mixtures, so the policy travels with the loader: this subclass passes `on_mixture_change` on to
@@ -7,8 +8,8 @@ names the config switch (`data.on_mixture_change=continue`). It lives apart from
 importing the config schema does not import the streaming loader stack.
 
 Batches: its collate function is a `TextCollator`, a `streaming.SplitCollator`, so with workers the inherited
-`StreamingDataLoader` runs the collator's `pack` in them (narrow token ids through the pipe) and makes the int64
-tensors here, or in the pin thread straight into pinned memory with `pin_memory=True`.
+`StreamingDataLoader` runs the collator's `pack` in them (narrow token ids through the pipe) and makes the
+int64 tensors here, or in the pin thread straight into pinned memory with `pin_memory=True`.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ class TextLoader(StreamingDataLoader):
         self.on_mixture_change = on_mixture_change
 
     def load_state_dict(self, obj: dict[str, Any], *, on_mixture_change: str | None = None) -> None:
-        """Restores a saved loader state under `on_mixture_change` (None: the loader's `self.on_mixture_change`).
+        """Restores a saved loader state under `on_mixture_change`
+        (None: the loader's `self.on_mixture_change`).
 
         Raises:
-            ResumeMismatch: The checkpoint's data differs from this config (the message names what changed and the
-                switch that accepts a changed mixture).
+            ResumeMismatch: The checkpoint's data differs from this config (the message names what changed and
+                the switch that accepts a changed mixture).
         """
         policy = on_mixture_change or self.on_mixture_change
         try:

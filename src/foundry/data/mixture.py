@@ -3,8 +3,8 @@
 Design note: a mixture is a dict of named streams (`data.streams`), so Hydra's own operations edit it from the
 command line: change a weight (`data.streams.c4.proportion=0.5`), add a stream from a source file
 (`+data/streams@data.streams.code=the-stack`), drop one (`~data.streams.arxiv`). A stream names where its data
-is by a layout path (`path`) under two roots shared by every stream (`data.local_root`, `data.remote_root`), so
-one override moves the whole mixture (stand-in data, another bucket); explicit `local` / `remote` win. The
+is by a layout path (`path`) under two roots shared by every stream (`data.local_root`, `data.remote_root`),
+so one override moves the whole mixture (stand-in data, another bucket); explicit `local` / `remote` win. The
 dict's order is the stream order: it fixes the sample order and the stream index that tags every sample
 (`stream_tag`), which the trainer maps back to names. Evaluation reads every stream that has an `eval_split`,
 each sample once, unshuffled; its samples carry their *training* stream index (`eval_streams` gives the map,

@@ -89,16 +89,17 @@ def concat_documents(
     """`concat_rows` that also says where each row's documents are.
 
     Yields:
-        `(row, lengths)`: the row as in :func:`concat_rows`, and the lengths of the pieces of `bos + doc + eos`
-        it holds, in order (int64, positive, summing to `max_seq_len`; a document cut by a row end counts in
-        both rows). This is the `document_lengths` column of `--record_documents`.
+        `(row, lengths)`: the row as in :func:`concat_rows`, and the lengths of the pieces of
+        `bos + doc + eos` it holds, in order (int64, positive, summing to `max_seq_len`; a document cut by a
+        row end counts in both rows). This is the `document_lengths` column of `--record_documents`.
     """
     if max_seq_len < 1:
         raise ValueError(f"max_seq_len={max_seq_len} must be >= 1")
     pre = np.asarray(bos or [], dtype=np.int64)
     post = np.asarray(eos or [], dtype=np.int64)
     buf = np.empty(0, dtype=np.int64)
-    ends = np.empty(0, dtype=np.int64)  # end offset (in buf) of every piece that still has tokens in buf
+    # end offset (in buf) of every piece that still has tokens in buf
+    ends = np.empty(0, dtype=np.int64)
     for doc in docs:
         ids = np.concatenate([pre, np.asarray(doc, dtype=np.int64), post])
         if not len(ids):

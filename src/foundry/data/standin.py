@@ -2,10 +2,11 @@
 
 Design note: a mixture config (`data=mpt-7b-mix`) names sources that take days to download and tokenize; to
 train it end to end offline (tests, a first run, benchmarks) each stream's layout path gets a small tokenized
-split of the same shape as the real ones (`tokens` rows of `seq_len` ids), written in seconds. The layout comes
-from the stream option files themselves (`conf/data/streams/*.yaml`: `path`, `split`, `eval_split`), so stand-ins
-and configs cannot drift apart. Rows are random ids in `[1, vocab_size)` with an EOS id 0 closing a document
-every `doc_len` tokens, drawn from a generator keyed by (seed, stream path, split): the same files every time.
+split of the same shape as the real ones (`tokens` rows of `seq_len` ids), written in seconds. The layout
+comes from the stream option files themselves (`conf/data/streams/*.yaml`: `path`, `split`, `eval_split`), so
+stand-ins and configs cannot drift apart. Rows are random ids in `[1, vocab_size)` with an EOS id 0 closing a
+document every `doc_len` tokens, drawn from a generator keyed by (seed, stream path, split): the same files
+every time.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def write_standin_streams(
     Raises:
         ValueError: A non-positive size, or `samples` with the wrong number of entries.
     """
-    from streaming import MDSWriter  # the writer stack only when writing (the module is imported by tests)
+    # the writer stack only when writing (the module is imported by tests)
+    from streaming import MDSWriter
 
     counts = [samples] * len(layouts) if isinstance(samples, int) else list(samples)
     if len(counts) != len(layouts):

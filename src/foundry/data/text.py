@@ -77,8 +77,8 @@ def missing_data(cfg: TextDataConfig) -> str | None:
             *lines,
             cfg.create_hint
             or "Set data.remote_root (or FOUNDRY_DATA_REMOTE) to where the streams are stored, point "
-            "data.local_root at a copy, or write offline stand-ins: python scripts/data_prep/make_standin_mix.py "
-            "--out <dir>, then data.local_root=<dir>",
+            "data.local_root at a copy, or write offline stand-ins: "
+            "python scripts/data_prep/make_standin_mix.py --out <dir>, then data.local_root=<dir>",
         ]
     )
 
@@ -130,7 +130,8 @@ def build_text_dataloader(
         FileNotFoundError: When a local-only split is absent, saying how to create it.
         ValueError: `evaluate` with no eval split (`cfg.eval_split` null, or no stream with an `eval_split`).
     """
-    from foundry.data.loader import TextLoader  # the streaming loader stack is imported on use, not by config
+    # the streaming loader stack is imported on use, not by config
+    from foundry.data.loader import TextLoader
 
     split = split or (cfg.eval_split if evaluate else cfg.train_split)
     missing = None if cfg.streams else dataset_missing_message(cfg, split) if split else None
@@ -141,7 +142,8 @@ def build_text_dataloader(
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     # eval of a mixture reads only the streams with an eval split: tag samples with training stream indices
     mapping = eval_streams(cfg.streams)[1] if evaluate and cfg.streams else None
-    collate = TextCollator(  # a SplitCollator: workers send narrow token ids, the loader makes the tensors
+    # a SplitCollator: workers send narrow token ids, the loader makes the tensors
+    collate = TextCollator(
         max_seq_len=max_seq_len,
         pad_token_id=int(pad if pad is not None else 0),
         token_encoding_type=cfg.token_encoding_type,
@@ -181,7 +183,8 @@ def _dataset(
     seed: int,
     shuffle: bool | None,
 ) -> Any:  # streaming.StreamingDataset
-    """The `StreamingDataset` of one loader: every knob from `cfg` (the epoch-shaping ones for training only)."""
+    """The `StreamingDataset` of one loader: every knob from `cfg`
+    (the epoch-shaping ones for training only)."""
     from streaming import StreamingDataset
 
     where: dict[str, Any] = {"local": cfg.local, "remote": cfg.remote, "split": split}

@@ -88,7 +88,8 @@ class ICLTaskConfig:
     hf_loading_vars: dict[str, Any] = field(default_factory=dict)
     """`datasets.load_dataset` keyword arguments for hf:// URIs (e.g. {split: test, name: ...})."""
     hf_parsing_map: dict[str, list[str]] | None = None
-    """hf:// URIs: our key -> dataset columns, joined with spaces (e.g. {context: [question], answer: [a]})."""
+    """hf:// URIs: our key -> dataset columns, joined with spaces
+    (e.g. {context: [question], answer: [a]})."""
     metric_names: list[str] | None = None
     """Informational (llm-foundry's key); every metric of the task type is computed."""
     generation_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -130,12 +131,14 @@ class EvalConfig:
     """ICL evaluation (the `eval` config group)."""
 
     icl_tasks: list[ICLTaskConfig] = field(default_factory=list)
-    """Inline tasks (evaluated after those of `icl_tasks_file`); mappings are converted when built in Python."""
+    """Inline tasks (evaluated after those of `icl_tasks_file`);
+    mappings are converted when built in Python."""
     icl_tasks_file: str | None = None
     """An llm-foundry task yaml with an `icl_tasks:` list (relative paths resolve from the cwd, else the
     repo root), e.g. `evals/tasks_v0.3.yaml`; null for inline tasks only."""
     data_root: str | None = None
-    """Relative `dataset_uri`s resolve here; null -> `$EVAL_DATA` (read when tasks load), else `evals/data`."""
+    """Relative `dataset_uri`s resolve here; null -> `$EVAL_DATA` (read when tasks load),
+    else `evals/data`."""
     batch_size: int = 16
     """Sequences per forward (multiple choice: all choices of a question stay together)."""
     max_seq_len: int | None = None
@@ -151,7 +154,8 @@ class EvalConfig:
     cache_context: bool = True
     """Multiple choice / schema: run the shared prefix of the choices once and reuse its KV cache."""
     progress_interval: float = 5.0
-    """Seconds between progress lines per task (examples done, examples/s, time left); 0: only a line per task."""
+    """Seconds between progress lines per task (examples done, examples/s, time left);
+    0: only a line per task."""
     precision: str = "fp32"
     """fp32 | amp_bf16 | amp_fp16 (autocast on CUDA)."""
     skip_missing: bool = True
@@ -243,7 +247,8 @@ class GauntletConfig:
                     "(llm-foundry refuses the overlap too)"
                 )
             unknown = [c for c in cats if c not in names]
-            if unknown:  # llm-foundry averages over the categories it has (its eval_gauntlet.yaml names one)
+            # llm-foundry averages over the categories it has (its eval_gauntlet.yaml names one)
+            if unknown:
                 log.warning(
                     "eval_gauntlet.averages.%s: no category named %s; it is left out of the average "
                     "(known: %s)",
@@ -274,7 +279,8 @@ def _resolve_path(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if p.is_file():
         return p
-    repo = Path(__file__).resolve().parents[3] / p  # relative to the checkout when run from elsewhere
+    # relative to the checkout when run from elsewhere
+    repo = Path(__file__).resolve().parents[3] / p
     if not p.is_absolute() and repo.is_file():
         return repo
     raise FileNotFoundError(f"eval yaml {str(path)!r} not found (relative paths resolve from the repo root)")
@@ -306,7 +312,8 @@ def task_config(item: Any, *, where: str) -> ICLTaskConfig:  # a mapping or an I
 
 
 def load_task_configs(cfg: EvalConfig) -> list[ICLTaskConfig]:
-    """The tasks of `cfg`: those of `icl_tasks_file` (when set), then `icl_tasks`, as validated dataclasses."""
+    """The tasks of `cfg`: those of `icl_tasks_file` (when set), then `icl_tasks`,
+    as validated dataclasses."""
     out = []
     if cfg.icl_tasks_file:
         tasks = read_yaml_key(cfg.icl_tasks_file, "icl_tasks") or []

@@ -62,7 +62,8 @@ def resolve_local(uri: str, data_root: str | Path) -> Path:
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    for n, line in enumerate(read_text_lines(path), 1):  # a line over 16 MiB: refused, not read whole
+    # a line over 16 MiB: refused, not read whole
+    for n, line in enumerate(read_text_lines(path), 1):
         if line.strip():
             try:  # nesting capped: a deep value is one error, not a RecursionError
                 rows.append(parse_json(line, source=f"{path}:{n}"))
@@ -214,8 +215,8 @@ def _load_rows(task: ICLTaskConfig, *, data_root: str | Path) -> tuple[list[dict
     if not path.is_file():
         raise MissingTaskData(
             f"task {task.label!r}: data file {path} not found. Copy llm-foundry's "
-            f"scripts/eval/local_data/{uri.split('local_data/')[-1]} there, point eval.data_root (or $EVAL_DATA) "
-            "at a folder holding it, or give dataset_uri an object-store URL / hf:// dataset"
+            f"scripts/eval/local_data/{uri.split('local_data/')[-1]} there, point eval.data_root (or "
+            "$EVAL_DATA) at a folder holding it, or give dataset_uri an object-store URL / hf:// dataset"
         )
     return _read_jsonl(path), str(path)
 
@@ -241,7 +242,8 @@ def check_task_data(cfg: EvalConfig) -> None:
     root = cfg.data_root or default_data_root()
     files = [local_task_file(t, data_root=root) for t in tasks]
     if not tasks or not cfg.skip_missing or any(f is None or f.is_file() for f in files):
-        return  # something to evaluate (or skip_missing=false: the first absent file raises by name)
+        # something to evaluate (or skip_missing=false: the first absent file raises by name)
+        return
     if cfg.data_root:
         source = "eval.data_root"
     elif os.environ.get("EVAL_DATA"):
@@ -251,7 +253,7 @@ def check_task_data(cfg: EvalConfig) -> None:
     suite = f" of {cfg.icl_tasks_file}" if cfg.icl_tasks_file else ""
     raise ConfigError(
         f"no data for any of the {len(tasks)} ICL tasks{suite}: the data folder {Path(root).expanduser()} "
-        f"({source}) has none of their files (e.g. {files[0]}). Set EVAL_DATA=<folder> (or eval.data_root) to a "
-        "copy of llm-foundry's scripts/eval/local_data (this project's tests use ../shared/data/icl), or use "
-        "eval=offline, which needs no data; nothing was evaluated and no results were written"
+        f"({source}) has none of their files (e.g. {files[0]}). Set EVAL_DATA=<folder> (or eval.data_root) "
+        "to a copy of llm-foundry's scripts/eval/local_data (this project's tests use ../shared/data/icl), "
+        "or use eval=offline, which needs no data; nothing was evaluated and no results were written"
     )

@@ -161,8 +161,9 @@ def compute_gauntlet(results: Mapping[str, Any], gauntlet_cfg: Any) -> dict[str,
     Returns:
         `{"benchmarks": {label: {accuracy, score, random_baseline, weight, num_samples}}, "categories":
         {name: score|None}, "averages": {name: score|None}, "llmfoundry_averages": {name: score} (llm-foundry's
-        numbers: the mean of the complete categories, 0 when none is), "missing": [labels], "partial": {"categories",
-        "averages"} over the benchmarks present}`; `None` marks a category / average with missing input.
+        numbers: the mean of the complete categories, 0 when none is), "missing": [labels], "partial":
+        {"categories", "averages"} over the benchmarks present}`; `None` marks a category / average with
+        missing input.
     """
     cfg = gauntlet_config(gauntlet_cfg)
     collected = _collect(results)
@@ -199,7 +200,8 @@ def compute_gauntlet(results: Mapping[str, Any], gauntlet_cfg: Any) -> dict[str,
         )
     categories, averages = _aggregate(cfg, scores, partial=False)
     p_categories, p_averages = _aggregate(cfg, scores, partial=True)
-    llmfoundry_averages = {}  # llm-foundry drops an incomplete category and averages the rest (0 if none)
+    # llm-foundry drops an incomplete category and averages the rest (0 if none)
+    llmfoundry_averages = {}
     for name, cats in cfg.resolved_averages().items():
         complete = [v for c in cats if (v := categories[c]) is not None]
         llmfoundry_averages[name] = sum(complete) / len(complete) if complete else 0.0

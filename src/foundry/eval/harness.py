@@ -57,7 +57,8 @@ class FoundryLM(TemplateLM):
 
     Args:
         model / tokenizer: a loaded causal LM and its transformers tokenizer; or, instead, the model
-            arguments of `load_model_and_tokenizer` (`pretrained`, `config`, `checkpoint`, `tokenizer`, `dtype`).
+            arguments of `load_model_and_tokenizer` (`pretrained`, `config`, `checkpoint`, `tokenizer`,
+            `dtype`).
         batch_size: sequences per forward (lm-eval passes the CLI's `--batch_size`; `auto` means 16).
         device: `cpu`, `cuda`, `cuda:1`, ...
         max_length: context limit (default: the model's `max_seq_len` / `max_position_embeddings`, else 2048).
@@ -169,7 +170,8 @@ class FoundryLM(TemplateLM):
             logprobs = self._forward_logprobs([inputs[i] for i in idx])
             for row, i in enumerate(idx):
                 end = len(inputs[i])
-                cont = requests[i][2][-end:]  # a continuation longer than max_length: its last tokens
+                # a continuation longer than max_length: its last tokens
+                cont = requests[i][2][-end:]
                 lp = logprobs[row, end - len(cont) : end]
                 target = torch.tensor(cont, device=lp.device)
                 greedy = bool((lp.argmax(-1) == target).all())

@@ -65,7 +65,8 @@ def model_schema(config: str) -> Any:  # MPTModelConfig | HFCausalLMConfig
 
 
 def _load_state_file(model: nn.Module, path: Path) -> None:
-    """A plain weights file (.pt/.bin/.safetensors; `{'model': ...}` wrappers and `model.` prefixes accepted)."""
+    """A plain weights file (.pt/.bin/.safetensors; `{'model': ...}` wrappers and `model.` prefixes
+    accepted)."""
     missing, unexpected = model.load_state_dict(load_state_dict_file(path), strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied embeddings
     if missing or unexpected:
@@ -75,7 +76,8 @@ def _load_state_file(model: nn.Module, path: Path) -> None:
 
 
 def _manifest_model_config(checkpoint: str) -> dict[str, Any]:
-    """The model config recorded in a foundry checkpoint's manifest (directory or save folder, local or URL)."""
+    """The model config recorded in a foundry checkpoint's manifest
+    (directory or save folder, local or URL)."""
     with tempfile.TemporaryDirectory() as scratch:
         info = open_checkpoint(checkpoint, scratch=scratch)
     if not info.manifest.model_config:

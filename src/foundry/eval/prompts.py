@@ -1,4 +1,5 @@
-"""Prompt construction: jsonl rows -> token-level requests, exactly as llm-foundry builds them (foundry.md §5.3).
+"""Prompt construction: jsonl rows -> token-level requests, exactly as llm-foundry builds them
+(foundry.md §5.3).
 
 Design note: every rule below restates llm-foundry 0.22's `llmfoundry/eval/datasets` (read, not copied), so
 each example's tokens equal its evaluator's:
@@ -270,7 +271,8 @@ def build_prompts(
     if cfg.icl_task_type == "generation_task_with_answers":
         b.has_cot = any("chain_of_thought" in row for row in rows)
         longest = max_answer_length(b, rows)
-        window = max(max_seq_len, longest) - longest  # llm-foundry raises max_seq_len to fit the answer
+        # llm-foundry raises max_seq_len to fit the answer
+        window = max(max_seq_len, longest) - longest
         gen = (window, int(cfg.generation_kwargs.get("max_new_tokens", max(longest, 1))))
     raw_rows = rows
     if cfg.strip_dataset:

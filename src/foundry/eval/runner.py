@@ -346,12 +346,13 @@ def run_icl_eval(
         progress = partial(_task_progress, lines, task.label, n, len(tasks), cfg.progress_interval, emit)
         res = evaluate_task(
             model, tokenizer, task, device=device, batch_size=cfg.batch_size,
-            pad_to_max_seq_len=cfg.pad_to_max_seq_len, cache_context=cfg.cache_context, precision=cfg.precision,
-            progress=progress if emit is not None else None,
+            pad_to_max_seq_len=cfg.pad_to_max_seq_len, cache_context=cfg.cache_context,
+            precision=cfg.precision, progress=progress if emit is not None else None,
         )  # fmt: skip
         for line in lines:
             line.finish(res.metrics)
-        if not lines:  # the closing progress line says the same (issue 40: each result printed twice)
+        # the closing progress line says the same (issue 40: each result printed twice)
+        if not lines:
             log.info("%s: %s (%.1fs)", res.label, res.metrics, res.seconds)
         results.append(res)
     flat: dict[str, Any] = {}

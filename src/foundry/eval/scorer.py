@@ -251,7 +251,8 @@ def _score_cached(
         suffixes = [(requests[i].context + requests[i].continuation)[n:-1] for i, n in zip(flat, cut)]
         s_len = max(len(s) for s in suffixes)
         s_ids = _pad_right(suffixes, s_len, pad_id, device)
-        beam_idx: Any = torch.tensor(owner, device=device)  # int64; transformers types it `LongTensor`
+        # int64; transformers types it `LongTensor`
+        beam_idx: Any = torch.tensor(owner, device=device)
         cache.reorder_cache(beam_idx)
         mask = torch.cat([p_mask[owner], torch.ones(len(flat), s_len, dtype=torch.long, device=device)], 1)
         pos = torch.tensor(cut, device=device)[:, None] + torch.arange(s_len, device=device)[None]
@@ -290,7 +291,8 @@ def score_requests(
     """Log-likelihood of each request's continuation given its context.
 
     Args:
-        model: a causal LM (`model(input_ids, attention_mask, position_ids, cache).logits`, the cache named as in `cache_names`).
+        model: a causal LM (`model(input_ids, attention_mask, position_ids, cache).logits`, the cache named as
+            in `cache_names`).
         requests: the rows. device: where the model is. batch_size: rows per forward.
         pad_id: the padding token id.
         groups: request indices sharing a prefix (the choices of a question): each group's prefix runs

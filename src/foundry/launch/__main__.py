@@ -1,4 +1,5 @@
-"""`python -m foundry.launch [options] [torchrun options] -- train.py <overrides>` (see `foundry.launch.cli`)."""
+"""`python -m foundry.launch [options] [torchrun options] -- train.py <overrides>`
+(see `foundry.launch.cli`)."""
 
 import sys
 

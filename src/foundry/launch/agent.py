@@ -93,10 +93,10 @@ class Supervisor:
     health_defer_s: float = 0.0
     max_restarts: int | None = None
     """torchrun's restart limit, for the console lines (`restart 1/3`)."""
-    """Under `--nnodes=MIN:MAX` a failed node-local check (devices, disk, store) is first left to the node guard
-    (`foundry.launch.nodes`: the node leaves the elastic job, exit 4; the cli sets this then): the held ranks
-    cannot be restarted meanwhile, and the launcher stops the group itself (`fatal`, exit 3) only if it still
-    runs after this many seconds."""
+    """Under `--nnodes=MIN:MAX` a failed node-local check (devices, disk, store) is first left to the node
+    guard (`foundry.launch.nodes`: the node leaves the elastic job, exit 4; the cli sets this then): the held
+    ranks cannot be restarted meanwhile, and the launcher stops the group itself (`fatal`, exit 3) only if it
+    still runs after this many seconds."""
     _notes_seen: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def start(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
@@ -158,7 +158,8 @@ class Supervisor:
         if attempt in self.failed:
             return
         dead = sorted(r for r, b in current.items() if b.phase != "done" and not pid_alive(b.pid))
-        if dead:  # several dead at the first look: the one that did not fail because a peer died is blamed
+        # several dead at the first look: the one that did not fail because a peer died is blamed
+        if dead:
             blamed = [r for r in dead if getattr(notes.get(r), "kind", "") != "peer"] or dead
             b = current[blamed[0]]
             self._failure(attempt, now, cause="exited", rank=b.rank, pid=b.pid, step=b.step, ranks=dead)
@@ -215,11 +216,13 @@ class Supervisor:
         p = self.preemption
         if p is None:
             return False
-        if not any(b.phase in ("fit", "step") for b in beats.values()):  # not training: nothing to save
+        # not training: nothing to save
+        if not any(b.phase in ("fit", "step") for b in beats.values()):
             self._preempted(now, step=self.final_step, checkpoint=False)
             return True
         if any(b.phase != "done" and not pid_alive(b.pid) for b in beats.values()):
-            self._preempted(now, step=self.final_step, checkpoint=False)  # a rank died instead of saving
+            # a rank died instead of saving
+            self._preempted(now, step=self.final_step, checkpoint=False)
             return True
         stepping = [b for b in beats.values() if b.phase == "step"]
         if not p.forwarded and stepping:  # the others learn it at the step's all-reduce
@@ -263,7 +266,8 @@ class Supervisor:
         deadline: float,
         **failure: object,
     ) -> None:
-        """Freezes every rank, has each dump its stacks, records where, then SIGKILLs them (torchrun restarts).
+        """Freezes every rank, has each dump its stacks, records where, then SIGKILLs them
+        (torchrun restarts).
 
         The ranks are stopped first so that a rank that was itself stopped (SIGSTOP) does not, once continued
         to handle SIGUSR2, finish the step the others waited for and run on while the dumps are written.
@@ -272,7 +276,8 @@ class Supervisor:
         for b in beats.values():
             _signal(b.pid, signal.SIGSTOP)
         for b in beats.values():
-            _signal(b.pid, STACK_SIGNAL)  # pending until SIGCONT, then handled before any Python code runs
+            # pending until SIGCONT, then handled before any Python code runs
+            _signal(b.pid, STACK_SIGNAL)
             _signal(b.pid, signal.SIGCONT)
         dumps = [stacks_path(self.run_dir, self.launch_id, attempt, r) for r in sorted(beats)]
         wait_until = time.monotonic() + self.dump_wait_s
@@ -290,14 +295,16 @@ class Supervisor:
         self._failure(attempt, now, rank=low.rank, pid=low.pid, step=low.step, stalled_s=stalled, **failure)  # type: ignore[arg-type]
 
     def _new_attempt(self, attempt: int, now: float) -> None:
-        """A `failure` for each earlier attempt not yet recorded and a `restart` for each attempt after the first.
+        """A `failure` for each earlier attempt not yet recorded and a `restart` for each attempt after the
+        first.
 
         An attempt whose ranks died before their first beat (an import error, a crash in start-up) is never
         seen: torchrun's restart count jumps, and the attempts in between are recorded here.
         """
         seen = self.progress.attempt
         for missed in range(max(seen, 0), attempt):
-            if missed not in self.failed:  # torchrun restarted before we saw a rank die (or saw it at all)
+            # torchrun restarted before we saw a rank die (or saw it at all)
+            if missed not in self.failed:
                 step = self.final_step
                 self._failure(missed, now, cause="exited", rank=-1, pid=-1, step=step, seen=missed == seen)
         for a in range(max(seen + 1, 1), attempt + 1):
@@ -324,11 +331,13 @@ class Supervisor:
             lost = now - p.last_progress + steps_lost * median
             self.time_lost_s += lost
             append_event(
-                self.run_dir, "resumed", attempt=p.attempt, resumed_step=p.resumed_step, steps_lost=steps_lost,
-                restart_to_first_step_s=round(now - p.failed_at, 3), time_lost_s=round(lost, 3),
+                self.run_dir, "resumed", attempt=p.attempt, resumed_step=p.resumed_step,
+                steps_lost=steps_lost, restart_to_first_step_s=round(now - p.failed_at, 3),
+                time_lost_s=round(lost, 3),
             )  # fmt: skip
             _say(
-                f"restart {p.attempt} resumed at step {p.resumed_step}: {steps_lost} step(s) and {lost:.1f} s lost"
+                f"restart {p.attempt} resumed at step {p.resumed_step}: "
+                f"{steps_lost} step(s) and {lost:.1f} s lost"
             )
             self.pending = None
 

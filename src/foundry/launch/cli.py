@@ -1,11 +1,13 @@
-"""`python -m foundry.launch [launcher and torchrun options] -- train.py <overrides>`: parse, start, supervise.
+"""`python -m foundry.launch [launcher and torchrun options] -- train.py <overrides>`:
+parse, start, supervise.
 
 Design note: the launcher's own options are parsed with `parse_known_args`; everything else before `--`
 goes to torchrun unchanged (`--nproc-per-node`, `--standalone`, `--nnodes`, rendezvous), so torchrun's
 documentation stays the reference for those. The run directory is Hydra's `outputs/<run_name>`; a command
-without `run_name=` (or `$RUN_NAME`) gets its new name chosen here, once (`foundry.run_name`: composed from the
-script's `conf/` as `train.py` would, e.g. `pretrain-mpt-tiny-20261126-175501`), and passed as `run_name=` to
-every rank of every restart, so restarts resume that run and a second launch of the command starts a new one.
+without `run_name=` (or `$RUN_NAME`) gets its new name chosen here, once (`foundry.run_name`: composed from
+the script's `conf/` as `train.py` would, e.g. `pretrain-mpt-tiny-20261126-175501`), and passed as `run_name=`
+to every rank of every restart, so restarts resume that run and a second launch of the command starts a new
+one.
 """
 
 from __future__ import annotations
@@ -106,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     launch_id = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
     settings = WorkerSettings(
         run_dir=str(run_dir), launch_id=launch_id, cuda=args.cuda, min_free_gb=args.min_free_gb,
-        check_urls=args.check_url, health_timeout_s=args.health_timeout, all_reduce=not args.no_all_reduce_check,
+        check_urls=args.check_url, health_timeout_s=args.health_timeout,
+        all_reduce=not args.no_all_reduce_check,
     )  # fmt: skip
-    for stale in RunDir(run_dir).heartbeat.glob(
-        "rank*.json"
-    ):  # a previous launch's beats (attempts restart at 0)
+    # a previous launch's beats (attempts restart at 0)
+    for stale in RunDir(run_dir).heartbeat.glob("rank*.json"):
         stale.unlink()
     cmd = [
         sys.executable, "-m", "torch.distributed.run", f"--max-restarts={args.max_restarts}", *torchrun_opts,
@@ -120,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     append_event(run_dir, "start", launch_id=launch_id, run_name=run_name, max_restarts=args.max_restarts,
                  torchrun_options=torchrun_opts, script=job[0], pid=os.getpid(), host=socket.gethostname(),
                  token=ident.token, proof=ident.proof)  # fmt: skip
-    elastic = elastic_nodes(torchrun_opts)  # --nnodes=MIN:MAX: a node failing a node-local check leaves
+    # --nnodes=MIN:MAX: a node failing a node-local check leaves
+    elastic = elastic_nodes(torchrun_opts)
     if elastic and (bad := check_node(settings)) is not None:
         exclude_node(run_dir, launch_id, check=bad.check, detail=bad.detail, when="before_join")
         return NODE_EXCLUDED_EXIT
@@ -143,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     _drop_empty_dumps(RunDir(run_dir).stacks)
     append_event(
         run_dir, "summary", ok=rc == 0, exit_code=rc, failures=sup.failures, restarts=sup.progress.attempt,
-        final_step=sup.final_step, time_lost_s=round(sup.time_lost_s, 3), wall_s=round(time.time() - started, 3),
-        cause=sup.stop_cause,
+        final_step=sup.final_step, time_lost_s=round(sup.time_lost_s, 3),
+        wall_s=round(time.time() - started, 3), cause=sup.stop_cause,
     )  # fmt: skip
     publish_launch_summary(run_dir)  # the same events into the run's W&B run, when it logged to W&B
     publish_launch_events(run_dir)  # ...and into its MLflow run, when it logged to MLflow

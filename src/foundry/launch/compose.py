@@ -1,9 +1,11 @@
-"""`compose_run_name`: the run name `train.py` would use for some overrides, chosen here, once, for a supervisor.
+"""`compose_run_name`: the run name `train.py` would use for some overrides, chosen here, once,
+for a supervisor.
 
-Design note: a supervisor that restarts `train.py` (`python -m foundry.launch`, `python -m foundry.launch.k8s`)
-must pass every (re)start the same `run_name=`; composing the config as `train.py` does gives the name it would
-generate (`foundry.run_name`, with the model option) and fails early on the errors `train.py` would report.
-It lives apart from `foundry.run_name` because it imports the whole config (`foundry.config` imports that).
+Design note: a supervisor that restarts `train.py` (`python -m foundry.launch`,
+`python -m foundry.launch.k8s`) must pass every (re)start the same `run_name=`; composing the config as
+`train.py` does gives the name it would generate (`foundry.run_name`, with the model option) and fails early
+on the errors `train.py` would report. It lives apart from `foundry.run_name` because it imports the whole
+config (`foundry.config` imports that).
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ class K8sConfig:
 
 @dataclass
 class NodeCommandConfig:
-    """What each node runs (`hydra.launcher.node`): `python -m foundry.launch <launcher_args> <torchrun> -- train.py`.
+    """What each node runs (`hydra.launcher.node`):
+    `python -m foundry.launch <launcher_args> <torchrun> -- train.py`.
 
     Attributes:
         launcher_args: `foundry.launch` options, e.g. `[--max-restarts=3, --cuda]`.

@@ -5,13 +5,13 @@ never a controller of our own. The manifest is rendered, not templated: the trai
 first with the same config tree as `train.py` (a typo fails here, not in a pod), the `k8s` slice is its own
 typed schema (`K8sConfig` in `foundry.launch.config`, from `conf/k8s/<name>.yaml`; it is not part of the
 training config), and the result is checked against `conf/k8s/pytorchjob-v1.schema.json` (a subset of the
-operator's CRD schema and webhook rules; see `scripts/k8s_schema_subset.py`). Each Worker pod runs the supervised launcher
-(`python -m foundry.launch ... -- train.py <overrides> run_name=<name>`) with no rendezvous options:
-under `elasticPolicy` the operator sets torchrun's `PET_NNODES` (min:max), `PET_RDZV_*` and
-`PET_NPROC_PER_NODE`, which torchrun reads as its defaults. `restartPolicy: OnFailure` restarts a container
-that exited non-zero (75 after a preemption checkpoint included) and it autoresumes from the checkpoint store.
-Credentials only ever come from Secrets (`secret_env`, `env_from_secrets`); a plain env value or a training
-override that looks like a credential is refused.
+operator's CRD schema and webhook rules; see `scripts/k8s_schema_subset.py`). Each Worker pod runs the
+supervised launcher (`python -m foundry.launch ... -- train.py <overrides> run_name=<name>`) with no
+rendezvous options: under `elasticPolicy` the operator sets torchrun's `PET_NNODES` (min:max), `PET_RDZV_*`
+and `PET_NPROC_PER_NODE`, which torchrun reads as its defaults. `restartPolicy: OnFailure` restarts a
+container that exited non-zero (75 after a preemption checkpoint included) and it autoresumes from the
+checkpoint store. Credentials only ever come from Secrets (`secret_env`, `env_from_secrets`); a plain env
+value or a training override that looks like a credential is refused.
 """
 
 from __future__ import annotations
@@ -183,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m foundry.launch.k8s",
         usage="python -m foundry.launch.k8s [--out FILE] [k8s=NAME] [k8s.KEY=VALUE ...] [train.py overrides]",
-        description="Renders a Kubeflow PyTorchJob (kubeflow.org/v1) that runs train.py under foundry.launch.",
+        description=(
+            "Renders a Kubeflow PyTorchJob (kubeflow.org/v1) that runs train.py under foundry.launch."
+        ),
     )
     p.add_argument("--out", type=Path, help="write the manifest here (default: stdout)")
     p.add_argument(

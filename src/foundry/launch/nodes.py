@@ -12,9 +12,9 @@ then autoresumes from the latest checkpoint on fewer ranks with the same global 
 So, for an elastic job (`--nnodes=MIN:MAX`, MIN < MAX; on one node a failed check simply ends the run), the
 launcher (1) runs the node-local checks (disk, stores) itself before joining, and does not join when
 one fails, and (2) while torchrun runs, a `NodeGuard` thread reads `events.jsonl` for a failed node-local
-check of one of *its own* ranks (`launch_id`) and stops its torchrun agent by a signal. Either way it records a
-`node_excluded` event naming the node and the check, prints it on stderr and exits `NODE_EXCLUDED_EXIT`.
-A failed `all_reduce` check does not exclude a node: it cannot tell which node is at fault.
+check of one of *its own* ranks (`launch_id`) and stops its torchrun agent by a signal. Either way it records
+a `node_excluded` event naming the node and the check, prints it on stderr and exits `NODE_EXCLUDED_EXIT`. A
+failed `all_reduce` check does not exclude a node: it cannot tell which node is at fault.
 
 The rendezvous store lives in one agent (c10d backend); a node that may be excluded must not host it
 (`--rdzv-conf=is_host=false`), or use an external store.
@@ -92,7 +92,8 @@ def node_failure(events: list[dict[str, Any]], launch_id: str) -> dict[str, Any]
 
 
 def exclude_node(run_dir: Path, launch_id: str, *, check: str, detail: str, when: str) -> dict[str, Any]:
-    """Records `node_excluded` (node, check, detail, `when`: before_join | after_start) and says it on stderr."""
+    """Records `node_excluded` (node, check, detail, `when`: before_join | after_start) and says it on
+    stderr."""
     node = socket.gethostname()
     print(
         f"[foundry.launch] node {node} (launch {launch_id}) leaves the job: health check {check!r} failed: "

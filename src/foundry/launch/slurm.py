@@ -11,10 +11,10 @@ launcher as a child process with torchrun's rendezvous read from `SLURM_*` (`fou
 health checks, the hang watchdog, events.jsonl and group restarts are the same as on one machine.
 
 Preemption and time limits use submitit's own mechanism. The job's preemption signal is SIGTERM
-(`SUBMITIT_PREEMPT_SIGNAL=TERM`, exported by the sbatch script; `--signal=TERM@<signal_delay_s>` before the time
-limit): SIGTERM is what Slurm sends on preemption too, the trainer turns it into a checkpoint at the next step
-boundary and exit 75, and torchrun's agent forwards it to its ranks (submitit's default, USR2, would kill the
-agent). Slurm signals every process of the step; submitit's handler in the task then calls `checkpoint`,
+(`SUBMITIT_PREEMPT_SIGNAL=TERM`, exported by the sbatch script; `--signal=TERM@<signal_delay_s>` before the
+time limit): SIGTERM is what Slurm sends on preemption too, the trainer turns it into a checkpoint at the next
+step boundary and exit 75, and torchrun's agent forwards it to its ranks (submitit's default, USR2, would kill
+the agent). Slurm signals every process of the step; submitit's handler in the task then calls `checkpoint`,
 which waits (up to `stop_grace_s`) for the launcher to finish its preemption checkpoint before returning the
 resubmission, and submitit requeues the job (`scontrol requeue`; the local executor restarts the task). The
 requeued job runs the same command with the same `run_name` and autoresumes. A launcher that exits 75 on its
@@ -74,7 +74,8 @@ def node_command(
 
 
 def run_names(job_overrides: list[list[str]], base: str) -> list[str]:
-    """Each job's `run_name`: its own `run_name=` override, else `base` (`base-<i>` when several jobs share it)."""
+    """Each job's `run_name`: its own `run_name=` override, else `base`
+    (`base-<i>` when several jobs share it)."""
     names = []
     for i, overrides in enumerate(job_overrides):
         own = [o.split("=", 1)[1] for o in overrides if o.startswith("run_name=")]
@@ -166,17 +167,20 @@ class NodeRunner:
     def _ask_for_requeue(self, global_rank: int) -> None:
         """The launcher stopped for a requeue: submitit's own handler requeues (task 0) when signalled."""
         if not callable(signal.getsignal(self.stop_signal)):
-            return  # not inside a submitit task (no handler): reported as a failure with exit code 75
+            # not inside a submitit task (no handler): reported as a failure with exit code 75
+            return
         print(f"foundry slurm: launcher exited {REQUEUE_EXIT_CODE}; asking submitit to requeue", flush=True)
         os.kill(os.getpid(), self.stop_signal)  # task 0's handler exits this process (requeue)
-        time.sleep(1.0 if global_rank == 0 else self.node.stop_grace_s)  # others wait for the requeue
+        # others wait for the requeue
+        time.sleep(1.0 if global_rank == 0 else self.node.stop_grace_s)
 
     def stop_for_requeue(self) -> None:
         """From submitit's signal handler: wait (up to `stop_grace_s`) for the preemption checkpoint."""
         proc = self._proc
         if proc is None or not pid_alive(proc.pid):
             return
-        if self.local:  # Slurm signals every process of the step itself; the local executor only the task
+        # Slurm signals every process of the step itself; the local executor only the task
+        if self.local:
             proc.send_signal(self.stop_signal)
         deadline = time.monotonic() + self.node.stop_grace_s
         while pid_alive(proc.pid) and time.monotonic() < deadline:

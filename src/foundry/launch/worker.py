@@ -84,7 +84,8 @@ class WorkerSettings:
 
 @dataclass(kw_only=True)
 class ExitNote:
-    """A rank's exit the launcher must act on instead of torchrun: `fatal` (stop, exit `code`) or `preempted`."""
+    """A rank's exit the launcher must act on instead of torchrun:
+    `fatal` (stop, exit `code`) or `preempted`."""
 
     rank: int
     pid: int
@@ -153,7 +154,8 @@ def exit_note_for(
         return None
     pid = os.getpid()
     return ExitNote(
-        rank=rank, pid=pid, attempt=attempt, code=code, kind=kind, cause=cause, step=step, detail=detail, check=check
+        rank=rank, pid=pid, attempt=attempt, code=code, kind=kind, cause=cause, step=step, detail=detail,
+        check=check,
     )  # fmt: skip
 
 
@@ -189,7 +191,8 @@ def _exit(code: int, note: ExitNote | None, heartbeats: Path, hold_s: float) -> 
 
 def main(argv: list[str]) -> None:
     """Runs the checks, then `argv[0]` (train.py) as `__main__` with `argv[1:]`; exits 3 on a failed check."""
-    for sig in PREEMPTION_SIGNALS:  # ignored in torchrun (see the module note); this rank handles them
+    # ignored in torchrun (see the module note); this rank handles them
+    for sig in PREEMPTION_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
     settings = WorkerSettings.from_env()
     run_dir = Path(settings.run_dir)
@@ -197,11 +200,13 @@ def main(argv: list[str]) -> None:
     heartbeats = RunDir(run_dir).heartbeat
     dump = stacks_path(run_dir, settings.launch_id, start.attempt, start.rank)
     dump.parent.mkdir(parents=True, exist_ok=True)
-    dump_file = dump.open("w")  # stays open: faulthandler writes to its descriptor from the signal handler
+    # stays open: faulthandler writes to its descriptor from the signal handler
+    dump_file = dump.open("w")
     faulthandler.register(STACK_SIGNAL, file=dump_file, all_threads=True)
     write_beat(heartbeats, start)
     where = {"rank": start.rank, "node": socket.gethostname(), "attempt": start.attempt}
-    where["launch_id"] = settings.launch_id  # foundry.launch.nodes: which launcher's rank failed a check
+    # foundry.launch.nodes: which launcher's rank failed a check
+    where["launch_id"] = settings.launch_id
     t0 = time.perf_counter()
     try:
         health_store = run_checks(settings, attempt=start.attempt)  # noqa: F841 - kept alive on purpose

@@ -33,7 +33,8 @@ class MLflowConfig:
     """MLflow settings (`logger=mlflow`); the local default needs no server."""
 
     tracking_uri: str | None = None
-    """null -> `MLFLOW_TRACKING_URI`, else `sqlite:///<cwd>/mlruns/mlflow.db` (artifacts beside it in `mlruns/`)."""
+    """null -> `MLFLOW_TRACKING_URI`, else `sqlite:///<cwd>/mlruns/mlflow.db`
+    (artifacts beside it in `mlruns/`)."""
     experiment: str | None = None
     """The MLflow experiment (created if absent); null -> the run's `run_name`."""
     tags: dict[str, str] = field(default_factory=dict)
@@ -47,7 +48,8 @@ class TensorBoardConfig:
     """TensorBoard settings (`logger=tensorboard`): event files, one folder per run."""
 
     log_dir: str | None = None
-    """null -> `<run_dir>/tensorboard`; else `<log_dir>/<run folder name>` (`tensorboard --logdir <log_dir>`)."""
+    """null -> `<run_dir>/tensorboard`; else `<log_dir>/<run folder name>`
+    (`tensorboard --logdir <log_dir>`)."""
     flush_secs: int = 30
     """How often the event file is flushed (and at the end of the run)."""
 
@@ -67,6 +69,7 @@ class LoggerConfig:
     wandb: WandbConfig | None = None
     """W&B run named `run_name` with the resolved config; null disables."""
     mlflow: MLflowConfig | None = None
-    """MLflow run (experiment and run named from `run_name`) with params, metrics, artifacts; null disables."""
+    """MLflow run (experiment and run named from `run_name`) with params, metrics, artifacts;
+    null disables."""
     tensorboard: TensorBoardConfig | None = None
     """TensorBoard event files (scalars, config as text); null disables."""

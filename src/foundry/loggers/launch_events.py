@@ -1,10 +1,11 @@
-"""The launcher's events for loggers other than W&B: changed `launch/*` counters, read when `events.jsonl` grows.
+"""The launcher's events for loggers other than W&B:
+changed `launch/*` counters, read when `events.jsonl` grows.
 
-Design note: one contract for every logger (W&B, MLflow, TensorBoard): only under the supervised launcher (the run directory has `events.jsonl` when the logger starts), the file is
-reread when its size changed, and the cumulative counters that changed since the last read are returned for
-the caller to log with the metrics of the current step (a history cannot go back in step, so counters, not
-one row per event). The whole event list goes to the run as a file at the end (MLflow artifact, TensorBoard
-text).
+Design note: one contract for every logger (W&B, MLflow, TensorBoard): only under the supervised launcher (the
+run directory has `events.jsonl` when the logger starts), the file is reread when its size changed, and the
+cumulative counters that changed since the last read are returned for the caller to log with the metrics of
+the current step (a history cannot go back in step, so counters, not one row per event). The whole event list
+goes to the run as a file at the end (MLflow artifact, TensorBoard text).
 """
 
 from __future__ import annotations

@@ -4,18 +4,18 @@ Design note: everything goes through one `MlflowClient` bound to an explicit tra
 `MLFLOW_TRACKING_URI`, else a SQLite store in `./mlruns/`), never `mlflow.set_tracking_uri`/`start_run`, which
 are process-wide state. The same contract as the W&B logger:
 
-- the experiment is `logger.mlflow.experiment` or `run_name`; the run is named `run_name` (a sweep job adds its
-  folder: `<run_name>/<job dir>`) and tagged `foundry.run_key` (a hash of that name) so that a resumed training
-  run (autoresume from a checkpoint) finds and continues the same MLflow run, on any machine that shares the
-  tracking server;
+- the experiment is `logger.mlflow.experiment` or `run_name`; the run is named `run_name` (a sweep job adds
+  its folder: `<run_name>/<job dir>`) and tagged `foundry.run_key` (a hash of that name) so that a resumed
+  training run (autoresume from a checkpoint) finds and continues the same MLflow run, on any machine that
+  shares the tracking server;
 - hyperparameters (the resolved config and `derived`) are redacted (`stackbase.secrets`), then logged
   as flat params (`config.optimizer.lr`) -- MLflow params are immutable strings of at most 6000 characters, so
   longer values are cut (the whole tree is also the `hyperparameters.json` artifact) and a value a resumed run
   changed is recorded as the tag `resumed.<key>`;
-- metrics by optimizer step, one `log_batch` per call, sent by MLflow's async logging thread so a step does not
-  wait for the store (a local SQLite commit takes tens of ms); at most one batch is in flight: each call first
-  waits for the previous one, so an unreachable server stops the run one step late, not at the end (names
-  MLflow rejects get their bad characters replaced: `metric_key`);
+- metrics by optimizer step, one `log_batch` per call, sent by MLflow's async logging thread so a step does
+  not wait for the store (a local SQLite commit takes tens of ms); at most one batch is in flight: each call
+  first waits for the previous one, so an unreachable server stops the run one step late, not at the end
+  (names MLflow rejects get their bad characters replaced: `metric_key`);
 - under the supervised launcher, its events (`events.jsonl`): changed `launch/*` counters with the metrics of
   the step they are seen at (`LaunchEvents`), the file itself as an artifact at close, and once more after
   torchrun exited, with the launcher's final `summary` event (`publish_launch_events`);
@@ -72,14 +72,16 @@ RUN_KEY_TAG = "foundry.run_key"
 def _client(tracking_uri: str) -> MlflowClient:
     """An `MlflowClient` for `tracking_uri`; a missing package names the extra to install."""
     try:
-        from mlflow.tracking import MlflowClient  # optional dependency: imported only when the logger is used
+        # optional dependency: imported only when the logger is used
+        from mlflow.tracking import MlflowClient
     except ImportError as e:
         raise ImportError("logger=mlflow needs MLflow: pip install 'foundry-stack[mlflow]'") from e
     return MlflowClient(tracking_uri=tracking_uri)
 
 
 def resolve_tracking_uri(configured: str | None, environ: Mapping[str, str]) -> str:
-    """The config's URI, else `MLFLOW_TRACKING_URI`, else `sqlite:///<cwd>/mlruns/mlflow.db` (created here)."""
+    """The config's URI, else `MLFLOW_TRACKING_URI`, else `sqlite:///<cwd>/mlruns/mlflow.db`
+    (created here)."""
     if configured:
         return configured
     if environ.get("MLFLOW_TRACKING_URI"):
@@ -95,7 +97,8 @@ def run_label(run_name: str, run_dir: Path) -> str:
 
 
 def metric_key(name: str) -> str:
-    """`name` as MLflow accepts it: only `[/\\w.\\- ]`, no empty/`.`/`..` path part, at most 250 characters."""
+    """`name` as MLflow accepts it: only `[/\\w.\\- ]`, no empty/`.`/`..` path part,
+    at most 250 characters."""
     cleaned = re.sub(r"[^/\w.\- ]", "_", name)
     parts = ["_" if p in ("", ".", "..") else p for p in cleaned.split("/")]
     return "/".join(parts)[:MAX_KEY].rstrip("/") or "_"
@@ -180,7 +183,8 @@ class MLflowLogger:
         return runs[0].info.run_id if runs else None
 
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
-        """Flat params of the redacted tree (new keys only on resume; changed values as `resumed.<key>` tags)."""
+        """Flat params of the redacted tree (new keys only on resume; changed values as `resumed.<key>`
+        tags)."""
         from mlflow.entities import Param, RunTag  # optional dependency (see `_client`)
 
         tree = redact_value(params)
@@ -195,7 +199,8 @@ class MLflowLogger:
         self.client.log_dict(self.run_id, tree, "hyperparameters.json")
 
     def log_metrics(self, metrics: dict[str, float], *, step: int) -> None:
-        """One `log_batch` with every metric at `step` (NaN and infinities are stored as MLflow stores them)."""
+        """One `log_batch` with every metric at `step` (NaN and infinities are stored as MLflow stores
+        them)."""
         from mlflow.entities import Metric  # optional dependency (see `_client`)
 
         now = int(time.time() * 1000)
@@ -214,18 +219,21 @@ class MLflowLogger:
             op.wait()
 
     def close(self) -> None:
-        """Uploads the run directory's files and ends the run (its status from the exception in flight, if any)."""
+        """Uploads the run directory's files and ends the run
+        (its status from the exception in flight, if any)."""
         if self._closed:
             return
         self._closed = True
-        error = sys.exc_info()[1]  # close() runs in the trainer's `finally`: an exception may be propagating
+        # close() runs in the trainer's `finally`: an exception may be propagating
+        error = sys.exc_info()[1]
         self._wait()
         if self.cfg.artifacts:
             for name in ARTIFACTS:
                 if (self.run_dir / name).is_file():
                     self.client.log_artifact(self.run_id, str(self.run_dir / name))
         status = "FINISHED"
-        if isinstance(error, KeyboardInterrupt | SystemExit):  # SystemExit: also a preemption's requeue exit
+        # SystemExit: also a preemption's requeue exit
+        if isinstance(error, KeyboardInterrupt | SystemExit):
             status = "KILLED"
         elif error is not None:
             status = "FAILED"
@@ -241,7 +249,8 @@ def _write_run_record(run_dir: Path, run_id: str, experiment_id: str, tracking_u
 
 
 def attach_final_metrics(cfg: MLflowConfig, run_dir: str | Path) -> None:
-    """Uploads `<run_dir>/final_metrics.json` to the MLflow run `<run_dir>/mlflow_run.json` names (if both exist)."""
+    """Uploads `<run_dir>/final_metrics.json` to the MLflow run `<run_dir>/mlflow_run.json` names
+    (if both exist)."""
     run_dir = Path(run_dir)
     record, final = run_dir / RUN_FILE, run_dir / layout.FINAL_METRICS
     if not cfg.artifacts or not record.is_file() or not final.is_file():
@@ -251,7 +260,8 @@ def attach_final_metrics(cfg: MLflowConfig, run_dir: str | Path) -> None:
 
 
 def publish_launch_events(run_dir: str | Path) -> str | None:
-    """After torchrun exited: the launcher's events (with its `summary`) into the run's MLflow run; its id or None.
+    """After torchrun exited: the launcher's events (with its `summary`) into the run's MLflow run;
+    its id or None.
 
     The counterpart of `foundry.loggers.wandb.publish_launch_summary`: `events.jsonl` as an artifact and the
     final `launch/*` counters at the run's last step. The tracking URI is the one `mlflow_run.json` recorded,
@@ -265,7 +275,8 @@ def publish_launch_events(run_dir: str | Path) -> str | None:
     info = json.loads(path.read_text())
     uri = info["tracking_uri"] if info.get("reusable_uri") else os.environ.get("MLFLOW_TRACKING_URI")
     try:
-        from mlflow.entities import Metric  # optional dependency, present when mlflow_run.json was written
+        # optional dependency, present when mlflow_run.json was written
+        from mlflow.entities import Metric
 
         client = _client(resolve_tracking_uri(uri, os.environ))
         run = client.get_run(info["run_id"])

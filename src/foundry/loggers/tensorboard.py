@@ -5,10 +5,10 @@ nothing else), one folder per run: `<run_dir>/tensorboard`, so `tensorboard --lo
 and sweep job; a shared `log_dir` gets `<log_dir>/<run folder name>`. The same contract as the W&B logger:
 every metric is a scalar at its optimizer step, and the hyperparameters (resolved config and `derived`,
 redacted by `stackbase.secrets`) are one text entry each, as JSON in a Markdown code block. Under the
-supervised launcher, changed `launch/*` counters are scalars at the step they are seen (`LaunchEvents`) and the
-event list is the `launch/events` text at close. A resumed
-run writes a new event file in the same folder with `purge_step = resume_step + 1`: TensorBoard then drops
-the steps that the crashed run logged after its checkpoint, so the curves have no duplicate and no gap.
+supervised launcher, changed `launch/*` counters are scalars at the step they are seen (`LaunchEvents`) and
+the event list is the `launch/events` text at close. A resumed run writes a new event file in the same folder
+with `purge_step = resume_step + 1`: TensorBoard then drops the steps that the crashed run logged after its
+checkpoint, so the curves have no duplicate and no gap.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ class TensorBoardLogger:
         self, cfg: TensorBoardConfig, *, run_dir: str | Path, resume_step: int | None = None
     ) -> None:
         try:
-            from torch.utils.tensorboard import SummaryWriter  # optional dependency: needs `tensorboard`
+            # optional dependency: needs `tensorboard`
+            from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
             raise ImportError(
                 "logger=tensorboard needs TensorBoard: pip install 'foundry-stack[tensorboard]'"

@@ -6,15 +6,15 @@ The W&B run name is the run's `run_name` and the resolved config is its `config`
 redacted first (`stackbase.secrets`): the config, the tags and group, and the command line W&B copies
 from `sys.argv` into the run's metadata (swapped for a redacted copy only while `wandb.init` reads it).
 
-Under the supervised launcher (`python -m foundry.launch`, which writes `<run_dir>/events.jsonl`) the launcher's
-events reach the same W&B run without a second writer: W&B allows one process per run, and the one that
-writes it during training is this logger on rank 0. At start and at every log step it rereads the events file
-when its size changed and puts the whole list into the run summary (`launch/events`, idempotent, so a restarted
-rank 0 that resumes the run rewrites rather than duplicates it) and cumulative counters into the history row of
-that step (`launch/failures`, `launch/restarts`, `launch/time_lost_s`, ...; history rows cannot go back in
-step, so counters, not one row per event). The logger also leaves `<run_dir>/wandb/launch-run.json` (run id,
-project, entity, mode): after torchrun has exited, the launcher resumes that run once, only to add its final
-`summary` event and the complete event list (`publish_launch_summary`).
+Under the supervised launcher (`python -m foundry.launch`, which writes `<run_dir>/events.jsonl`) the
+launcher's events reach the same W&B run without a second writer: W&B allows one process per run, and the one
+that writes it during training is this logger on rank 0. At start and at every log step it rereads the events
+file when its size changed and puts the whole list into the run summary (`launch/events`, idempotent, so a
+restarted rank 0 that resumes the run rewrites rather than duplicates it) and cumulative counters into the
+history row of that step (`launch/failures`, `launch/restarts`, `launch/time_lost_s`, ...; history rows cannot
+go back in step, so counters, not one row per event). The logger also leaves `<run_dir>/wandb/launch-run.json`
+(run id, project, entity, mode): after torchrun has exited, the launcher resumes that run once, only to add
+its final `summary` event and the complete event list (`publish_launch_summary`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class WandbLogger:
                 "logger=wandb needs the wandb package: pip install 'foundry-stack[wandb]'"
             ) from e
         self._wandb = wandb
-        mode = cast("Literal['online', 'offline', 'disabled'] | None", cfg.mode)  # WandbConfig checks it
+        # WandbConfig checks it
+        mode = cast("Literal['online', 'offline', 'disabled'] | None", cfg.mode)
         with _redacted_argv():
             self.run: Run | None = wandb.init(
                 project=cfg.project,

@@ -4,15 +4,16 @@ Design note: a model is built in three steps that every caller used to write its
 from its schema (`build_model`: MPT on an init device, or any transformers causal LM), materialise it (a
 meta-device MPT is allocated and initialised by `materialize_`, or given a checkpoint's tensors), and move
 it to the run's device (a meta-built transformers causal LM marked `pretrained` reads its safetensors
-instead of being initialised, `foundry.parallel.pretrained_load`). `build_model_on` does all three; training, `task=eval`, the lm-eval adapter,
-checkpoint conversion and the benchmarks call it. FSDP keeps the meta model (`defer_init`) and materialises
-per shard after wrapping (`foundry.parallel.meta_init`). Casting to a dtype stays with the caller that loads
-weights (the lm-eval adapter): weights load at full precision, then cast. Nothing is registered at import:
-the schema nodes are in `registry.py`, and `foundry.models.mpt.auto.register_auto_classes()` tells
-transformers about model_type `foundry_mpt` when `load_pretrained` (here) or `build_hf_causal_lm` needs it.
-LoRA (`model.peft_config`) is part of creating the module: `build_model` injects the adapters (base frozen)
-into the model it built, so a schema with adapters always means a module with adapters, whether its weights
-are then initialised, materialised after sharding, or assigned from a checkpoint that holds them.
+instead of being initialised, `foundry.parallel.pretrained_load`). `build_model_on` does all three; training,
+`task=eval`, the lm-eval adapter, checkpoint conversion and the benchmarks call it. FSDP keeps the meta model
+(`defer_init`) and materialises per shard after wrapping (`foundry.parallel.meta_init`). Casting to a dtype
+stays with the caller that loads weights (the lm-eval adapter): weights load at full precision, then cast.
+Nothing is registered at import: the schema nodes are in `registry.py`, and
+`foundry.models.mpt.auto.register_auto_classes()` tells transformers about model_type `foundry_mpt` when
+`load_pretrained` (here) or `build_hf_causal_lm` needs it. LoRA (`model.peft_config`) is part of creating the
+module: `build_model` injects the adapters (base frozen) into the model it built, so a schema with adapters
+always means a module with adapters, whether its weights are then initialised, materialised after sharding, or
+assigned from a checkpoint that holds them.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def build_model_on(
     return model if defer_init else materialize_(model, device=device)
 
 
-def check_vocab_fits(cfg: MPTModelConfig, tokenizer: Any | None) -> None:  # a tokenizer
+def check_vocab_fits(cfg: MPTModelConfig, tokenizer: Any | None) -> None:
     """Raises ValueError when `tokenizer` has more tokens than `cfg.vocab_size`, naming the size to set."""
     vocab = 0 if tokenizer is None else len(tokenizer)
     if vocab > cfg.vocab_size:
@@ -166,7 +167,8 @@ def _assign_weights(
 ) -> nn.Module:
     """Assigns `state_dict`'s tensors as the parameters (strict); rebuilds meta buffers on `device`."""
     model.load_state_dict(state_dict, strict=True, assign=True)
-    for module in model.modules():  # non-persistent buffers (ALiBi, position tables) are rebuilt, not stored
+    # non-persistent buffers (ALiBi, position tables) are rebuilt, not stored
+    for module in model.modules():
         reset = getattr(module, "reset_buffers", None)
         if reset is not None and any(b.is_meta for b in module.buffers(recurse=False)):
             module.to_empty(device=device, recurse=False)
@@ -184,7 +186,8 @@ def materialize_(model: nn.Module, *, device: str | torch.device) -> nn.Module:
     cfg: Any = model.config  # an MPTConfig (nn.Module.__getattr__ is typed Tensor | Module)
     init = model.__dict__.get("_init_weights")  # set by LoRA injection: adapters get their own init
     if callable(init):
-        for module in model.modules():  # the order `foundry.parallel.meta_init` uses: same weights sharded
+        # the order `foundry.parallel.meta_init` uses: same weights sharded
+        for module in model.modules():
             init(module)
         return model
     init_model_(model, cfg=cfg.init, d_model=cfg.d_model, n_layers=cfg.n_layers)

@@ -9,8 +9,8 @@ or prints the deprecation line in every run.
 
 So `MPTForCausalLM.forward` accepts both names (`take_cache`), builds its outputs under the name the installed
 release declares (`CACHE_NAME`, found by looking at the output dataclass, not at a version number, once at
-import), and our own callers of any causal LM (the ICL scorer) pass a cache with `cache_field` and read one back
-with `output_cache`, so neither our model nor transformers' own ones warn.
+import), and our own callers of any causal LM (the ICL scorer) pass a cache with `cache_field` and read one
+back with `output_cache`, so neither our model nor transformers' own ones warn.
 """
 
 from __future__ import annotations

@@ -85,8 +85,9 @@ class AttnConfig:
     attn_pdrop: float = 0.0
     """Dropout on attention probabilities (training only)."""
     attn_impl: str = "torch"
-    """`torch` = scaled_dot_product_attention with PyTorch's own kernel order; `flash` / `cudnn` = the same call
-    with SDPA's flash / cuDNN kernel first (the others as fallbacks; cuDNN is the faster one on Hopper)."""
+    """`torch` = scaled_dot_product_attention with PyTorch's own kernel order; `flash` / `cudnn` = the same
+    call with SDPA's flash / cuDNN kernel first (the others as fallbacks; cuDNN is the faster one on
+    Hopper)."""
     qk_ln: bool = False
     """Normalise the full Q and K vectors (norm of `norm_type`)."""
     qk_gn: bool = False

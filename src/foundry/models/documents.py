@@ -32,7 +32,8 @@ def document_positions(sequence_id: torch.Tensor) -> torch.Tensor:
     idx = torch.arange(seq, device=sequence_id.device).expand_as(sequence_id)
     starts = torch.ones_like(sequence_id, dtype=torch.bool)
     starts[:, 1:] = sequence_id[:, 1:] != sequence_id[:, :-1]
-    first = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=-1).values  # start of t's document
+    # start of t's document
+    first = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=-1).values
     return idx - first
 
 

@@ -89,7 +89,8 @@ def to_hf_mpt_config(config: MPTConfig) -> Any:  # transformers.MptConfig
         raise ValueError(
             "cannot export to transformers' MPT format (fmt=hf_mpt): "
             + "; ".join(problems)
-            + "; use the format auto or foundry instead (export_hf.py --format, convert_checkpoint.py --hf-format)"
+            + "; use the format auto or foundry instead "
+            "(export_hf.py --format, convert_checkpoint.py --hf-format)"
         )
     attn = config.attn
     pdrop = attn.attn_pdrop
@@ -157,7 +158,8 @@ def export_hf(
         fmt = "foundry" if hf_mpt_incompatibilities(model.config) else "hf_mpt"
     if fmt == "foundry":
         model.save_pretrained(out, state_dict=_state_dict_fp(model, dtype))
-        if isinstance(model, MPTForCausalLM):  # (a transformers model of another kind has its class there)
+        # (a transformers model of another kind has its class there)
+        if isinstance(model, MPTForCausalLM):
             write_remote_code(out)
     else:
         from transformers import MptForCausalLM
@@ -180,9 +182,9 @@ def export_hf(
 
 
 def _standard_tokenizer_class(out: Path) -> None:
-    """Names the tokenizer `PreTrainedTokenizerFast` in `tokenizer_config.json` (issue 40): transformers 5 writes
-    its internal `TokenizersBackend`, which transformers 4 cannot load; the `tokenizer.json` beside it is the
-    standard form both read."""
+    """Names the tokenizer `PreTrainedTokenizerFast` in `tokenizer_config.json` (issue 40): transformers 5
+    writes its internal `TokenizersBackend`, which transformers 4 cannot load; the `tokenizer.json` beside it
+    is the standard form both read."""
     path = out / "tokenizer_config.json"
     if not (out / "tokenizer.json").is_file() or not path.is_file():
         return
@@ -208,8 +210,8 @@ def describe_export(out_dir: str | Path, *, requested: str = "auto") -> str:
             else "every option of this model maps onto it"
         )
         return (
-            f"hf_mpt, transformers' own MptForCausalLM: AutoModelForCausalLM.from_pretrained('{out}') loads it "
-            f"with no extra code ({why})"
+            f"hf_mpt, transformers' own MptForCausalLM: AutoModelForCausalLM.from_pretrained('{out}') loads "
+            f"it with no extra code ({why})"
         )
     if "auto_map" not in config:
         return f"a transformers {model_type} model (its class is part of transformers; no code written)"
@@ -219,9 +221,9 @@ def describe_export(out_dir: str | Path, *, requested: str = "auto") -> str:
     else:
         why = "transformers' own MPT cannot hold this model: " + "; ".join(problems)
     return (
-        f"foundry_mpt with its modelling code beside the weights (modeling_foundry_mpt.py and helpers, auto_map "
-        f"in config.json): AutoModelForCausalLM.from_pretrained('{out}', trust_remote_code=True) loads it "
-        f"with only torch and transformers installed ({why})"
+        "foundry_mpt with its modelling code beside the weights (modeling_foundry_mpt.py and helpers, "
+        f"auto_map in config.json): AutoModelForCausalLM.from_pretrained('{out}', trust_remote_code=True) "
+        f"loads it with only torch and transformers installed ({why})"
     )
 
 
@@ -305,7 +307,8 @@ def export_checkpoint(
     if is_trainer_checkpoint(src):
         raise ValueError(
             f"{src} is a checkpoint written by the trainer (it has {_MANIFEST}): export it with "
-            "foundry.checkpoint.convert.to_hf (what scripts/export_hf.py and convert_checkpoint.py --to hf use)"
+            "foundry.checkpoint.convert.to_hf (what scripts/export_hf.py and "
+            "convert_checkpoint.py --to hf use)"
         )
     if src.is_dir():
         model = load_pretrained(src)

@@ -42,7 +42,8 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
         cfg: the schema. vocab_size: when given and the model's embedding is smaller, it is resized to it.
 
     Raises:
-        ValueError: when the model cannot be found locally (offline), naming `model.pretrained_model_name_or_path`.
+        ValueError: when the model cannot be found locally (offline),
+            naming `model.pretrained_model_name_or_path`.
     """
     register_auto_classes()
     name = cfg.pretrained_model_name_or_path
@@ -81,8 +82,8 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
     impl = str(getattr(model.config, "_attn_implementation", None))
     if cfg.attn_uses_sequence_id and impl not in DOCUMENT_MASK_IMPLS:
         raise ValueError(
-            f"model.attn_uses_sequence_id=true: {type(model).__name__} uses attention implementation {impl!r}, "
-            f"which does not accept a custom 4D mask; set model.attn_implementation to one of "
+            f"model.attn_uses_sequence_id=true: {type(model).__name__} uses attention implementation "
+            f"{impl!r}, which does not accept a custom 4D mask; set model.attn_implementation to one of "
             f"{list(DOCUMENT_MASK_IMPLS)}"
         )
     model.register_forward_pre_hook(

@@ -50,7 +50,8 @@ def _flatten(source: str, *, module: str) -> str:
     """`source` with every `from foundry.X import` made relative to the export folder.
 
     Raises:
-        RuntimeError: `module` imports a `foundry` module that is not in `MODULES` (the export would not load).
+        RuntimeError: `module` imports a `foundry` module that is not in `MODULES`
+            (the export would not load).
     """
 
     def replace(match: re.Match[str]) -> str:

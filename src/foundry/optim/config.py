@@ -44,7 +44,8 @@ DECAY_SHAPES = ("linear", "cosine", "1-sqrt")
 
 @dataclass(kw_only=True)
 class ParamGroupConfig:
-    """Per-group hyperparameters for the parameters whose names match ``param_str_match`` (llm-foundry's key)."""
+    """Per-group hyperparameters for the parameters whose names match ``param_str_match``
+    (llm-foundry's key)."""
 
     param_str_match: str
     """Regex searched in parameter names (a plain substring works); the first matching group wins."""
@@ -69,14 +70,17 @@ class ParamGroupConfig:
 
 @dataclass(kw_only=True)
 class OptimizerConfig:
-    """Fields every optimizer schema has. Use a subclass; this base is the type of ``TrainConfig.optimizer``."""
+    """Fields every optimizer schema has. Use a subclass;
+    this base is the type of ``TrainConfig.optimizer``."""
 
     name: str
-    """llm-foundry registry name of the optimizer; fixed by each subclass (kept so pasted recipes validate)."""
+    """llm-foundry registry name of the optimizer; fixed by each subclass
+    (kept so pasted recipes validate)."""
     lr: float
     """Peak learning rate (the scheduler multiplies it)."""
     weight_decay: float = 0.0
-    """Weight decay coefficient; its meaning depends on the optimizer (coupled for AdamW, decoupled otherwise)."""
+    """Weight decay coefficient; its meaning depends on the optimizer
+    (coupled for AdamW, decoupled otherwise)."""
     weight_decay_exclude: list[str] = field(default_factory=list)
     """Parameter categories that get no weight decay: any of ``norm``, ``bias``, ``embedding``."""
     disable_grad: list[str] = field(default_factory=list)
@@ -88,8 +92,9 @@ class OptimizerConfig:
         expected = type(self).__dataclass_fields__["name"].default
         if isinstance(expected, str) and self.name != expected:
             raise ValueError(
-                f"optimizer.name is {self.name!r} but the schema is {type(self).__name__} (name {expected!r}); "
-                f"pick the optimizer with the config group (e.g. optimizer=decoupled-adamw), not the name field"
+                f"optimizer.name is {self.name!r} but the schema is {type(self).__name__} (name "
+                f"{expected!r}); pick the optimizer with the config group (e.g. "
+                "optimizer=decoupled-adamw), not the name field"
             )
         unknown = [c for c in self.weight_decay_exclude if c not in WEIGHT_DECAY_CATEGORIES]
         if unknown:
@@ -210,8 +215,9 @@ class SchedulerConfig:
         expected = type(self).__dataclass_fields__["name"].default
         if isinstance(expected, str) and self.name != expected:
             raise ValueError(
-                f"scheduler.name is {self.name!r} but the schema is {type(self).__name__} (name {expected!r}); "
-                "pick the schedule with the config group (e.g. scheduler=cosine-warmup), not the name field"
+                f"scheduler.name is {self.name!r} but the schema is {type(self).__name__} (name "
+                f"{expected!r}); pick the schedule with the config group (e.g. "
+                "scheduler=cosine-warmup), not the name field"
             )
         _check_duration("t_warmup", self.t_warmup)
         _check_duration("t_max", self.t_max)

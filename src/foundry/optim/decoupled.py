@@ -8,7 +8,8 @@ at peak LR. Torch's ``AdamW`` multiplies by ``lr`` instead, so the same number m
 Each step, for every parameter ``p`` with gradient ``g`` (``η`` = current lr, ``η0`` = ``initial_lr``):
 
 - decay: ``p ← p · (1 − (η/η0)·wd)``
-- DecoupledAdamW: ``m ← β1·m + (1−β1)·g``; ``v ← β2·v + (1−β2)·g²``; ``p ← p − η/(1−β1^t) · m / (√(v/(1−β2^t)) + ε)``
+- DecoupledAdamW: ``m ← β1·m + (1−β1)·g``; ``v ← β2·v + (1−β2)·g²``;
+  ``p ← p − η/(1−β1^t) · m / (√(v/(1−β2^t)) + ε)``
 - DecoupledLionW: ``p ← p − η·sign(β1·m + (1−β1)·g)``; then ``m ← β2·m + (1−β2)·g``
 
 Two code paths compute the same thing: a readable per-tensor loop and a ``torch._foreach_*`` path (one fused
@@ -144,8 +145,8 @@ class DecoupledAdamW(_DecoupledBase):
         _check_hparams(lr=lr, betas=betas, weight_decay=weight_decay, eps=eps)
         if weight_decay >= 1e-3:
             warnings.warn(
-                f"DecoupledAdamW weight_decay={weight_decay} is not multiplied by lr: weights shrink by a factor "
-                f"{1.0 - weight_decay} every step at peak LR. Typical values are 0 to 1e-4.",
+                f"DecoupledAdamW weight_decay={weight_decay} is not multiplied by lr: weights shrink by a "
+                f"factor {1.0 - weight_decay} every step at peak LR. Typical values are 0 to 1e-4.",
                 stacklevel=2,
             )
         defaults = {

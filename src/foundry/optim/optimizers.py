@@ -1,12 +1,14 @@
 """``build_optimizer(cfg, *, model)``: param groups, frozen params, weight decay.
 
-Design note: the schemas, one per optimizer (``AdamWConfig``, ``DecoupledAdamWConfig``, ``DecoupledLionWConfig``,
-all subclasses of ``OptimizerConfig``), are in ``foundry.optim.config`` (re-exported here); dispatch is by type.
+Design note: the schemas, one per optimizer (``AdamWConfig``, ``DecoupledAdamWConfig``,
+``DecoupledLionWConfig``, all subclasses of ``OptimizerConfig``), are in ``foundry.optim.config`` (re-exported
+here); dispatch is by type.
 
 Weight-decay exclusion is by *category* (``weight_decay_exclude: [norm, bias, embedding]``), decided from the
 module tree instead of parameter-name regexes, so it works for any model:
 
-- ``norm``: parameters owned by a module whose class name contains ``Norm`` (LayerNorm, RMSNorm, LPLayerNorm...);
+- ``norm``: parameters owned by a module whose class name contains ``Norm``
+  (LayerNorm, RMSNorm, LPLayerNorm...);
 - ``embedding``: parameters owned by an ``nn.Embedding`` (a tied LM head shares the tensor, so it follows);
 - ``bias``: every parameter with fewer than 2 dimensions (biases, and also 1-D norm gains).
 
@@ -14,9 +16,9 @@ A parameter matching any listed category goes to a ``no_decay`` group with ``wei
 ``[]`` (decay everything), which is what Composer/llm-foundry do.
 
 llm-foundry's ordered ``param_groups: [{param_str_match, lr, ...}]`` are supported with typed overrides
-(``lr``, ``weight_decay``, ``betas``, ``eps``): the first group whose regex is found in a parameter's name takes
-it; unmatched parameters stay in the default groups, which come first. Each group is split by weight-decay
-category as above.
+(``lr``, ``weight_decay``, ``betas``, ``eps``): the first group whose regex is found in a parameter's name
+takes it; unmatched parameters stay in the default groups, which come first. Each group is split by
+weight-decay category as above.
 """
 
 from __future__ import annotations
@@ -98,15 +100,16 @@ def build_param_groups(
     """Split the trainable parameters into param groups by override group and weight-decay category.
 
     Args:
-        model: The model; only parameters with ``requires_grad`` are included (each tensor once, even if tied).
+        model: The model; only parameters with ``requires_grad`` are included
+            (each tensor once, even if tied).
         weight_decay: Weight decay of the default ``decay`` group (``no_decay`` groups get 0).
         exclude: Categories that go to ``no_decay`` (see the module docstring).
         param_groups: Ordered overrides; the first whose ``param_str_match`` is found in a name takes it.
 
     Returns:
-        Param-group dicts with ``params``, ``name`` and ``weight_decay`` (plus each override's keys): the default
-        ``decay`` and ``no_decay`` groups, then ``param_groups[i].decay`` / ``param_groups[i].no_decay``;
-        empty groups are left out.
+        Param-group dicts with ``params``, ``name`` and ``weight_decay`` (plus each override's keys): the
+        default ``decay`` and ``no_decay`` groups, then ``param_groups[i].decay`` /
+        ``param_groups[i].no_decay``; empty groups are left out.
 
     Raises:
         ValueError: If a ``param_str_match`` matches no trainable parameter (likely a typo).
@@ -147,7 +150,8 @@ def build_optimizer(cfg: OptimizerConfig, *, model: nn.Module) -> Optimizer:
         model: The model to optimize.
 
     Returns:
-        A torch optimizer; its param groups carry a ``name`` (``decay``, ``no_decay``, ``param_groups[i].decay``...).
+        A torch optimizer; its param groups carry a ``name``
+        (``decay``, ``no_decay``, ``param_groups[i].decay``...).
 
     Raises:
         ValueError: If nothing is left to train, a param group matches nothing, or ``cfg`` is not a known

@@ -4,8 +4,9 @@ Design note: every schedule is a pure ``f(step, *, t_warmup, t_max, ...) -> mult
 testable against closed forms without an optimizer. The config schemas (``foundry.optim.config``, re-exported
 here) keep llm-foundry's/Composer's field names and duration strings (``t_warmup: 100ba``, ``t_max: 1dur``,
 ``alpha_f``) so recipes port unchanged; :func:`build_lr_lambda` converts every duration to steps *once* (via
-:func:`foundry.time.to_steps`) and binds the numbers, so the per-step call is cheap and cannot fail. Because everything becomes steps, units may be
-mixed freely (Composer raises when a ``ba`` warmup meets a ``tok`` ``max_duration``).
+:func:`foundry.time.to_steps`) and binds the numbers, so the per-step call is cheap and cannot fail. Because
+everything becomes steps, units may be mixed freely (Composer raises when a ``ba`` warmup meets a ``tok``
+``max_duration``).
 
 Semantics follow Composer (multiplier α at step ``t``, counting completed optimizer steps from 0, so the
 first step runs at α(0), which is 0 during warmup):
@@ -104,7 +105,8 @@ def inv_sqrt_with_warmup(
     alpha_f_decay: float = 0.0,
     alpha_f_cooldown: float = 0.0,
 ) -> float:
-    """Linear warmup to 1, inverse-sqrt decay toward ``alpha_f_decay``, linear cooldown to ``alpha_f_cooldown``.
+    """Linear warmup to 1, inverse-sqrt decay toward ``alpha_f_decay``,
+    linear cooldown to ``alpha_f_cooldown``.
 
     With ``t_cooldown == 0`` there is no cooldown and the inverse-sqrt decay continues past ``t_max``.
     """
@@ -174,7 +176,8 @@ def build_lr_lambda(
     Raises:
         ValueError: If a duration cannot be converted, or the times are inconsistent (``t_max`` shorter than
             the run, a decay overlapping the warmup, ...); the message names the field. A warmup longer than
-            the run is accepted with a one-line warning (the LR is still ramping up at the end, as in Composer).
+            the run is accepted with a one-line warning (the LR is still ramping up at the end, as in
+            Composer).
     """
 
     def steps(field_name: str, *, scaled: bool = True) -> int:
@@ -207,7 +210,8 @@ def build_lr_lambda(
     if t_warmup > max_steps:
         log.warning(
             "scheduler.t_warmup=%r is %d steps, longer than the run (%d steps): the LR is still warming up "
-            "when the run ends (at %.0f%% of its peak); shorten it (e.g. scheduler.t_warmup=0.1dur) if unintended",
+            "when the run ends (at %.0f%% of its peak); "
+            "shorten it (e.g. scheduler.t_warmup=0.1dur) if unintended",
             cfg.t_warmup,
             t_warmup,
             max_steps,
@@ -227,8 +231,8 @@ def build_lr_lambda(
             raise ValueError(f"scheduler.t_scale={cfg.t_scale!r} must be at least 1 step, got {t_scale}")
         if t_warmup + t_cooldown > t_max and not whole_run_warmup:
             raise ValueError(
-                f"scheduler.t_cooldown={cfg.t_cooldown!r} ({t_cooldown} steps) plus t_warmup ({t_warmup} steps) "
-                f"exceeds t_max ({t_max} steps); shorten the cooldown or the warmup"
+                f"scheduler.t_cooldown={cfg.t_cooldown!r} ({t_cooldown} steps) plus t_warmup ({t_warmup} "
+                f"steps) exceeds t_max ({t_max} steps); shorten the cooldown or the warmup"
             )
         return functools.partial(
             inv_sqrt_with_warmup,
@@ -243,8 +247,8 @@ def build_lr_lambda(
         t_decay = steps("t_decay")
         if t_warmup + t_decay > t_max and not whole_run_warmup:
             raise ValueError(
-                f"scheduler.t_decay={cfg.t_decay!r} ({t_decay} steps) plus t_warmup ({t_warmup} steps) exceeds "
-                f"t_max ({t_max} steps); shorten the decay or the warmup"
+                f"scheduler.t_decay={cfg.t_decay!r} ({t_decay} steps) plus t_warmup ({t_warmup} steps) "
+                f"exceeds t_max ({t_max} steps); shorten the decay or the warmup"
             )
         return functools.partial(
             warmup_stable_decay,
@@ -281,7 +285,8 @@ def build_scheduler(
         scale_schedule_ratio: Composer's SSR, see :func:`build_lr_lambda`.
 
     Returns:
-        The scheduler; its ``state_dict()`` holds only the step counter (the schedule is rebuilt from ``cfg``).
+        The scheduler; its ``state_dict()`` holds only the step counter
+        (the schedule is rebuilt from ``cfg``).
 
     Raises:
         ValueError: As :func:`build_lr_lambda`.

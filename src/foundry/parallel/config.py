@@ -21,7 +21,8 @@ BACKENDS = ("auto", "nccl", "gloo")
 
 @dataclass(kw_only=True)
 class ParallelismConfig:
-    """Data parallelism under `torchrun` (`parallelism` group): `none`, `ddp` or `fsdp` (FSDP2 `fully_shard`)."""
+    """Data parallelism under `torchrun` (`parallelism` group):
+    `none`, `ddp` or `fsdp` (FSDP2 `fully_shard`)."""
 
     strategy: str = "none"
     """`none` (one process), `ddp` (replicated weights, all-reduced gradients) or `fsdp` (FSDP2 sharding)."""
@@ -32,10 +33,12 @@ class ParallelismConfig:
     `SHARD_GRAD_OP` (params kept gathered between forward and backward: ZeRO-2-like),
     `HYBRID_SHARD` (shard within groups of `shard_size` ranks, replicate across groups)."""
     shard_size: int | None = None
-    """fsdp HYBRID_SHARD: ranks per shard group; null -> ranks per node (`LOCAL_WORLD_SIZE`), as llm-foundry."""
+    """fsdp HYBRID_SHARD: ranks per shard group; null -> ranks per node (`LOCAL_WORLD_SIZE`),
+    as llm-foundry."""
     mixed_precision: str = "DEFAULT"
     """fsdp: `FULL` (fp32 params and reduction), `DEFAULT` (params in the trainer precision's dtype, gradients
-    reduced in fp32), `PURE` (params and reduction in that dtype). With `trainer.precision=fp32` all are fp32."""
+    reduced in fp32), `PURE` (params and reduction in that dtype).
+    With `trainer.precision=fp32` all are fp32."""
     activation_checkpointing: bool = False
     """Recompute each transformer block's activations in backward (less memory, ~1/3 more compute)."""
     cpu_offload: bool = False
@@ -57,7 +60,8 @@ class ParallelismConfig:
             )
         if self.mixed_precision not in MIXED_PRECISIONS:
             raise ValueError(
-                f"parallelism.mixed_precision={self.mixed_precision!r}: choose one of {list(MIXED_PRECISIONS)}"
+                f"parallelism.mixed_precision={self.mixed_precision!r}: "
+                f"choose one of {list(MIXED_PRECISIONS)}"
             )
         if self.shard_size is not None:
             if self.shard_size < 1:

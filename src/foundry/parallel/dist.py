@@ -1,4 +1,5 @@
-"""The process group of a run: the device, init from the `torchrun` environment, the world, collectives, teardown.
+"""The process group of a run: the device, init from the `torchrun` environment, the world,
+collectives, teardown.
 
 Design note: `torchrun` (single node, or multi-node through its c10d rendezvous) sets `RANK`, `WORLD_SIZE`,
 `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT`; `init_distributed` reads them once and
@@ -167,7 +168,8 @@ def init_distributed(
             rank=dist.get_rank(),
             world_size=size,
             local_rank=local_rank,
-            local_world_size=_env_int(env, "LOCAL_WORLD_SIZE", size),  # one node unless the launcher says
+            # one node unless the launcher says
+            local_world_size=_env_int(env, "LOCAL_WORLD_SIZE", size),
             device=device,
         )
     if not cfg.distributed:

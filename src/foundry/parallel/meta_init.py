@@ -2,10 +2,10 @@
 
 Design note: random init of a sharded (DTensor) parameter in place would draw different numbers than the
 unsharded model, so results would depend on the world size. Instead, module by module in `model.modules()`
-order (the order `foundry.models.materialize_` uses), each rank draws the *full* tensor of a parameter with the
-model's own per-module init (transformers' `_init_weights`), keeps its shard and drops the rest. Every rank
-consumes the random generator exactly as a single process would, so a sharded meta init equals the unsharded
-one for the same seed, while the peak extra memory is one full parameter at a time.
+order (the order `foundry.models.materialize_` uses), each rank draws the *full* tensor of a parameter with
+the model's own per-module init (transformers' `_init_weights`), keeps its shard and drops the rest. Every
+rank consumes the random generator exactly as a single process would, so a sharded meta init equals the
+unsharded one for the same seed, while the peak extra memory is one full parameter at a time.
 
 A model marked with pretrained weights (`init_device: meta` with `pretrained: true`) is loaded instead of
 initialised: `foundry.parallel.pretrained_load.materialize_or_load_` is the entry for both.

@@ -13,9 +13,10 @@ only the slice this rank holds (`safe_open(...).get_slice`, offsets from the DTe
 placements), a plain one the whole tensor. Tied weights (one tensor under two names) are read once, from
 whichever name the checkpoint holds. No rank communicates: each reads the files itself, so the peak extra
 memory is one tensor's local slice at a time (the file is memory-mapped once per tensor and unmapped after
-it: a mapping kept for the whole load would count every page read in the RSS, up to the model's size). The checkpoint's key names must be the model's `state_dict()` names (what
-`save_pretrained` of the same transformers class writes); a missing or differently shaped tensor is an
-error naming it, keys the model does not have are ignored (old `rotary_emb.inv_freq` entries).
+it: a mapping kept for the whole load would count every page read in the RSS, up to the model's size). The
+checkpoint's key names must be the model's `state_dict()` names (what `save_pretrained` of the same
+transformers class writes); a missing or differently shaped tensor is an error naming it, keys the model does
+not have are ignored (old `rotary_emb.inv_freq` entries).
 
 Not thread-safe: one call per model, from the thread that owns it.
 """
@@ -184,9 +185,8 @@ def _init_buffers(model: nn.Module) -> None:
         if callable(reset):
             reset()
         elif callable(init):
-            init_sharded_module_(
-                module, init
-            )  # its parameters, if any, are overwritten from the checkpoint next
+            # its parameters, if any, are overwritten from the checkpoint next
+            init_sharded_module_(module, init)
         else:
             raise ValueError(
                 f"{type(module).__name__} ({prefix}) has non-persistent buffers but neither reset_buffers "
@@ -268,8 +268,8 @@ def load_pretrained_local_(model: nn.Module, folder: Path, *, device: torch.devi
 
 def materialize_or_load_(model: nn.Module, *, device: torch.device | str) -> nn.Module:
     """Allocates `model`'s (possibly sharded) meta tensors on `device` and fills them: from the pretrained
-    checkpoint `mark_pretrained` recorded on it (printing what each rank read and its peak memory growth), else
-    with the model's own init (`materialize_local_`)."""
+    checkpoint `mark_pretrained` recorded on it (printing what each rank read and its peak memory growth),
+    else with the model's own init (`materialize_local_`)."""
     folder = pretrained_folder(model)
     if folder is None:
         return materialize_local_(model, device=device)

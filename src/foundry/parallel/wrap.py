@@ -61,7 +61,8 @@ def mp_policy(cfg: ParallelismConfig, *, precision: str) -> Any:  # MixedPrecisi
 
 
 def build_mesh(cfg: ParallelismConfig, *, ctx: DistContext) -> Any:  # a DeviceMesh
-    """1-D mesh over all ranks, or for HYBRID_SHARD a 2-D (replicate, shard) mesh with `shard_size` columns."""
+    """1-D mesh over all ranks, or for HYBRID_SHARD a 2-D
+    (replicate, shard) mesh with `shard_size` columns."""
     from torch.distributed.device_mesh import init_device_mesh
 
     kind = ctx.device.type

@@ -2,14 +2,14 @@
 `train.py run_name=x` at once both trained into one folder, and one died mid-run on the other's
 `manifest.json.tmp`).
 
-Design note: the lock is `fcntl.flock` on the file, taken without waiting: the kernel releases it when the holding
-process exits however it exits (kill -9 included), so a crashed run never leaves a stale lock and the launcher's
-restart takes it again at once. The file holds the holder's pid, host and start time (written after the lock is
-taken) so a refused command can say who holds it. Only global rank 0 takes it: the other ranks of the same launch
-are that run. It is released by `release()` at the end of the task or by the process's exit; the file stays (an
-empty folder of a refused new run is removed with it, `RunRecord.refuse`). Nothing waits on the lock, so nothing
-can deadlock on it. On file systems without `flock` (some network mounts) taking it fails with `OSError`, and
-the run goes on unlocked with a warning.
+Design note: the lock is `fcntl.flock` on the file, taken without waiting: the kernel releases it when the
+holding process exits however it exits (kill -9 included), so a crashed run never leaves a stale lock and the
+launcher's restart takes it again at once. The file holds the holder's pid, host and start time (written after
+the lock is taken) so a refused command can say who holds it. Only global rank 0 takes it: the other ranks of
+the same launch are that run. It is released by `release()` at the end of the task or by the process's exit;
+the file stays (an empty folder of a refused new run is removed with it, `RunRecord.refuse`). Nothing waits on
+the lock, so nothing can deadlock on it. On file systems without `flock` (some network mounts) taking it fails
+with `OSError`, and the run goes on unlocked with a warning.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ class RunLock:
             holder = _describe(fd)
             os.close(fd)
             raise ConfigError(
-                f"run {self.run_name!r} is already running ({holder}; {self.path}): wait for it to finish, stop it "
-                f"(python -m foundry.runs stop {self.run_name}), or choose another run_name"
+                f"run {self.run_name!r} is already running ({holder}; {self.path}): wait for it to finish, "
+                f"stop it (python -m foundry.runs stop {self.run_name}), or choose another run_name"
             ) from None
         except OSError as err:  # no flock on this file system
             os.close(fd)
@@ -87,10 +87,10 @@ def _describe(fd: int) -> str:
 
 
 def lock_held(run_dir: str | Path) -> bool | None:
-    """Whether a process holds the run's lock now (`runs list` tells a run still starting from one killed before
-    its first step), read from `/proc/locks` without touching the lock (taking it, even for an instant, could
-    refuse a run starting at that moment). None where that cannot be told: no lock file (a run of an older
-    version, a bucket) or no `/proc/locks`."""
+    """Whether a process holds the run's lock now (`runs list` tells a run still starting from one killed
+    before its first step), read from `/proc/locks` without touching the lock (taking it, even for an instant,
+    could refuse a run starting at that moment). None where that cannot be told: no lock file (a run of an
+    older version, a bucket) or no `/proc/locks`."""
     try:
         st = os.stat(Path(run_dir) / LOCK)
         table = Path("/proc/locks").read_text()

@@ -4,10 +4,10 @@ Design note: a command can be refused late: the data may be missing, or the chec
 trained on another model or data mixture, which only loading it tells. Until then nothing may change the
 run's folder, else an existing run would show the refused command's config (`runs show`) and progress
 (`runs list`), and a refused new run would leave a folder `runs list` cannot read. So the task calls
-`open()` at the moment the run is accepted (after the data is built and the checkpoint loaded), which has rank 0
-write `config.yaml` and `.hydra/rank<R>/` (`write_files`, from `run_task`) and releases `train.log` (held back by
-`foundry.run_log.DeferredFileHandler`); `run_task` calls `refuse()` when the task raised before that, which
-drops the held log lines and removes the folder if this command created it (it was empty when the task
+`open()` at the moment the run is accepted (after the data is built and the checkpoint loaded), which has rank
+0 write `config.yaml` and `.hydra/rank<R>/` (`write_files`, from `run_task`) and releases `train.log` (held
+back by `foundry.run_log.DeferredFileHandler`); `run_task` calls `refuse()` when the task raised before that,
+which drops the held log lines and removes the folder if this command created it (it was empty when the task
 started: Hydra creates it, and nothing else writes there before `open()`).
 """
 
@@ -76,6 +76,7 @@ class RunRecord:
         if lock_held:
             (self.run_dir / LOCK).unlink(missing_ok=True)
         try:
-            self.run_dir.rmdir()  # only when empty: never removes what another process wrote meanwhile
+            # only when empty: never removes what another process wrote meanwhile
+            self.run_dir.rmdir()
         except OSError:
             pass

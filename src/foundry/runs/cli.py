@@ -43,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--diff",
         action="store_true",
-        help="the full config diff against the defaults (composes conf/: several seconds; default: the overrides)",
+        help=(
+            "the full config diff against the defaults (composes conf/: several seconds; default: the "
+            "overrides)"
+        ),
     )
     logs = sub.add_parser("logs", help="the run's train.log")
     logs.add_argument("run")
@@ -86,7 +89,8 @@ def format_list(rows: list[RunSummary]) -> str:
     head = ("RUN", "TASK", "STATE", "STEP", "LOSS", "TOK/S", "STARTED", "DURATION", "RESTARTS")
     table = [head] + [
         (_short(r.name), r.task, r.state, f"{r.step}/{r.max_steps or '?'}",
-         "-" if r.loss is None else f"{r.loss:.4f}", "-" if r.tokens_per_s is None else f"{r.tokens_per_s:.0f}",
+         "-" if r.loss is None else f"{r.loss:.4f}",
+         "-" if r.tokens_per_s is None else f"{r.tokens_per_s:.0f}",
          _ago(r.started), _dur(r.duration_s), str(r.restarts))
         for r in rows
     ]  # fmt: skip
@@ -177,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.command == "stop":
         target = stop_run(root, files)
         print(
-            f"sent SIGTERM to the {target.what} (pid {target.pid}): it checkpoints at the next step and exits 75"
+            f"sent SIGTERM to the {target.what} (pid {target.pid}): "
+            "it checkpoints at the next step and exits 75"
         )
     elif args.command == "resume":
         print(redact_text(format_command(resume_command(root, files, store=args.store, nproc=args.nproc))))

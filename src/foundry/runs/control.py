@@ -50,7 +50,8 @@ def _launch(events: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, bool]:
 def _launcher_pid(start: dict[str, Any]) -> int | None:
     if isinstance(start.get("pid"), int):
         return int(start["pid"])
-    tail = str(start.get("launch_id", "")).rsplit("-", 1)[-1]  # launch ids end in the launcher's pid
+    # launch ids end in the launcher's pid
+    tail = str(start.get("launch_id", "")).rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else None
 
 
@@ -146,7 +147,8 @@ def resume_command(
     if store:
         overrides = _set(overrides, "checkpoint.save_folder", store)
     here = Path(root.url(files.name)).resolve()
-    if not root.remote and here != Path(layout.OUTPUTS, run_name).resolve():  # a sweep job, or a moved folder
+    # a sweep job, or a moved folder
+    if not root.remote and here != Path(layout.OUTPUTS, run_name).resolve():
         overrides = _set(overrides, "hydra.run.dir", _hydra_quote(str(here)))
     start, _ = _launch(files.events)
     if start is not None:

@@ -86,8 +86,9 @@ def line_chart(chart: Chart) -> str:
         coords = " ".join(f"{_L + (s - x0) * sx:.3f},{_T + h - (v - y0) * sy:.3f}" for s, v in pts)
         color = PALETTE[i % len(PALETTE)]
         parts.append(
-            f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.6" data-run="{escape(run)}" '
-            f'data-metric="{escape(chart.metric)}" data-steps="{",".join(str(s) for s, _ in pts)}" '
+            f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.6" '
+            f'data-run="{escape(run)}" data-metric="{escape(chart.metric)}" '
+            f'data-steps="{",".join(str(s) for s, _ in pts)}" '
             f'data-values="{",".join(repr(v) for _, v in pts)}" points="{coords}"/>'
         )
         if len(pts) == 1:  # a lone point draws no line: mark it
@@ -119,7 +120,8 @@ def timeline(events: list[dict[str, object]], *, run: str) -> str:
         f'<text x="{_L + w}" y="60" font-size="11" text-anchor="end">{span:.1f} s</text>',
     ]
     failed_at = None
-    for e in timed:  # downtime bands: a failure until the restarted attempt's first step (`resumed`)
+    # downtime bands: a failure until the restarted attempt's first step (`resumed`)
+    for e in timed:
         if e.get("event") == "failure" and failed_at is None:
             failed_at = float(e["time"])  # type: ignore[arg-type]
         elif e.get("event") == "resumed" and failed_at is not None:

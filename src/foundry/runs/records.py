@@ -2,10 +2,11 @@
 `outputs/`, a synced bucket) decides what `python -m foundry.runs` reads.
 
 Every JSON record goes through `stackbase.bounded.parse_json` (UTF-8, nesting capped) and must have the shape
-its reader expects: `record` gives a dict (its nested mappings only where they are mappings) or `{}`, `rows` the
-dict lines of a JSONL file, `yaml_list` the strings of a YAML list (Hydra's `overrides.yaml`, read with the safe
-loader, its alias expansion bounded first). A damaged or foreign record reads as missing, so `runs list` still
-lists the other runs; what a command cannot do without it is one error line naming the run (`DamagedRun`).
+its reader expects: `record` gives a dict (its nested mappings only where they are mappings) or `{}`, `rows`
+the dict lines of a JSONL file, `yaml_list` the strings of a YAML list (Hydra's `overrides.yaml`, read with
+the safe loader, its alias expansion bounded first). A damaged or foreign record reads as missing, so
+`runs list` still lists the other runs; what a command cannot do without it is one error line naming the run
+(`DamagedRun`).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def rows(text: str | None, *, source: str) -> list[dict[str, Any]]:
 
 
 def yaml_list(text: str | None, *, source: str) -> list[str] | None:
-    """The strings of the YAML list in `text` (None when absent); a YAML that is not a list of plain values is a
-    `DamagedRun`."""
+    """The strings of the YAML list in `text` (None when absent); a YAML that is not a list of plain values is
+    a `DamagedRun`."""
     import yaml
 
     if text is None:

@@ -1,4 +1,5 @@
-"""`runs report RUN|SWEEP`: one self-contained HTML file with the curves, evals and events of one or more runs.
+"""`runs report RUN|SWEEP`: one self-contained HTML file with the curves,
+evals and events of one or more runs.
 
 Design note: the page has no external resource (inline CSS, inline SVG from `foundry.runs.plots`, one small
 inline script), so it opens offline and archives as one file. A sweep is a folder holding several runs (a
@@ -63,8 +64,9 @@ def metric_points(metrics: list[dict[str, Any]], key: str) -> list[Point]:
 
 
 def sweep_params(runs: list[RunFiles], overridden: set[str] | frozenset[str] = frozenset()) -> list[str]:
-    """Config keys whose values differ between the runs (run_name and paths derived from it left out): the keys
-    in `overridden` (what the sweep set on the command line) first, then those that followed from them."""
+    """Config keys whose values differ between the runs (run_name and paths derived from it left out): the
+    keys in `overridden` (what the sweep set on the command line) first, then those that followed from
+    them."""
     flat = [flatten(r.run.get("config", {})) for r in runs]
     keys = sorted(set().union(*flat)) if flat else []
     skip = ("run_name", "checkpoint.save_folder", "logger.wandb.name")
@@ -213,7 +215,8 @@ def build_report(root: RunRoot, names: list[str], *, title: str) -> str:
         f'<div class="charts">{"".join(charts)}</div>',
         "<h2>ICL results</h2>", _evals(root, runs, short),
         "<h2>Event timeline</h2>", _events(runs, short),
-        '<pre id="render-check" hidden>(script did not run)</pre>',  # read by tests from the rendered DOM
+        # read by tests from the rendered DOM
+        '<pre id="render-check" hidden>(script did not run)</pre>',
         f'<script type="application/json" id="foundry-report-data">{blob}</script>',
         f"<script>{_SCRIPT}</script>",
     ]  # fmt: skip

@@ -2,8 +2,8 @@
 checkpoints, metrics, evals, events.
 
 `runs show` stays light (well under 2 s, no torch, no Hydra): it prints the command-line overrides the run
-recorded in `.hydra/rank0/overrides.yaml`; the full diff needs a compose of `conf/`, which imports the training
-stack, so it is asked for with `--diff`.
+recorded in `.hydra/rank0/overrides.yaml`; the full diff needs a compose of `conf/`, which imports the
+training stack, so it is asked for with `--diff`.
 
 Design note: "the defaults" are what `python train.py` composes with no overrides (the repository's
 `conf/`, turned into the typed `TrainConfig` exactly as a run does), flattened to dotted keys and compared
@@ -55,7 +55,8 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:  # a JSON value
 
 def default_config(conf_dir: Path = CONF_DIR) -> dict[str, Any]:
     """The config `python train.py` runs with no overrides, as plain JSON-like data (like run.json's)."""
-    from hydra import compose, initialize_config_dir  # only `runs show` needs Hydra: keep `runs list` light
+    # only `runs show` needs Hydra: keep `runs list` light
+    from hydra import compose, initialize_config_dir
 
     from foundry.config import register_configs, to_train_config
 
@@ -66,7 +67,8 @@ def default_config(conf_dir: Path = CONF_DIR) -> dict[str, Any]:
 
 
 def run_overrides(root: RunRoot, rel: str) -> list[str] | None:
-    """The overrides the run was started with (`.hydra/rank0/overrides.yaml`), or None when it has none recorded."""
+    """The overrides the run was started with (`.hydra/rank0/overrides.yaml`),
+    or None when it has none recorded."""
     rel_file = f"{layout.HYDRA}/rank0/overrides.yaml"
     return yaml_list(root.read_text(rel, rel_file), source=f"{rel}/{rel_file}")
 
@@ -95,7 +97,8 @@ def checkpoint_folder(root: RunRoot, rel: str, config: dict[str, Any]) -> tuple[
     A relative save_folder is taken from the current directory (where `train.py` ran: the repository root).
     """
     folder = (config.get("checkpoint") or {}).get("save_folder")
-    try:  # run.json keeps `${oc.env:...}` as written (`s3://${oc.env:CHECKPOINT_BUCKET}/...`): resolve it here
+    # run.json keeps `${oc.env:...}` as written (`s3://${oc.env:CHECKPOINT_BUCKET}/...`): resolve it here
+    try:
         folder = resolve_recorded(folder)
     except ValueError:
         pass
@@ -105,7 +108,8 @@ def checkpoint_folder(root: RunRoot, rel: str, config: dict[str, Any]) -> tuple[
 
 
 def checkpoints(store: RunRoot, folder: str) -> list[Checkpoint]:
-    """The checkpoints in `folder` of `store` (see `checkpoint_folder`), by step (from each `manifest.json`)."""
+    """The checkpoints in `folder` of `store` (see `checkpoint_folder`), by step
+    (from each `manifest.json`)."""
     folders: dict[str, list[str]] = {}
     for name in store.files(folder):
         if "/" in name:
@@ -134,7 +138,8 @@ def checkpoints(store: RunRoot, folder: str) -> list[Checkpoint]:
 
 
 def icl_results(root: RunRoot, rel: str) -> dict[str, Any] | None:
-    """The newest ICL results of a run: `icl_results.json` (task=eval) or `icl/step_<N>/` (during training)."""
+    """The newest ICL results of a run: `icl_results.json` (task=eval) or `icl/step_<N>/`
+    (during training)."""
     text = root.read_text(rel, "icl_results.json")
     if text:
         return record(text, source=f"{rel}/icl_results.json", mappings=("metrics",))

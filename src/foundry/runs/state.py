@@ -30,7 +30,8 @@ from stackbase.process import pid_alive
 __all__ = ["STATES", "RunFiles", "RunSummary", "decide_state", "load_run", "parse_jsonl", "summarize"]
 
 STATES = ("running", "finished", "failed", "preempted", "restarting", "unknown")
-REQUEUE_EXIT_CODE = 75  # foundry.train.preemption.REQUEUE_EXIT_CODE (not imported: that pulls in torch)
+# foundry.train.preemption.REQUEUE_EXIT_CODE (not imported: that pulls in torch)
+REQUEUE_EXIT_CODE = 75
 
 
 def parse_jsonl(text: str | None) -> list[dict[str, Any]]:
@@ -39,7 +40,8 @@ def parse_jsonl(text: str | None) -> list[dict[str, Any]]:
 
 
 def _event(e: dict[str, Any]) -> bool:
-    """An event line of the shape the readers use: a name, and a time that is a number (others are skipped)."""
+    """An event line of the shape the readers use: a name, and a time that is a number
+    (others are skipped)."""
     when = e.get("time", 0.0)
     return isinstance(e.get("event"), str) and isinstance(when, int | float) and not isinstance(when, bool)
 
@@ -68,9 +70,8 @@ def decide_state(
         summary = launch[len(kinds) - 1 - kinds[::-1].index("summary")]
         if summary.get("ok"):
             return "finished"
-        stopped = (
-            "stop" in kinds or summary.get("exit_code") == REQUEUE_EXIT_CODE
-        )  # `runs stop`, or a scheduler
+        # `runs stop`, or a scheduler
+        stopped = "stop" in kinds or summary.get("exit_code") == REQUEUE_EXIT_CODE
         return "preempted" if stopped else "failed"
     fresh = live is not None and now - live.time <= stale_after(live.interval_s) and pid_alive is not False
     if "start" in kinds:
@@ -92,7 +93,8 @@ def decide_state(
 
 
 def _resumed_live(trouble: dict[str, Any], live: Live | None, *, fresh: bool) -> bool:
-    """A fresh live record written after `trouble` by the restarted attempt (the launcher may miss `resumed`)."""
+    """A fresh live record written after `trouble` by the restarted attempt
+    (the launcher may miss `resumed`)."""
     if live is None or not fresh or live.time <= float(trouble.get("time", 0.0)):
         return False
     return live.attempt > int(trouble.get("attempt", 0)) - (trouble.get("event") == "restart")
@@ -116,7 +118,8 @@ class RunFiles:
 
 
 def load_run(root: RunRoot, rel: str) -> RunFiles:
-    """Reads `run.json`, `metrics.jsonl`, `events.jsonl`, `live.json` and `final_metrics.json` of run `rel`."""
+    """Reads `run.json`, `metrics.jsonl`, `events.jsonl`,
+    `live.json` and `final_metrics.json` of run `rel`."""
     run_text, live_text = root.read_text(rel, layout.RUN), root.read_text(rel, LIVE_FILE)
     final_text = root.read_text(rel, layout.FINAL_METRICS)
     ends = [
@@ -188,5 +191,7 @@ def summarize(files: RunFiles, *, now: float | None = None, local: bool = True) 
         tokens_per_s=_last(files.metrics, "throughput/tokens_per_sec"), started=started,
         duration_s=end - started if started is not None and end is not None else None,
         restarts=sum(e.get("event") == "restart" for e in files.events),
-        time_lost_s=sum(float(e.get("time_lost_s", 0.0)) for e in files.events if e.get("event") == "resumed"),
+        time_lost_s=sum(
+            float(e.get("time_lost_s", 0.0)) for e in files.events if e.get("event") == "resumed"
+        ),
     )  # fmt: skip

@@ -74,7 +74,8 @@ class RunRoot:
         found = set()
         for name in self.names():
             folder, _, base = name.rpartition("/")
-            if base in RUN_MARKERS and not _PRUNE.intersection(folder.split("/")):  # not inside checkpoints/
+            # not inside checkpoints/
+            if base in RUN_MARKERS and not _PRUNE.intersection(folder.split("/")):
                 found.add(folder or ".")
         return sorted(found)
 
@@ -130,9 +131,8 @@ def resolve_run(arg: str, *, root: str) -> tuple[RunRoot, str]:
     names = base.names()
     if any(n.startswith(rel + "/") for n in names):
         return base, rel
-    matches = [
-        r for r in base.runs() if r.startswith(rel)
-    ]  # a unique prefix (`runs list` shortens long names)
+    # a unique prefix (`runs list` shortens long names)
+    matches = [r for r in base.runs() if r.startswith(rel)]
     if len(matches) == 1:
         return base, matches[0]
     runs = base.runs()
@@ -143,5 +143,6 @@ def resolve_run(arg: str, *, root: str) -> tuple[RunRoot, str]:
         raise FileNotFoundError(f"no run {arg!r} under {root}: did you mean {close[0]!r}?")
     known = ", ".join(runs[:20]) or "none"
     raise FileNotFoundError(
-        f"no run {arg!r} under {root} (runs there: {known}); pass a run name, a run folder or an s3:// / gs:// URL"
+        f"no run {arg!r} under {root} (runs there: {known}); "
+        "pass a run name, a run folder or an s3:// / gs:// URL"
     )

@@ -46,11 +46,13 @@ class StorageProfileConfig:
 
 @dataclass
 class StorageConfig:
-    """`storage.profiles`: URL prefix (`s3://bucket/` or `s3://bucket/path/`) -> settings; longest prefix wins."""
+    """`storage.profiles`: URL prefix (`s3://bucket/` or `s3://bucket/path/`) -> settings;
+    longest prefix wins."""
 
     profiles: dict[str, StorageProfileConfig] = field(default_factory=dict)
     profiles_file: str | None = None
-    """A JSON/YAML file of profiles instead (what `STREAMING_STORAGE_PROFILES` may name); not with `profiles`."""
+    """A JSON/YAML file of profiles instead (what `STREAMING_STORAGE_PROFILES` may name);
+    not with `profiles`."""
 
     def __post_init__(self) -> None:
         if self.profiles and self.profiles_file:

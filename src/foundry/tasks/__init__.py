@@ -81,18 +81,22 @@ def run_task(cfg: DictConfig) -> float | None:
         The final `eval/loss` (else `train/loss`), the value Hydra sweepers (Optuna) minimise.
     """
     run_dir = _run_dir()
-    main = process_world().rank == 0  # before the process group exists: the launcher's environment says
+    # before the process group exists: the launcher's environment says
+    main = process_world().rank == 0
     record = _record(cfg, run_dir, main=main)
     lock: RunLock | None = None
     try:
-        check_group_choices()  # experiment=typo: Hydra skips a missing option of an optional group silently
+        # experiment=typo: Hydra skips a missing option of an optional group silently
+        check_group_choices()
         train_cfg = to_train_config(cfg)
-        if main:  # one process per run: a second command on this run is refused here, naming the holder
+        # one process per run: a second command on this run is refused here, naming the holder
+        if main:
             lock = RunLock(run_dir, run_name=train_cfg.run_name)
             lock.acquire()
         apply_storage(train_cfg.storage)  # before anything opens a URL: data, checkpoints, workers
         if train_cfg.task == "eval" and train_cfg.eval is not None:
-            check_task_data(train_cfg.eval)  # no data for any task: refused before anything is written
+            # no data for any task: refused before anything is written
+            check_task_data(train_cfg.eval)
         run_dir.mkdir(parents=True, exist_ok=True)
         metrics = TASK_RUNNERS[train_cfg.task](train_cfg, run_dir, record)
     except BaseException:
@@ -104,7 +108,8 @@ def run_task(cfg: DictConfig) -> float | None:
     try:
         if main:
             write_text_atomic(run_dir / layout.FINAL_METRICS, json.dumps(metrics, indent=2))
-            if train_cfg.task != "eval":  # the training run's closed loggers may take the file too (MLflow)
+            # the training run's closed loggers may take the file too (MLflow)
+            if train_cfg.task != "eval":
                 attach_final_metrics(train_cfg.logger, run_dir)
     finally:
         if lock is not None:

@@ -1,4 +1,5 @@
-"""`task=eval`: ICL evaluation of `model` (random init, or `checkpoint.load_path` weights) on the `eval` tasks.
+"""`task=eval`: ICL evaluation of `model` (random init, or `checkpoint.load_path` weights) on the `eval`
+tasks.
 
 Writes `eval_results.json` and `icl_results.md` to the run directory and prints the results table.
 """
@@ -33,7 +34,8 @@ def eval_task(cfg: TrainConfig, run_dir: Path, *, record: RunRecord | None = Non
     Args:
         cfg: The validated root `TrainConfig`.
         run_dir: The run directory (results go here; a remote `load_path` is cached under it).
-        record: Opened once the model and its weights are loaded (before that the run directory is not written).
+        record: Opened once the model and its weights are loaded
+            (before that the run directory is not written).
 
     Returns:
         The numeric results (flat `metrics/...` keys).
@@ -45,9 +47,8 @@ def eval_task(cfg: TrainConfig, run_dir: Path, *, record: RunRecord | None = Non
         raise ConfigError(
             "task=eval has no ICL tasks: pick an eval group, e.g. eval=offline or eval=gauntlet-v0.3"
         )
-    check_task_data(
-        cfg.eval
-    )  # every task's file absent: one error, before a model is built or a file written
+    # every task's file absent: one error, before a model is built or a file written
+    check_task_data(cfg.eval)
     data = cfg.data
     if isinstance(data, QuickstartDataConfig) and cfg.tokenizer.name == quickstart_tokenizer_path(
         data.local, data.corpus_mb, data.vocab_size

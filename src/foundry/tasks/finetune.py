@@ -94,8 +94,9 @@ def finetune_config(cfg: TrainConfig) -> TrainConfig:
                  "sequence id so they never attend to each other", data.packing_ratio)  # fmt: skip
     elif data.packing_ratio is None and model.uses_sequence_id():
         raise ConfigError(
-            f"{_masking_field(model)}=true needs packed rows (they carry sequence_id), but data.packing_ratio "
-            "is null (padded rows): set data.packing_ratio (a number >= 1 or auto), or the field to false"
+            f"{_masking_field(model)}=true needs packed rows (they carry sequence_id), but "
+            "data.packing_ratio is null (padded rows): "
+            "set data.packing_ratio (a number >= 1 or auto), or the field to false"
         )
     ckpt = cfg.checkpoint
     if ckpt.load_path and not ckpt.load_weights_only:
@@ -105,7 +106,8 @@ def finetune_config(cfg: TrainConfig) -> TrainConfig:
 
 
 def _check_starting_point(cfg: TrainConfig) -> None:
-    """Finetuning random weights is almost always a forgotten `checkpoint.load_path`: refused unless asked for."""
+    """Finetuning random weights is almost always a forgotten `checkpoint.load_path`:
+    refused unless asked for."""
     model = cfg.model
     if cfg.checkpoint.load_path or (isinstance(model, HFCausalLMConfig) and model.pretrained):
         return
@@ -120,8 +122,8 @@ def _check_starting_point(cfg: TrainConfig) -> None:
     )
     raise ConfigError(
         "task=finetune has no starting point: the model would finetune random weights. Set "
-        f"checkpoint.load_path=<pretrained checkpoint> (e.g. outputs/quickstart/checkpoints after `make train`), "
-        f"{hf}or add from_scratch=true to finetune randomly initialised weights on purpose"
+        "checkpoint.load_path=<pretrained checkpoint> (e.g. outputs/quickstart/checkpoints after `make "
+        f"train`), {hf}or add from_scratch=true to finetune randomly initialised weights on purpose"
     )
 
 
@@ -148,8 +150,8 @@ def with_sequence_ids(model: ModelConfig) -> ModelConfig:
                 f"by sequence id: {err}; or set data.packing_ratio=null (padded rows)"
             ) from err
     raise ConfigError(
-        f"data.packing_ratio: {type(model).__name__} cannot mask attention by sequence id, so packed examples "
-        "would attend to each other; set data.packing_ratio=null (padded rows)"
+        f"data.packing_ratio: {type(model).__name__} cannot mask attention by sequence id, so packed "
+        "examples would attend to each other; set data.packing_ratio=null (padded rows)"
     )
 
 
@@ -165,7 +167,8 @@ def build_finetune_data(cfg: TrainConfig, *, world: World, is_main: bool) -> Run
     batches = batch_plan(cfg, world)
     if isinstance(data, OfflineInstructDataConfig):
         if not is_main:
-            barrier()  # rank 0 writes the set (and the quick-start tokenizer) first; the others then read it
+            # rank 0 writes the set (and the quick-start tokenizer) first; the others then read it
+            barrier()
         prepare_offline_instruct(data)
         if is_main:
             barrier()
@@ -212,9 +215,9 @@ def _tokenizer(cfg: TrainConfig) -> Any:  # a transformers tokenizer
     vocab = getattr(cfg.model, "vocab_size", None)
     if vocab is not None and len(tokenizer) > vocab:
         raise ConfigError(
-            f"tokenizer.name={cfg.tokenizer.name!r} has {len(tokenizer)} tokens but model.vocab_size={vocab}: "
-            "its ids would index past the embedding; use the tokenizer the model was trained with, or raise "
-            "model.vocab_size"
+            f"tokenizer.name={cfg.tokenizer.name!r} has {len(tokenizer)} tokens but "
+            f"model.vocab_size={vocab}: its ids would index past the embedding; use the tokenizer the model "
+            "was trained with, or raise model.vocab_size"
         )
     return tokenizer
 
@@ -280,7 +283,7 @@ class RankStates:
         if len(ranks) != world_size():
             raise ValueError(
                 f"the checkpoint was saved by {len(ranks)} rank(s) and this run has {world_size()}: packed "
-                "finetuning data keeps leftover bins per rank, so resume on the same number of ranks (or start "
-                "from its weights: checkpoint.load_path=<checkpoint> with a new save_folder)"
+                "finetuning data keeps leftover bins per rank, so resume on the same number of ranks (or "
+                "start from its weights: checkpoint.load_path=<checkpoint> with a new save_folder)"
             )
         self.loader.load_state_dict(ranks[rank()])

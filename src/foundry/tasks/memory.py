@@ -1,17 +1,17 @@
 """Will the run fit? `check_memory` estimates a training run's memory before anything is allocated or built.
 
-Design note: a model too big for its device used to fail deep in the allocator (a 28-frame traceback, after the
-shared data was built); a run now compares a rough estimate with the device's free memory first and refuses
-with one message naming each part, the memory available and what to change. Parameters are counted exactly
-by creating the model on the meta device (no memory, ~1 s even for 70B; LoRA's trainable share included);
-the rest is arithmetic (`estimate_memory`, pure): fp32 weights (AMP keeps fp32 masters, so `amp_bf16` does
-not shrink them), a gradient per trainable weight, the optimizer's states per trainable weight (AdamW 2,
-Lion 1, fp32), FSDP dividing those over its shard group, and activations per microbatch per layer after
-Korthikanti et al. (~17 values of `d_model` per token per layer, 2 bytes each under AMP and 4 in fp32; only
-each layer's input with activation checkpointing) plus the fp32 logits. It aims at the runs that cannot
-possibly fit (an estimate below the truth lets them fail later, as before); `trainer.memory_check=false`
-skips it for a run the estimate wrongly refuses. With `device_train_microbatch_size=auto` the trainer halves
-the microbatch on OOM, so activations are counted for a microbatch of 1.
+Design note: a model too big for its device used to fail deep in the allocator (a 28-frame traceback, after
+the shared data was built); a run now compares a rough estimate with the device's free memory first and
+refuses with one message naming each part, the memory available and what to change. Parameters are counted
+exactly by creating the model on the meta device (no memory, ~1 s even for 70B; LoRA's trainable share
+included); the rest is arithmetic (`estimate_memory`, pure): fp32 weights (AMP keeps fp32 masters, so
+`amp_bf16` does not shrink them), a gradient per trainable weight, the optimizer's states per trainable weight
+(AdamW 2, Lion 1, fp32), FSDP dividing those over its shard group, and activations per microbatch per layer
+after Korthikanti et al. (~17 values of `d_model` per token per layer, 2 bytes each under AMP and 4 in fp32;
+only each layer's input with activation checkpointing) plus the fp32 logits. It aims at the runs that cannot
+possibly fit (an estimate below the truth lets them fail later, as before); `trainer.memory_check=false` skips
+it for a run the estimate wrongly refuses. With `device_train_microbatch_size=auto` the trainer halves the
+microbatch on OOM, so activations are counted for a microbatch of 1.
 """
 
 from __future__ import annotations
@@ -274,8 +274,10 @@ def check_memory(
     if free is None:
         return None
     est = run_estimate(cfg, world=world, precision=precision)
-    per_host = world.ranks_per_node if device.type == "cpu" else 1  # CPU ranks of a node share its RAM
-    offloaded = cfg.parallelism.cpu_offload and device.type == "cuda"  # model state lives in CPU memory
+    # CPU ranks of a node share its RAM
+    per_host = world.ranks_per_node if device.type == "cpu" else 1
+    # model state lives in CPU memory
+    offloaded = cfg.parallelism.cpu_offload and device.type == "cuda"
     need = (est.activations if offloaded else est.total) * per_host
     if need <= free[0]:
         return est
@@ -295,8 +297,8 @@ def _refusal(
     micro = cfg.trainer.device_train_microbatch_size
     options = [
         "a smaller model (model=mpt-125m, mpt-350m, ...)",
-        f"model.init_device=meta with parallelism=fsdp under torchrun over N ranks (or GPUs), which divides the "
-        f"{_gb(est.model_state * est.shards)} of weights, gradients and optimizer state by N",
+        "model.init_device=meta with parallelism=fsdp under torchrun over N ranks (or GPUs), which divides "
+        f"the {_gb(est.model_state * est.shards)} of weights, gradients and optimizer state by N",
         "trainer.precision=amp_bf16 (activations in 16-bit; weights stay fp32) or "
         "parallelism.activation_checkpointing=true",
     ]

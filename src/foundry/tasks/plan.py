@@ -2,9 +2,9 @@
 
 Design note: the config names a few knobs (global batch, microbatch, durations as time strings, sequence
 lengths); everything else a run needs (device batch, gradient accumulation, tokens per step, step counts and
-intervals, the resolved precision) is derived here, written to `run.json` (`RunPlan.derived`) and printed, never
-configured. Nothing is built: the plan is a function of the config, the world and two facts from outside it,
-the training device (precision `auto`) and the training loader's batches per epoch (durations in `ep`; the
+intervals, the resolved precision) is derived here, written to `run.json` (`RunPlan.derived`) and printed,
+never configured. Nothing is built: the plan is a function of the config, the world and two facts from outside
+it, the training device (precision `auto`) and the training loader's batches per epoch (durations in `ep`; the
 only number that needs the dataset, so a task builds its data loaders from `resolve_max_seq_len` and
 `batch_plan`, then plans). Mistakes a user fixes in the config raise `foundry.errors.ConfigError`.
 """
@@ -100,9 +100,9 @@ def resolve_max_seq_len(cfg: TrainConfig) -> int:
     model_name = type(cfg.model).__name__
     if data_len is not None and model_len is not None and data_len > model_len:
         raise ConfigError(
-            f"data.max_seq_len={data_len} is longer than model.max_seq_len={model_len}: the model cannot attend "
-            f"over rows that long; lower data.max_seq_len (or leave it null to use {model_len}), or raise "
-            "model.max_seq_len"
+            f"data.max_seq_len={data_len} is longer than model.max_seq_len={model_len}: the model cannot "
+            f"attend over rows that long; lower data.max_seq_len (or leave it null to use {model_len}), or "
+            "raise model.max_seq_len"
         )
     if data_len is not None:
         return data_len
@@ -131,7 +131,8 @@ def batch_plan(cfg: TrainConfig, world: World) -> BatchPlan:
 
 
 def _steps(field: str, value: str | int, **facts: int) -> int:
-    """`value` (a duration of config field `field`) in optimizer steps; a unit it cannot convert names the field."""
+    """`value` (a duration of config field `field`) in optimizer steps;
+    a unit it cannot convert names the field."""
     try:
         return to_steps(parse_duration(value), **facts)
     except ValueError as err:

@@ -4,8 +4,9 @@ Design note: this is the only code that sees the whole `TrainConfig`; each build
 (`build_optimizer(cfg.optimizer, ...)`). The process group is joined once (`init_distributed`) and the world
 derived from it once (`process_world`), then passed to the data loaders and the speed monitor. Every derived
 number comes from `plan_run` (pure, unit-tested), is written to `run.json` and printed, never configured; the
-plan needs one fact from the data (batches per epoch), so the loaders are built from the plan's sequence length
-and batch split first. Only rank 0 writes metadata, logs and the console; every rank runs the same steps.
+plan needs one fact from the data (batches per epoch), so the loaders are built from the plan's sequence
+length and batch split first. Only rank 0 writes metadata, logs and the console; every rank runs the same
+steps.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def pretrain(
             written (`run_task` passes the job's; None: a record with nothing to write but `run_dir` itself).
 
     Returns:
-        The final metrics (`train/loss`, `eval/loss`, `eval/perplexity`, throughput, ...), rank 0's on every rank.
+        The final metrics (`train/loss`, `eval/loss`, `eval/perplexity`, throughput, ...),
+        rank 0's on every rank.
 
     Raises:
         ConfigError: Among others, the checkpoint autoresume found was trained on another model or data (the
@@ -160,7 +162,8 @@ def _pretrain(
         stream_names=data.stream_names,
         callbacks=build_run_callbacks(cfg, plan, tokenizer=data.tokenizer, run_dir=run_dir),
     )
-    if start is not None:  # every check of the checkpoint against this config, before the run is accepted
+    # every check of the checkpoint against this config, before the run is accepted
+    if start is not None:
         _resume(trainer, cfg, start=start, run_dir=run_dir, ctx=ctx, named=record.named)
     record.open()  # accepted: from here on the run's files are written
     loggers = build_observers(
@@ -185,7 +188,8 @@ def _pretrain(
 def _resume(
     trainer: Trainer, cfg: TrainConfig, *, start: StartPoint, run_dir: Path, ctx: DistContext, named: bool
 ) -> None:
-    """Loads `start` into `trainer`; a checkpoint of another model or data is refused naming run and checkpoint."""
+    """Loads `start` into `trainer`; a checkpoint of another model or data is refused naming run and
+    checkpoint."""
     try:
         load_into(
             trainer,
@@ -213,10 +217,12 @@ def _expand_run_dir(cfg: TrainConfig, run_dir: Path) -> TrainConfig:
 
 
 def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
-    """The tokenizer and the loaders of the train and eval splits (the quick-start corpus built first if needed).
+    """The tokenizer and the loaders of the train and eval splits
+    (the quick-start corpus built first if needed).
 
     Raises:
-        FileNotFoundError: A local split is absent (before the tokenizer, whose own error would hide this one).
+        FileNotFoundError: A local split is absent (before the tokenizer, whose own error would hide this
+            one).
         ConfigError: The sequence length or batch size cannot be planned (see `foundry.tasks.plan`).
     """
     data = cfg.data
@@ -237,7 +243,8 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
     missing = missing_data(data)
     if missing:
         raise FileNotFoundError(missing)
-    # tokenizer.name=null (tokenizer=none): rows of token ids, checked against model.vocab_size by the collator
+    # tokenizer.name=null (tokenizer=none): rows of token ids,
+    # checked against model.vocab_size by the collator
     tokenizer = build_tokenizer(cfg.tokenizer) if cfg.tokenizer.name is not None else None
     common: dict[str, Any] = {
         "tokenizer": tokenizer,
@@ -246,7 +253,8 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
         "seed": cfg.seed,
         "vocab_size": getattr(cfg.model, "vocab_size", None),
         "documents": DocumentRule.from_tokenizer(tokenizer) if cfg.model.uses_sequence_id() else None,
-        "device_type": resolve_device(cfg.trainer.device).type,  # data.pin_memory=null pins for cuda
+        # data.pin_memory=null pins for cuda
+        "device_type": resolve_device(cfg.trainer.device).type,
     }
     train = build_text_dataloader(data, device_batch_size=batches.device_batch_size, **common)
     eval_loader = None
@@ -261,12 +269,14 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
 
 
 def build_model_stack(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, ctx: DistContext) -> ModelStack:
-    """The model on this rank's device (wrapped for DDP/FSDP before the optimizer sees it), optimizer, scheduler."""
+    """The model on this rank's device (wrapped for DDP/FSDP before the optimizer sees it),
+    optimizer, scheduler."""
     pc = cfg.parallelism
     model = build_model_on(
         cfg.model, device=ctx.device, tokenizer=tokenizer, defer_init=pc.strategy == "fsdp"
     )
-    if plan.precision == "amp_fp8":  # FSDP over several ranks all-gathers the converted weights in FP8
+    # FSDP over several ranks all-gathers the converted weights in FP8
+    if plan.precision == "amp_fp8":
         convert_to_float8(
             model,
             fsdp_all_gather=pc.strategy == "fsdp" and ctx.world_size > 1,
@@ -315,7 +325,8 @@ def build_observers(
 
 
 def trainable_summary(model: torch.nn.Module) -> str | None:
-    """`trainable params: 1,234 of 5,678 (21.73%)` when only part of the model trains (LoRA, frozen weights)."""
+    """`trainable params: 1,234 of 5,678 (21.73%)` when only part of the model trains
+    (LoRA, frozen weights)."""
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if trainable == total or total == 0:
@@ -324,9 +335,11 @@ def trainable_summary(model: torch.nn.Module) -> str | None:
 
 
 def build_run_callbacks(cfg: TrainConfig, plan: RunPlan, *, tokenizer: Any, run_dir: Path) -> list[Callback]:
-    """The configured callbacks, then ICL evaluation (which needs a tokenizer: none configured names the fix)."""
+    """The configured callbacks, then ICL evaluation
+    (which needs a tokenizer: none configured names the fix)."""
     if tokenizer is None and cfg.eval is not None and load_task_configs(cfg.eval):
-        tokenizer = build_tokenizer(cfg.tokenizer)  # raises: tokenizer.name is null, pass tokenizer.name=...
+        # raises: tokenizer.name is null, pass tokenizer.name=...
+        tokenizer = build_tokenizer(cfg.tokenizer)
     configured = build_callbacks(
         cfg.callbacks,
         world_size=plan.world_size,
@@ -347,7 +360,8 @@ def run_training(
     run_dir: Path,
     ctx: DistContext,
 ) -> dict[str, float]:
-    """`trainer.fit()` (a finished run only re-evaluates, and says so); rank 0's final metrics on every rank."""
+    """`trainer.fit()` (a finished run only re-evaluates, and says so);
+    rank 0's final metrics on every rank."""
     finished = start is not None and not start.weights_only and trainer.state.step >= plan.max_steps
     if finished and start is not None and ctx.is_main:
         print(
@@ -357,7 +371,8 @@ def run_training(
     try:
         metrics = trainer.fit()
     except Preempted as stopped:
-        if ctx.is_main and stopped.signal_name == "SIGINT":  # a preemption's requeue reruns the same command
+        # a preemption's requeue reruns the same command
+        if ctx.is_main and stopped.signal_name == "SIGINT":
             print(f"[foundry] {_resume_line(cfg)}", flush=True)
         raise
     finally:
@@ -365,7 +380,8 @@ def run_training(
             logger.close()
     if ctx.is_main:
         print(f"[foundry] run directory: {run_dir.resolve()}", flush=True)
-    return broadcast_object(metrics)  # identical final metrics (and final_metrics.json bytes) on every rank
+    # identical final metrics (and final_metrics.json bytes) on every rank
+    return broadcast_object(metrics)
 
 
 def _resume_line(cfg: TrainConfig) -> str:
@@ -383,7 +399,7 @@ def _finished_message(cfg: TrainConfig, url: str, *, step: int, max_steps: int) 
     folder = redact(cfg.checkpoint.save_folder or "")
     return (
         f"[foundry] run {cfg.run_name!r} already finished: autoresume loaded {redact(url)} (step {step} of "
-        f"max_duration {cfg.trainer.max_duration} = {max_steps} steps), so there is nothing to train; evaluating "
-        f"it. To train again from scratch delete {folder} (make clean) or pass another run_name=...; to train "
-        "longer raise trainer.max_duration"
+        f"max_duration {cfg.trainer.max_duration} = {max_steps} steps), so there is nothing to train; "
+        f"evaluating it. To train again from scratch delete {folder} (make clean) or pass another "
+        "run_name=...; to train longer raise trainer.max_duration"
     )

@@ -1,9 +1,9 @@
 """What a run says when the checkpoint it would resume was trained on another model or data.
 
 Design note: the checks themselves live where the state is loaded (`foundry.checkpoint.resume` compares the
-model config, `foundry.data.loader.TextLoader` the data) and raise `ResumeMismatch` with what differs; only the
-task knows which run tried to resume and whether the user named it. The usual cause is a command meant as a
-new run that reused a name, so the message names the run and the checkpoint and offers a new `run_name=`
+model config, `foundry.data.loader.TextLoader` the data) and raise `ResumeMismatch` with what differs; only
+the task knows which run tried to resume and whether the user named it. The usual cause is a command meant as
+a new run that reused a name, so the message names the run and the checkpoint and offers a new `run_name=`
 first. Continuing the run on a changed mixture (`data.on_mixture_change=continue`) is offered only when the
 user named the run: a generated name was never meant to continue anything.
 """
@@ -39,8 +39,8 @@ def resume_refusal(err: ResumeMismatch, *, run_name: str, checkpoint: str, named
         keep = "to continue this run, restore its data settings"
     return ConfigError(
         f"run {run_name!r} cannot resume from its checkpoint {redact(checkpoint)}: it was trained with "
-        f"{_what(err)}\n{new_run}; {keep} (checkpoint.load_path=<checkpoint> checkpoint.load_weights_only=true "
-        "starts a new run from its weights)"
+        f"{_what(err)}\n{new_run}; {keep} (checkpoint.load_path=<checkpoint> "
+        "checkpoint.load_weights_only=true starts a new run from its weights)"
     )
 
 

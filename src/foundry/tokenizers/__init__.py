@@ -90,8 +90,8 @@ def build_tokenizer(cfg: TokenizerConfig) -> Any:  # transformers.PreTrainedToke
 
     if cfg.name is None:
         raise ValueError(
-            "tokenizer.name is null (no tokenizer) but a tokenizer is needed here (ICL evaluation, datasets of "
-            "raw text): pass tokenizer.name=/path/to/tokenizer.json (or a saved folder)"
+            "tokenizer.name is null (no tokenizer) but a tokenizer is needed here (ICL evaluation, datasets "
+            "of raw text): pass tokenizer.name=/path/to/tokenizer.json (or a saved folder)"
         )
     path = Path(cfg.name).expanduser()
     if path.suffix == ".json" or path.is_file():
@@ -124,10 +124,12 @@ def padded_vocab_size(tokenizer: Any, *, multiple: int = 64) -> int:
 def run_tokenizer_config(checkpoint: str) -> TokenizerConfig | None:
     """The tokenizer of the training run a local checkpoint belongs to, from that run's `run.json`.
 
-    Looks in the checkpoint path and up to three parents (`outputs/<run>/checkpoints/ep0-ba600` -> `outputs/<run>`).
+    Looks in the checkpoint path and up to three parents
+    (`outputs/<run>/checkpoints/ep0-ba600` -> `outputs/<run>`).
 
     Returns:
-        The run's `tokenizer` config, or None for a URL, when no `run.json` is found, or when the run had none.
+        The run's `tokenizer` config, or None for a URL, when no `run.json` is found,
+        or when the run had none.
     """
     if "://" in checkpoint:
         return None

@@ -60,11 +60,13 @@ def plan_batches(*, global_batch_size: int, world_size: int, microbatch: int | s
 
 
 def split_batch(batch: dict[str, torch.Tensor], microbatch_size: int) -> list[dict[str, torch.Tensor]]:
-    """Slice every (B, ...) tensor of `batch` along dim 0 into chunks of `microbatch_size` (last may be smaller)."""
+    """Slice every (B, ...) tensor of `batch` along dim 0 into chunks of `microbatch_size`
+    (last may be smaller)."""
     n = next(iter(batch.values())).shape[0]
     return [{k: v[i : i + microbatch_size] for k, v in batch.items()} for i in range(0, n, microbatch_size)]
 
 
 def loss_tokens(batch: dict[str, torch.Tensor]) -> int:
-    """Tokens that produce a loss: labels are shifted inside the model, so targets are `labels[:, 1:] != -100`."""
+    """Tokens that produce a loss: labels are shifted inside the model,
+    so targets are `labels[:, 1:] != -100`."""
     return int((batch["labels"][:, 1:] != -100).sum())

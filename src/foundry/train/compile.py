@@ -8,18 +8,18 @@ forward, not the module, keeps every hook outside the graph: FSDP2's all-gather/
 activation checkpoint run eagerly around each compiled block, and parameter names (so checkpoints) do not
 change. It may run before or after `wrap_model`.
 
-Shapes: `dynamic=None` (the default, `trainer.compile_dynamic: null`) is PyTorch's automatic dynamic shapes: the
-first graph is specialised on the microbatch shape (pretraining's fixed-length rows never change it), and
-when a dimension changes (`auto` micro-batching halving the microbatch after an OOM, finetuning batches
-padded to their longest row) the one recompilation that follows makes it dynamic, so there is no storm of
+Shapes: `dynamic=None` (the default, `trainer.compile_dynamic: null`) is PyTorch's automatic dynamic shapes:
+the first graph is specialised on the microbatch shape (pretraining's fixed-length rows never change it), and
+when a dimension changes (`auto` micro-batching halving the microbatch after an OOM, finetuning batches padded
+to their longest row) the one recompilation that follows makes it dynamic, so there is no storm of
 recompilations (a test counts the graphs). `dynamic=False` compiles one static graph per shape (bounded by
-dynamo's recompile limit of 8, after which it runs eagerly); `True` is dynamic from the start.
-Calls without gradients (eval, ICL scoring) and with a KV cache (generation) run the block eagerly: their
-shapes vary batch to batch, and they are a small share of a training run's time.
+dynamo's recompile limit of 8, after which it runs eagerly); `True` is dynamic from the start. Calls without
+gradients (eval, ICL scoring) and with a KV cache (generation) run the block eagerly: their shapes vary batch
+to batch, and they are a small share of a training run's time.
 
-The loss: `blocks` also compiles the model's loss math (`compile_loss`, as torchtitan compiles its loss next to
-its blocks), when the model offers it (MPT's `compile_loss`): the plain loss's float32 cross-entropy over the
-logits, or the chunked loss's per-chunk log-sum-exp and gradient, become fused kernels instead of several
+The loss: `blocks` also compiles the model's loss math (`compile_loss`, as torchtitan compiles its loss next
+to its blocks), when the model offers it (MPT's `compile_loss`): the plain loss's float32 cross-entropy over
+the logits, or the chunked loss's per-chunk log-sum-exp and gradient, become fused kernels instead of several
 eager passes over (tokens x vocab) float32 values. The chunked loss's last, shorter chunk makes its one
 recompilation (2 graphs; automatic dynamic shapes as above).
 """

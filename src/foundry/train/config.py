@@ -38,7 +38,8 @@ def _check_duration(name: str, value: Any) -> None:  # str or int from YAML
 
 @dataclass(kw_only=True)
 class TrainerConfig:
-    """How long and how to step: batch sizes, duration, precision, clipping, eval cadence (`trainer` group)."""
+    """How long and how to step: batch sizes, duration, precision, clipping, eval cadence
+    (`trainer` group)."""
 
     max_duration: str = "100ba"
     """Run length: `4800ba` (optimizer steps), `1ep`, `2.5e9tok`, `1e6sp`; a bare number means steps."""
@@ -49,7 +50,8 @@ class TrainerConfig:
     device_eval_batch_size: int | None = None
     """Eval batch per rank; null -> the microbatch size (or the device batch when it is `auto`)."""
     eval_interval: str = "500ba"
-    """How often to evaluate on the eval split (`0` disables periodic eval; the end of training always evals)."""
+    """How often to evaluate on the eval split (`0` disables periodic eval; the end of training always
+    evals)."""
     eval_first: bool = False
     """Evaluate before the first step."""
     eval_subset_num_batches: int = -1
@@ -63,8 +65,8 @@ class TrainerConfig:
     accumulate_train_batch_on_tokens: bool = True
     """Weight microbatch losses by loss-generating tokens (exact token mean); false -> by samples."""
     token_counting: str = "padded"
-    """What the run's token counter (`tokens` in checkpoints and metrics) counts: `padded` (batch x row length)
-    or `non_pad` (tokens where `attention_mask` is 1, all ranks: what Composer/llm-foundry count; the
+    """What the run's token counter (`tokens` in checkpoints and metrics) counts: `padded` (batch x row
+    length) or `non_pad` (tokens where `attention_mask` is 1, all ranks: what Composer/llm-foundry count; the
     llm-foundry translator sets it). A `tok` max_duration needs `padded` (the schedule runs in steps)."""
     device: str = "auto"
     """`auto` (cuda when available, else cpu), `cpu`, `cuda`, `mps`."""
@@ -81,12 +83,13 @@ class TrainerConfig:
     fp8_recipe: str = "tensorwise"
     """With `amp_fp8`: torchao's `tensorwise` (fastest) or `rowwise` (a scale per row) scaling."""
     fp8_min_dim: int = 16
-    """With `amp_fp8`: linear layers with a dimension under this stay bf16 (small matmuls lose to the casts)."""
+    """With `amp_fp8`: linear layers with a dimension under this stay bf16
+    (small matmuls lose to the casts)."""
     compile_dynamic: bool | None = None
-    """null (default): graphs start specialised on the batch shape and a dimension that changes becomes dynamic
-    in the one recompilation that follows (PyTorch's automatic dynamic shapes: `auto` micro-batching or batches
-    padded to their longest row add one graph, not one per shape); `false`: one static graph per shape;
-    `true`: dynamic from the start."""
+    """null (default): graphs start specialised on the batch shape and a dimension that changes becomes
+    dynamic in the one recompilation that follows (PyTorch's automatic dynamic shapes: `auto` micro-batching
+    or batches padded to their longest row add one graph, not one per shape); `false`: one static graph per
+    shape; `true`: dynamic from the start."""
     memory_check: bool = True
     """Refuse before building anything when the estimated memory (weights, gradients, optimizer state,
     activations) exceeds the device's free memory (`foundry.tasks.memory`); false tries anyway."""
@@ -110,9 +113,9 @@ class TrainerConfig:
             raise ValueError(f"trainer.token_counting={self.token_counting!r}: use padded or non_pad")
         if self.token_counting == "non_pad" and str(self.max_duration).strip().endswith("tok"):
             raise ValueError(
-                f"trainer.max_duration={self.max_duration} with trainer.token_counting=non_pad: a token duration "
-                "is converted to steps from batch x row length; set trainer.token_counting=padded, or give the "
-                "duration in ba/sp/ep"
+                f"trainer.max_duration={self.max_duration} with trainer.token_counting=non_pad: a token "
+                "duration is converted to steps from batch x row length; set trainer.token_counting=padded, "
+                "or give the duration in ba/sp/ep"
             )
         self.compile = normalize_compile(self.compile)
         if self.speed not in SPEEDS:

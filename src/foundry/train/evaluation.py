@@ -1,10 +1,11 @@
 """The eval pass: token-weighted loss and perplexity over the eval split, and per stream for a mixture.
 
 Design note: one pass accumulates every number into a single float64 tensor on the device, `[loss x tokens,
-tokens]` and, when batches carry `stream_id`, `[loss sums (K), tokens (K), rows matched, rows]`, then reduces it
-over ranks with one all-reduce, so each rank evaluates its own share of the split and nothing synchronises with
-the device per batch. Per-stream sums come from the logits the model returns (`foundry.train.stream_metrics`).
-`foundry.train.loop.Trainer.evaluate` calls `eval_pass` with its model and its own config values.
+tokens]` and, when batches carry `stream_id`, `[loss sums (K), tokens (K), rows matched, rows]`, then reduces
+it over ranks with one all-reduce, so each rank evaluates its own share of the split and nothing synchronises
+with the device per batch. Per-stream sums come from the logits the model returns
+(`foundry.train.stream_metrics`). `foundry.train.loop.Trainer.evaluate` calls `eval_pass` with its model and
+its own config values.
 """
 
 from __future__ import annotations

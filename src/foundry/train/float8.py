@@ -10,15 +10,15 @@ layers (MPT's init markers, which a meta-device build reads when it materialises
 The embedding and the output head are left alone (torchtitan's default too: the head's large vocabulary
 dimension is where FP8 costs the most accuracy). A layer whose dimensions are not multiples of 16 (what FP8
 matmuls need) is skipped, and so is one smaller than `min_dim` in either dimension (`trainer.fp8_min_dim`):
-a small matmul gains less from FP8 than its casts (reading the input, writing the FP8 copy and the scale) cost,
-which is why FP8 loses at 125m/350m on an H100 (issue 43). Recipes (`trainer.fp8_recipe`, torchao's names):
-`tensorwise` (one dynamic scale per tensor; the fastest) or `rowwise` (a scale per row: more accurate, its
-casts cost more; no FP8 all-gather).
-FSDP2's float8 all-gather (`fsdp_all_gather`, on whenever FSDP shards over several ranks): the converted weights'
-shards are cast to FP8 before FSDP all-gathers them (1 byte per weight instead of bf16's 2); each weight's scale
-comes from its global amax (one all-reduce per weight, inside FSDP's pre-all-gather hook). torchao's batched
-`precompute_float8_dynamic_scale_for_fsdp` is not used: a scale precomputed after the optimizer step would go
-stale when the spike guard rolls the weights back or a checkpoint is loaded, and clip FP8 values silently.
+a small matmul gains less from FP8 than its casts (reading the input, writing the FP8 copy and the scale)
+cost, which is why FP8 loses at 125m/350m on an H100 (issue 43). Recipes (`trainer.fp8_recipe`, torchao's
+names): `tensorwise` (one dynamic scale per tensor; the fastest) or `rowwise` (a scale per row: more accurate,
+its casts cost more; no FP8 all-gather). FSDP2's float8 all-gather (`fsdp_all_gather`, on whenever FSDP shards
+over several ranks): the converted weights' shards are cast to FP8 before FSDP all-gathers them (1 byte per
+weight instead of bf16's 2); each weight's scale comes from its global amax (one all-reduce per weight, inside
+FSDP's pre-all-gather hook). torchao's batched `precompute_float8_dynamic_scale_for_fsdp` is not used: a scale
+precomputed after the optimizer step would go stale when the spike guard rolls the weights back or a
+checkpoint is loaded, and clip FP8 values silently.
 """
 
 from __future__ import annotations

@@ -118,8 +118,10 @@ class Trainer:
         self.stream_names = check_stream_names(stream_names)
         self.streams = None if self.stream_names is None else StreamCounter(self.stream_names, device=device)
         self.guard = SpikeGuard(cfg.spike_guard) if cfg.spike_guard.enabled else None
-        self.stop_requested = False  # a preemption stops the run at this step (the checkpoint callback saves)
-        shield_workers(train_loader, eval_loader)  # data workers must not die of the signal the rank handles
+        # a preemption stops the run at this step (the checkpoint callback saves)
+        self.stop_requested = False
+        # data workers must not die of the signal the rank handles
+        shield_workers(train_loader, eval_loader)
 
     # ------------------------------------------------------------------ state
     def run_state(self) -> dict[str, Any]:
@@ -153,7 +155,8 @@ class Trainer:
         )
         if run.get("dataloader") is not None:
             self.train_loader.load_state_dict(run["dataloader"])
-        if self.streams is not None and run.get("streams"):  # checkpoints from before streams have none
+        # checkpoints from before streams have none
+        if self.streams is not None and run.get("streams"):
             self.streams.load_state_dict(run["streams"])
         if self.guard is not None and run.get("spike_guard"):
             self.guard.load_state_dict(run["spike_guard"])
@@ -222,7 +225,8 @@ class Trainer:
 
     def _tokens_of(self, batch: dict[str, torch.Tensor]) -> int:
         """Tokens of the global batch by `trainer.token_counting`: batch x row length (`padded`), or the
-        `attention_mask` ones summed over ranks (`non_pad`, Composer's count; all of `input_ids` without one)."""
+        `attention_mask` ones summed over ranks (`non_pad`, Composer's count; all of `input_ids` without
+        one)."""
         if self.cfg.token_counting != "non_pad":
             return self.plan.global_batch_size * batch["input_ids"].shape[1]
         mask = batch.get("attention_mask")

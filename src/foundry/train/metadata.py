@@ -1,4 +1,5 @@
-"""The self-describing run directory: `run.json` with the config, git revision, versions, device, derived values.
+"""The self-describing run directory: `run.json` with the config, git revision, versions, device,
+derived values.
 
 Design note: everything needed to reproduce or compare a run sits beside its metrics, written once at
 startup by rank 0 (Hydra's `.hydra/` holds the composed YAML; this adds what Hydra cannot know). Credentials

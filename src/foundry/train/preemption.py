@@ -21,12 +21,12 @@ step): torch installs a SIGTERM handler in each worker that exits it, and the ra
 batch, so `shield_workers` chains a `worker_init_fn` that ignores the preemption signals (a worker still
 exits when its parent does: torch's watchdog checks).
 
-Ctrl-C (SIGINT) is handled the same way (issue 40: it printed a 22-frame `KeyboardInterrupt` traceback and, with
-the default save-at-the-end, lost the whole run): the step finishes, the checkpoint is written, the line that
-resumes is printed, and the process exits 130 (128 + SIGINT, the shell's code for Ctrl-C; not a requeue). A
-second Ctrl-C while that happens stops at once (`Interrupted`, a `SystemExit`: no traceback) and the previous
-checkpoint stays the one autoresume takes. A terminal's Ctrl-C reaches the data workers too (one process group),
-so they ignore SIGINT like the preemption signals.
+Ctrl-C (SIGINT) is handled the same way (issue 40: it printed a 22-frame `KeyboardInterrupt` traceback and,
+with the default save-at-the-end, lost the whole run): the step finishes, the checkpoint is written, the line
+that resumes is printed, and the process exits 130 (128 + SIGINT, the shell's code for Ctrl-C; not a requeue).
+A second Ctrl-C while that happens stops at once (`Interrupted`, a `SystemExit`: no traceback) and the
+previous checkpoint stays the one autoresume takes. A terminal's Ctrl-C reaches the data workers too (one
+process group), so they ignore SIGINT like the preemption signals.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ __all__ = [
 REQUEUE_EXIT_CODE = 75
 """`EX_TEMPFAIL`: the exit code of a run stopped by a preemption signal after its checkpoint (requeue it)."""
 INTERRUPT_EXIT_CODE = 130
-"""128 + SIGINT: the exit code of a run stopped by Ctrl-C (after its checkpoint, or at once on a second one)."""
+"""128 + SIGINT: the exit code of a run stopped by Ctrl-C
+(after its checkpoint, or at once on a second one)."""
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 STOP_SIGNALS = (*PREEMPTION_SIGNALS, signal.SIGINT)
 """Every signal that stops the run at the next step boundary with a checkpoint."""
@@ -94,8 +95,8 @@ class Preempted(SystemExit):
             )
         return (
             f"preempted by {self.signal_name} at step {self.step}: stopped {self.seconds:.1f} s after the "
-            f"signal; exit code {REQUEUE_EXIT_CODE} (requeue); rerun the same command to resume, with the run's "
-            "run_name= (`python -m foundry.runs resume <run>` prints that command)"
+            f"signal; exit code {REQUEUE_EXIT_CODE} (requeue); rerun the same command to resume, with the "
+            "run's run_name= (`python -m foundry.runs resume <run>` prints that command)"
         )
 
 
@@ -165,9 +166,9 @@ class PreemptionWatch:
         if seconds > self.grace:
             print(
                 f"[foundry] warning: stopping took {seconds:.1f} s, more than trainer.preemption_grace="
-                f"{self.grace:g} s: a scheduler with that grace kills the run before its checkpoint is complete "
-                "(the previous checkpoint is then resumed); shorten the steps or the checkpoint, or raise the "
-                "scheduler's grace period and trainer.preemption_grace with it",
+                f"{self.grace:g} s: a scheduler with that grace kills the run before its checkpoint is "
+                "complete (the previous checkpoint is then resumed); shorten the steps or the checkpoint, or "
+                "raise the scheduler's grace period and trainer.preemption_grace with it",
                 flush=True,
             )
         return err
@@ -181,7 +182,8 @@ def _ignore_preemption_signals(worker_id: int, *, previous: Callable[[int], None
 
 
 def shield_workers(*loaders: Any) -> None:  # torch DataLoaders (or any iterables, or None)
-    """Makes the loaders' worker processes ignore SIGTERM/SIGUSR1/SIGINT (chained before their `worker_init_fn`).
+    """Makes the loaders' worker processes ignore SIGTERM/SIGUSR1/SIGINT
+    (chained before their `worker_init_fn`).
 
     Call before the first `iter(loader)`; a no-op for loaders without workers and when already shielded.
     Harmless with the handling off: the rank then dies of the signal and its workers follow it.

@@ -1,4 +1,5 @@
-"""Per-stream metrics of a data mixture: eval loss/perplexity per stream and train-time samples/tokens per stream.
+"""Per-stream metrics of a data mixture: eval loss/perplexity per stream and train-time samples/tokens per
+stream.
 
 Design note: a mixture's batches carry `stream_id`, a (B,) int64 tensor naming each row's stream by index
 into the trainer's `stream_names`. It is bookkeeping, never a model input (`model_inputs` drops it). Rows
@@ -44,7 +45,8 @@ IGNORE_INDEX = -100
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`batch` without the keys the model must not see (`stream_id`); the same dict object when it has none."""
+    """`batch` without the keys the model must not see (`stream_id`);
+    the same dict object when it has none."""
     if STREAM_ID not in batch:
         return batch
     return {k: v for k, v in batch.items() if k != STREAM_ID}
@@ -181,8 +183,8 @@ class StreamCounter:
             self.totals[name]["tokens"] += int(counts[k + i])
 
     def metrics(self) -> dict[str, float]:
-        """`train/<name>/samples` and `train/<name>/tokens` for every stream (call `flush` first); empty while no
-        batch carried `stream_id` (data without streams logs nothing per stream)."""
+        """`train/<name>/samples` and `train/<name>/tokens` for every stream (call `flush` first); empty while
+        no batch carried `stream_id` (data without streams logs nothing per stream)."""
         out: dict[str, float] = {}
         if not any(c["samples"] for c in self.totals.values()):
             return out

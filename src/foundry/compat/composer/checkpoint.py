@@ -1,12 +1,13 @@
 """Reading a Composer checkpoint (one `.pt` file, or Composer's sharded torch.distributed.checkpoint folder).
 
 Design note: both forms are read without running code from them. A `.pt` (or a `.tar` holding
-`composer_states.pt`, or a `.pt.zst`/`.pt.lz4`: `foundry.compat.composer.compressed`) goes through the allow-list unpickler of `foundry.compat.composer.unpickle`; a sharded
-folder's pickled `.metadata` through `foundry.checkpoint.safe_dcp`'s allow-list and its non-tensor values
-(`BYTE_IO`: timestamps with `timedelta`, RNG tuples, param groups) through the same unpickler as the `.pt`.
-Only what a run continues from is read from a sharded folder (Composer also stores its tokenizer there as
-~100k single values). What comes out is `ComposerCheckpoint`: plain tensors and numbers under our names
-(`foundry.compat.composer.mapping`), which `foundry.compat.composer.convert` writes as one of our checkpoints.
+`composer_states.pt`, or a `.pt.zst`/`.pt.lz4`: `foundry.compat.composer.compressed`) goes through the
+allow-list unpickler of `foundry.compat.composer.unpickle`; a sharded folder's pickled `.metadata` through
+`foundry.checkpoint.safe_dcp`'s allow-list and its non-tensor values (`BYTE_IO`: timestamps with `timedelta`,
+RNG tuples, param groups) through the same unpickler as the `.pt`. Only what a run continues from is read from
+a sharded folder (Composer also stores its tokenizer there as ~100k single values). What comes out is
+`ComposerCheckpoint`: plain tensors and numbers under our names (`foundry.compat.composer.mapping`), which
+`foundry.compat.composer.convert` writes as one of our checkpoints.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class ComposerCheckpoint:
         return per_device * world if isinstance(per_device, int) and isinstance(world, int) else None
 
     def run_state(self) -> dict[str, Any]:
-        """What `Trainer.load_run_state` takes: scheduler, counters, data position (no grad scaler: fp32/bf16)."""
+        """What `Trainer.load_run_state` takes: scheduler, counters, data position
+        (no grad scaler: fp32/bf16)."""
         return {
             "scheduler": self.scheduler,
             "scaler": None,
@@ -89,9 +91,10 @@ class ComposerCheckpoint:
 
 
 def is_composer_checkpoint(path: str) -> bool:
-    """Whether `path` is a Composer checkpoint: locally by its content (a file in torch's zip format, zstd or lz4
-    frames around one, a tar with `composer_states.pt`, or a torch.distributed.checkpoint folder without our
-    `manifest.json`); a URL by its name (`.pt`, `.pt.zst`, `.pt.lz4`, `.tar`: our checkpoints are folders)."""
+    """Whether `path` is a Composer checkpoint: locally by its content (a file in torch's zip format, zstd or
+    lz4 frames around one, a tar with `composer_states.pt`, or a torch.distributed.checkpoint folder without
+    our `manifest.json`); a URL by its name (`.pt`, `.pt.zst`, `.pt.lz4`, `.tar`: our checkpoints are
+    folders)."""
     if "://" in path:
         return path.endswith(COMPOSER_SUFFIXES)
     if os.path.isfile(path):
@@ -180,7 +183,8 @@ _TRAINING = ("state.optimizers.", "state.schedulers.", "state.dataset_state.trai
 
 
 class _ComposerPlanner(DefaultLoadPlanner):
-    """Reads `BYTE_IO` values with the allow-list unpickler (Composer stores `timedelta`s, numpy arrays...)."""
+    """Reads `BYTE_IO` values with the allow-list unpickler
+    (Composer stores `timedelta`s, numpy arrays...)."""
 
     def __init__(self, *, source: str) -> None:
         super().__init__(flatten_state_dict=False)
@@ -189,9 +193,8 @@ class _ComposerPlanner(DefaultLoadPlanner):
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         fqn = read_item.dest_index.fqn
         obj = load_torch_bytes(value, source=f"{self.source} ({fqn})")
-        self.state_dict[fqn] = self.original_state_dict[fqn] = (
-            obj  # (`flatten_sharded_tensors` copies the dict)
-        )
+        # (`flatten_sharded_tensors` copies the dict)
+        self.state_dict[fqn] = self.original_state_dict[fqn] = obj
 
 
 def _read_sharded(directory: str, *, weights_only: bool) -> dict[str, Any]:

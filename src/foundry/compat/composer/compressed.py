@@ -1,16 +1,17 @@
-"""Composer's compressed checkpoints (`.pt.zst`, `.pt.lz4`) decompressed with a bound, and remote ones fetched.
+"""Composer's compressed checkpoints (`.pt.zst`, `.pt.lz4`) decompressed with a bound,
+and remote ones fetched.
 
-Design note: Composer compresses a checkpoint by piping `torch.save`'s bytes through the `zstd` or `lz4` command
-line tool, so the file is one zstd or lz4 *frame* stream around an ordinary zip-format `.pt`. It is recognised by
-its frame magic (not its name) and inflated in 1 MiB chunks into an anonymous temporary file (a checkpoint is
-too large for RAM), never past `ZIP_RATIO` times its compressed size (`FOUNDRY_MAX_ZIP_RATIO`): a crafted
-stream that would expand further is refused as a bomb, naming the file, before the disk fills. zstd is read
-with the `zstandard` package (a dependency); lz4 with the `lz4` package when installed, else the error names
-the package to install. The result goes through the same allow-list unpickler as a plain `.pt`.
+Design note: Composer compresses a checkpoint by piping `torch.save`'s bytes through the `zstd` or `lz4`
+command line tool, so the file is one zstd or lz4 *frame* stream around an ordinary zip-format `.pt`. It is
+recognised by its frame magic (not its name) and inflated in 1 MiB chunks into an anonymous temporary file (a
+checkpoint is too large for RAM), never past `ZIP_RATIO` times its compressed size (`FOUNDRY_MAX_ZIP_RATIO`):
+a crafted stream that would expand further is refused as a bomb, naming the file, before the disk fills. zstd
+is read with the `zstandard` package (a dependency); lz4 with the `lz4` package when installed, else the error
+names the package to install. The result goes through the same allow-list unpickler as a plain `.pt`.
 
-Remote Composer checkpoints (`s3://...` or any object-store URL the storage layer takes) are downloaded through
-`foundry.checkpoint.store.CheckpointStore` (its credentials, retries and key-name checks) into a scratch folder:
-one file, or every file of a sharded folder.
+Remote Composer checkpoints (`s3://...` or any object-store URL the storage layer takes) are downloaded
+through `foundry.checkpoint.store.CheckpointStore` (its credentials, retries and key-name checks) into a
+scratch folder: one file, or every file of a sharded folder.
 """
 
 from __future__ import annotations
@@ -91,11 +92,12 @@ def decompressed(path: str, kind: str) -> IO[bytes]:
 
 
 def fetch_remote(url: str, scratch: str) -> str:
-    """Downloads the Composer checkpoint at `url` (a file, or a sharded folder with `.metadata`) into `scratch`
-    through the checkpoint store; returns the local file or folder.
+    """Downloads the Composer checkpoint at `url` (a file, or a sharded folder with `.metadata`) into
+    `scratch` through the checkpoint store; returns the local file or folder.
 
     Raises:
-        ValueError: Nothing is at `url`, or a folder without a `.metadata` (not a sharded Composer checkpoint).
+        ValueError: Nothing is at `url`, or a folder without a `.metadata`
+            (not a sharded Composer checkpoint).
     """
     from foundry.checkpoint.store import CheckpointStore  # local: imports the storage layer
 

@@ -42,7 +42,8 @@ def _full_model_config(ckpt: ComposerCheckpoint) -> dict[str, Any]:
         return asdict(model_schema_from_dict(ckpt.model_config, hf=False))
     except Exception as err:  # omegaconf's validation errors have several types
         raise ValueError(
-            f"{ckpt.source}: its llm-foundry model config does not fit this MPT ({' '.join(str(err).split())})"
+            f"{ckpt.source}: its llm-foundry model config does not fit this MPT "
+            f"({' '.join(str(err).split())})"
         ) from None
 
 
@@ -91,8 +92,8 @@ def describe(ckpt: ComposerCheckpoint) -> str:
 def to_foundry(
     src: str, dst: str, *, weights_only: bool = False, work_dir: str | None = None
 ) -> tuple[str, str]:
-    """Converts the Composer checkpoint `src` (file or sharded folder, local or an object-store URL) into our full checkpoint `dst`
-    (a local folder or URL), reading it without running code from it.
+    """Converts the Composer checkpoint `src` (file or sharded folder, local or an object-store URL) into our
+    full checkpoint `dst` (a local folder or URL), reading it without running code from it.
 
     Returns:
         `(where, what)`: the written checkpoint and a `describe` line.
@@ -132,7 +133,8 @@ def as_foundry_start(path: str, *, scratch: str, weights_only: bool, rank: int) 
     """`checkpoint.load_path` adapter (`foundry.checkpoint.LoadPathAdapter`): a Composer checkpoint (found by
     content: a torch file, or a DCP folder without our manifest) becomes one of ours in `scratch`; any other
     path comes back unchanged."""
-    composer = path.replace("{rank}", "0")  # llm-foundry's `latest-rank{rank}.pt`: rank 0 holds it all
+    # llm-foundry's `latest-rank{rank}.pt`: rank 0 holds it all
+    composer = path.replace("{rank}", "0")
     if not is_composer_checkpoint(composer):
         return path
     return composer_start(composer, scratch=scratch, weights_only=weights_only, rank=rank)

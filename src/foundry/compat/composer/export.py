@@ -1,22 +1,22 @@
 """The way back: one of our checkpoints written as a Composer checkpoint that llm-foundry resumes from.
 
-Design note: the output is the reverse of `foundry.compat.composer.mapping`, written with plain `torch.save` of
-plain containers (dicts, lists, tuples, tensors, numbers and one numpy array for numpy's RNG key), which
+Design note: the output is the reverse of `foundry.compat.composer.mapping`, written with plain `torch.save`
+of plain containers (dicts, lists, tuples, tensors, numbers and one numpy array for numpy's RNG key), which
 Composer 0.32's `load_checkpoint` accepts as it accepts its own file: `State.load_state_dict` reads
 `state.model` (`model.<name>`, `ComposerMPTCausalLM`), `state.optimizers` (`{"DecoupledAdamW": torch's
 optimizer state dict keyed by those names}`, through `set_optimizer_state_dict`), `state.schedulers`
-(`{"LambdaLR": ...}`), `state.timestamp` (`{"Timestamp": counters}`) and `state.dataset_state["train"]`
-(the streaming dataset's `load_state_dict`); the top-level `rng` list goes to `reproducibility.load_rng_state`.
+(`{"LambdaLR": ...}`), `state.timestamp` (`{"Timestamp": counters}`) and `state.dataset_state["train"]` (the
+streaming dataset's `load_state_dict`); the top-level `rng` list goes to `reproducibility.load_rng_state`.
 `state.integrations.huggingface.model.config` records the MPT config (what `--from composer` reads back) and
 `state.metadata` the world size and batch size. Not written: algorithms, callbacks, grad scaler, metrics,
 `run_name` and `rank_zero_seed` (the resuming run's own YAML decides them).
 
-The schedule: Composer steps its `LambdaLR` before it advances the batch counter its schedule reads, so its step
-k runs at the multiplier α(k-2) where ours runs α(k-1). The first step after the resume runs at the learning
-rate stored in the optimizer state (ours: the next LR of this run); after it Composer's own rule applies, so a
-run trained here from scratch continues in Composer with its LR one step behind ours (identical on a constant
-stretch of the schedule); a run that started from a Composer checkpoint keeps Composer's rule throughout, and
-its export continues exactly.
+The schedule: Composer steps its `LambdaLR` before it advances the batch counter its schedule reads, so its
+step k runs at the multiplier α(k-2) where ours runs α(k-1). The first step after the resume runs at the
+learning rate stored in the optimizer state (ours: the next LR of this run); after it Composer's own rule
+applies, so a run trained here from scratch continues in Composer with its LR one step behind ours (identical
+on a constant stretch of the schedule); a run that started from a Composer checkpoint keeps Composer's rule
+throughout, and its export continues exactly.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def carried_table() -> str:
 
 
 _PREFIX = "model."
-_GROUP_DEFAULTS: dict[str, Any] = {  # Composer 0.32's DecoupledAdamW group (torch AdamW's flags, all off)
+# Composer 0.32's DecoupledAdamW group (torch AdamW's flags, all off)
+_GROUP_DEFAULTS: dict[str, Any] = {
     "amsgrad": False,
     "maximize": False,
     "foreach": None,
@@ -159,12 +160,14 @@ def _other_order(state: dict[str, Any]) -> bool:
         bool(state.get("shuffle"))
         and int(state.get("sample_in_epoch") or 0) > 0
         and int(state.get("plan_version", 1)) != 1
-        and state.get("order") != "mosaicml-streaming"  # streaming.reader.resume_state.UPSTREAM_ORDER
+        # streaming.reader.resume_state.UPSTREAM_ORDER
+        and state.get("order") != "mosaicml-streaming"
     )
 
 
 def _rng(rng: dict[str, Any]) -> dict[str, Any]:
-    """`foundry.rng` format -> Composer's (`np.random.get_state()` tuple with an array key, one cuda state)."""
+    """`foundry.rng` format -> Composer's (`np.random.get_state()` tuple with an array key, one cuda
+    state)."""
     name, keys, pos, has_gauss, gauss = rng["numpy"]
     out: dict[str, Any] = {
         "python": rng["python"],
@@ -200,7 +203,8 @@ def _hf_config(manifest: Manifest) -> dict[str, Any]:
 
 
 def _read_ours(src: str, tmp: str) -> tuple[Manifest, dict[str, Any], dict[str, Any] | None]:
-    """(manifest, weights, state file) of our checkpoint `src` (local or URL; a sharded one made full first)."""
+    """(manifest, weights, state file) of our checkpoint `src`
+    (local or URL; a sharded one made full first)."""
     info = open_checkpoint(src, scratch=tmp)
     if info.manifest.format != "full":
         from foundry.checkpoint.convert import convert_checkpoint  # local: the sharded -> full path

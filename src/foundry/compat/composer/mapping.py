@@ -32,7 +32,8 @@ MAPPING: list[tuple[str, str]] = [
     ("state.model: `model.<name>` (ComposerMPTCausalLM)", "model weights `<name>` (same llm-foundry names)"),
     (
         "state.optimizers.DecoupledAdamW: state `model.<name>` {step, exp_avg, exp_avg_sq}, param_groups",
-        "optimizer state `<name>` (same tensors); param_groups kept (lr, initial_lr, betas, eps, weight_decay)",
+        "optimizer state `<name>` (same tensors); "
+        "param_groups kept (lr, initial_lr, betas, eps, weight_decay)",
     ),
     (
         "state.schedulers.LambdaLR: last_epoch k (k optimizer steps)",
@@ -71,7 +72,8 @@ _GROUP_KEYS = ("lr", "initial_lr", "betas", "eps", "weight_decay", "amsgrad", "f
 """Param-group keys of our `DecoupledAdamW` (torch's extra flags: maximize, capturable, fused... are dropped,
 all False/None in Composer's `DecoupledAdamW`, which has no such modes)."""
 
-# llm-foundry MPTConfig keys with no field here: dropped when they hold the value that means "off", else refused
+# llm-foundry MPTConfig keys with no field here:
+# dropped when they hold the value that means "off", else refused
 _NEUTRAL: dict[str, Any] = {
     "block_overrides": None,
     "head_dim": None,
@@ -143,7 +145,8 @@ def map_optimizer(optimizers: Any, *, param_names: list[str]) -> tuple[str, dict
         g.setdefault("initial_lr", g.get("lr"))
         groups.append({**g, "params": [key(p) for p in group["params"]]})
     if len(groups) == 1:
-        groups[0].setdefault("name", "decay")  # what our `build_optimizer` calls its one default group
+        # what our `build_optimizer` calls its one default group
+        groups[0].setdefault("name", "decay")
     state = {key(p): dict(s) for p, s in sd["state"].items()}
     return str(name), {"state": state, "param_groups": groups}
 
@@ -257,7 +260,8 @@ def mpt_model_config(content: dict[str, Any]) -> dict[str, Any]:
         else:
             _neutral("model", key, value, _NEUTRAL)
     attn = out.get("attn_config", {})
-    if attn.get("attn_impl") not in (None, "torch", "flash"):  # triton: a kernel choice, not the weights
+    # triton: a kernel choice, not the weights
+    if attn.get("attn_impl") not in (None, "torch", "flash"):
         attn["attn_impl"] = "torch"
     if isinstance(out.get("expansion_ratio"), float) and math.isclose(out["expansion_ratio"] % 1, 0):
         out["expansion_ratio"] = int(out["expansion_ratio"])

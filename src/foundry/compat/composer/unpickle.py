@@ -166,7 +166,8 @@ def _rebuild_tensor(
     if hooks:
         raise pickle.UnpicklingError("tensor with backward hooks refused")
     out = torch.empty((0,), dtype=storage.dtype)
-    out.set_(storage.data, int(offset), _size(size), _size(stride))  # raises when out of the storage's bounds
+    # raises when out of the storage's bounds
+    out.set_(storage.data, int(offset), _size(size), _size(stride))
     return out
 
 
@@ -241,7 +242,8 @@ class _Unpickler(pickle.Unpickler):
         self.cache: dict[str, torch.UntypedStorage] = {}
 
     def find_class(self, module: str, name: str) -> Any:
-        # protocol 2 (torch's default) writes Python 2 names (`__builtin__`): read them as Python 3 spells them
+        # protocol 2 (torch's default) writes Python 2 names (`__builtin__`):
+        # read them as Python 3 spells them
         module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
         module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         found = ALLOWED.get((module, name))
@@ -263,7 +265,8 @@ class _Unpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"{self.source}: malformed storage record {key!r:.40}")
         if key not in self.cache:
             itemsize = torch.empty((), dtype=kind.dtype).element_size()
-            raw = self.storage(key, numel * itemsize)  # its declared size checked before it is inflated
+            # its declared size checked before it is inflated
+            raw = self.storage(key, numel * itemsize)
             if len(raw) != numel * itemsize:
                 raise pickle.UnpicklingError(
                     f"{self.source}: storage {key} holds {len(raw)} bytes, its record says {numel * itemsize}"
@@ -278,8 +281,8 @@ class _Unpickler(pickle.Unpickler):
 
 
 MAX_PICKLE_BYTES = LIMITS["PICKLE_MB"][0] << 20
-"""torch's `data.pkl` record holds the structure, not the tensors: megabytes even for a 70B checkpoint (the default
-of `FOUNDRY_MAX_PICKLE_MB`, read when a checkpoint is opened)."""
+"""torch's `data.pkl` record holds the structure, not the tensors: megabytes even for a 70B checkpoint (the
+default of `FOUNDRY_MAX_PICKLE_MB`, read when a checkpoint is opened)."""
 
 
 def is_torch_zip(head: bytes) -> bool:
@@ -363,7 +366,8 @@ def read_pt_bytes(path: str) -> IO[bytes]:
                     raise ValueError(
                         f"{path}: a tar file without {COMPOSER_STATES}: not a Composer checkpoint"
                     )
-                if member.offset_data + member.size > os.path.getsize(path):  # read whole below: check first
+                # read whole below: check first
+                if member.offset_data + member.size > os.path.getsize(path):
                     raise ValueError(
                         f"{path}: {COMPOSER_STATES} declares {member.size} bytes, more than the file holds: "
                         "a truncated or crafted tar"

@@ -49,8 +49,8 @@ def expand_train_args(args: Sequence[str]) -> list[str]:
     """`train.py`'s arguments with `llmfoundry=PATH` replaced by that YAML's translated overrides.
 
     The other arguments stay as given, after the translation, so they win; `eval.icl_tasks=PATH` (a task
-    yaml, as llm-foundry's `icl_tasks:` takes) becomes `eval.icl_tasks_file=PATH`. Notes (ignored and refused keys)
-    go to stderr. Without `llmfoundry=` the other arguments are returned unchanged.
+    yaml, as llm-foundry's `icl_tasks:` takes) becomes `eval.icl_tasks_file=PATH`. Notes (ignored and refused
+    keys) go to stderr. Without `llmfoundry=` the other arguments are returned unchanged.
     """
     args = [_task_file_arg(a) for a in args]
     given = [a for a in args if a.startswith(ARG)]

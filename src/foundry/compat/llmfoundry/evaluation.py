@@ -6,8 +6,8 @@ or a top-level `model` with no `train_loader`) goes through `translate_eval` and
 read the task list and the gauntlet the way `train.py` later will (`foundry.eval.config.task_config`,
 `foundry.eval.gauntlet.gauntlet_config`), so an unknown task or gauntlet key fails at translation, naming
 it. A string `icl_tasks` / `eval_gauntlet` is a path relative to llm-foundry's `scripts/` folder (its own
-YAMLs say `eval/yamls/tasks_v0.3.yaml`); one found from the cwd or the checkout (as `train.py` looks) is kept as
-given, else it is looked up from the YAML's folder and each folder above it, then as a file of that name
+YAMLs say `eval/yamls/tasks_v0.3.yaml`); one found from the cwd or the checkout (as `train.py` looks) is kept
+as given, else it is looked up from the YAML's folder and each folder above it, then as a file of that name
 beside the YAML, and written out absolute. Pure functions of the resolved YAML; no state.
 """
 
@@ -48,7 +48,8 @@ _EVAL_REFUSED = {
 
 
 def is_eval_yaml(cfg: Mapping[str, Any]) -> bool:
-    """Whether `cfg` is for llm-foundry's eval entry (a `models:` list, or a `model` without a train loader)."""
+    """Whether `cfg` is for llm-foundry's eval entry
+    (a `models:` list, or a `model` without a train loader)."""
     return "models" in cfg or ("train_loader" not in cfg and "model" in cfg)
 
 
@@ -156,7 +157,8 @@ def translate_eval(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translati
     """
     out = Out(source)
     models = cfg.get("models")
-    if models is None:  # llm-foundry's eval turns a top-level model / tokenizer / load_path into models[0]
+    # llm-foundry's eval turns a top-level model / tokenizer / load_path into models[0]
+    if models is None:
         models = [{k: cfg[k] for k in ("model", "tokenizer", "load_path", "model_name") if k in cfg}]
     if not isinstance(models, list) or len(models) != 1:
         n = len(models) if isinstance(models, list) else 0

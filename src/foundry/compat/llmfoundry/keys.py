@@ -2,7 +2,8 @@
 
 Design note: the translator (`translate.py`) reads these tables for every key it copies, ignores or refuses,
 and `--table` prints them as the mapping table of docs/guides/from-llm-foundry.md, so the documentation is
-the code's own data and cannot drift. A `Rule` says where the key lands (`here`), how (`note`) and its `status`:
+the code's own data and cannot drift. A `Rule` says where the key lands (`here`), how
+(`note`) and its `status`:
 
 - `translated`: the value is carried over (copied, or converted as the note says);
 - `ignored`: the key has no effect here and the run is the same without it (the note says why);
@@ -153,7 +154,8 @@ TOP: dict[str, Rule] = {
 }
 """Top-level keys of an llm-foundry training YAML."""
 
-_MPT_FIELDS = {f.name for f in fields(MPTModelConfig)} - {"peft_config", "loss_fn"}  # loss_fn: values differ
+# loss_fn: values differ
+_MPT_FIELDS = {f.name for f in fields(MPTModelConfig)} - {"peft_config", "loss_fn"}
 MPT_MODEL: dict[str, Rule] = {
     **{k: Rule(f"model.{k}") for k in sorted(_MPT_FIELDS)},
     "name": Rule("model=_mpt", "mpt_causal_lm"),
@@ -242,7 +244,8 @@ TEXT_DATASET: dict[str, Rule] = {
 """`train_loader.dataset` keys of `name: text`."""
 
 STREAM_FIELDS = tuple(f.name for f in fields(StreamConfig) if f.name not in ("path", "eval_split"))
-"""Stream keys copied as they are (`split` is the training split; the eval loader's stream split -> eval_split)."""
+"""Stream keys copied as they are (`split` is the training split; the eval loader's stream split ->
+eval_split)."""
 
 _FT_OURS = {"train_split", "eval_split"}
 FINETUNE_DATASET: dict[str, Rule] = {
@@ -277,7 +280,8 @@ SCHEDULERS: dict[str, str] = {
 }
 """llm-foundry scheduler name -> our `scheduler` group option (its fields copy by name)."""
 
-PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "amp_fp8")  # amp_fp8: torchao here, TransformerEngine there
+# amp_fp8: torchao here, TransformerEngine there
+PRECISIONS = ("fp32", "amp_bf16", "amp_fp16", "amp_fp8")
 
 FSDP: dict[str, Rule] = {
     "sharding_strategy": Rule("parallelism.sharding_strategy", "NO_SHARD -> parallelism=ddp"),
@@ -321,7 +325,8 @@ LOGGERS: dict[str, Rule] = {
 ALGORITHMS: dict[str, Rule] = {
     "gradient_clipping": Rule("trainer.grad_clip_norm", "clipping_type norm only; clipping_threshold"),
 }
-"""`algorithms:` carried over; every other Composer algorithm is refused by name (the run goes on without it)."""
+"""`algorithms:` carried over; every other Composer algorithm is refused by name
+(the run goes on without it)."""
 
 
 def markdown_table() -> str:

@@ -1,4 +1,5 @@
-"""Reading an llm-foundry YAML (variables, overrides) and writing a `Translation` as overrides or an experiment.
+"""Reading an llm-foundry YAML (variables, overrides) and writing a `Translation` as overrides or an
+experiment.
 
 Design note: the YAML is read as llm-foundry reads it (OmegaConf, `<<:` merge keys, `${variables.x}`),
 with the user's `key=value` overrides merged first, as `composer train.py YAML key=value` does. An override
@@ -169,10 +170,10 @@ def _literal(value: Any, env: Mapping[str, str] | None = None) -> Any:  # plain 
 
 
 def _quoted(text: str, *, live: bool = False) -> str:
-    """`text` as a quoted override that reads back as exactly `text` (issue 39: `C:\\data` arrived doubled and an
-    escaped `${...}` came back live). Two levels: OmegaConf reads `${` as an interpolation, so a literal one
-    gets an escaping backslash (and the backslashes before it are doubled); Hydra's quoted strings escape only
-    quotes and the backslashes before a quote or the end, so only those are doubled. `live`: `text`'s
+    """`text` as a quoted override that reads back as exactly `text` (issue 39: `C:\\data` arrived doubled and
+    an escaped `${...}` came back live). Two levels: OmegaConf reads `${` as an interpolation, so a literal
+    one gets an escaping backslash (and the backslashes before it are doubled); Hydra's quoted strings escape
+    only quotes and the backslashes before a quote or the end, so only those are doubled. `live`: `text`'s
     interpolations stay live (an `${oc.env:...}` the YAML read)."""
     text = text if live else _literal(text)
     text = _BEFORE_QUOTE_OR_END.sub(lambda m: m.group(1) * 2 + ('\\"' if m.group(2) else ""), text)
@@ -198,8 +199,8 @@ def shell_command(tr: Translation, *, program: str = "python train.py") -> str:
 
 
 def experiment_yaml(tr: Translation, *, source: str) -> str:
-    """An `experiment` file (`# @package _global_`) equal to the translated overrides; the user's own `train.py`
-    overrides are listed in a comment only (pass them again after `experiment=...`)."""
+    """An `experiment` file (`# @package _global_`) equal to the translated overrides; the user's own
+    `train.py` overrides are listed in a comment only (pass them again after `experiment=...`)."""
     defaults: list[Any] = []
     for group, option in tr.choices.items():
         if group.startswith("+"):

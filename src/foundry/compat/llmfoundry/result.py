@@ -18,7 +18,8 @@ __all__ = ["Note", "Out", "Translation", "duration"]
 
 @dataclass(frozen=True)
 class Note:
-    """A key that is not carried over: `ignored` (no effect here) or `refused` (the run goes on without it)."""
+    """A key that is not carried over: `ignored` (no effect here) or `refused`
+    (the run goes on without it)."""
 
     key: str
     status: str

@@ -1,4 +1,5 @@
-"""The larger sections of an llm-foundry YAML: `model`, `tokenizer`, `train_loader`/`eval_loader`, `callbacks`.
+"""The larger sections of an llm-foundry YAML: `model`, `tokenizer`,
+`train_loader`/`eval_loader`, `callbacks`.
 
 Design note: each function writes into the `Out` of `translate.py` and follows the tables of `keys.py`. The
 model is checked by building our schema from the translated values (`model_schema_from_dict`), so a value
@@ -59,7 +60,8 @@ def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 def _mpt(out: Out, body: Mapping[str, Any]) -> dict[str, Any]:
     values: dict[str, Any] = {k: v for k, v in _MPT_DEFAULTS.items() if k not in body}
-    values["attn_config.attn_impl"] = "flash"  # llm-foundry's default (ours is torch); the YAML's wins below
+    # llm-foundry's default (ours is torch); the YAML's wins below
+    values["attn_config.attn_impl"] = "flash"
     for key, value in body.items():
         where = f"model.{key}"
         rule = keys.MPT_MODEL.get(key)
@@ -197,9 +199,8 @@ def _streams(out: Out, streams: Mapping[str, Any], *, text: bool) -> None:
             out.set("data.train_split" if k == "split" else f"data.{k}", v)
         return
     for stream_name, body in streams.items():
-        out.choose(
-            f"+data/streams@data.streams.{stream_name}", "c4"
-        )  # creates the node; every field is set below
+        # creates the node; every field is set below
+        out.choose(f"+data/streams@data.streams.{stream_name}", "c4")
         prefix = f"data.streams.{stream_name}"
         out.set(f"{prefix}.path", None)
         out.set(f"{prefix}.eval_split", None)

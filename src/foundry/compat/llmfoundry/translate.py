@@ -46,7 +46,8 @@ def _named(out: Out, key: str, body: Any, table: dict[str, str], schemas: Mappin
 
 
 def _algorithms(out: Out, body: Any) -> None:
-    out.set("trainer.grad_clip_norm", None)  # llm-foundry clips only with the gradient_clipping algorithm
+    # llm-foundry clips only with the gradient_clipping algorithm
+    out.set("trainer.grad_clip_norm", None)
     for name, kwargs in (body or {}).items():
         if name != "gradient_clipping":
             out.refuse(
@@ -65,7 +66,8 @@ def _algorithms(out: Out, body: Any) -> None:
 
 def _fsdp(out: Out, body: Any) -> None:
     if body is None:
-        out.choose("parallelism", "ddp")  # Composer wraps in DDP when several ranks run without fsdp_config
+        # Composer wraps in DDP when several ranks run without fsdp_config
+        out.choose("parallelism", "ddp")
         return
     out.choose("parallelism", "fsdp")
     for k, v in body.items():
@@ -109,7 +111,8 @@ def _trainer_defaults(out: Out) -> None:
         ("grad_clip_norm", None),
         ("log_interval", 1),
         ("progress_bar", False),
-        ("token_counting", "non_pad"),  # Composer counts attention_mask ones (tok durations: padded, below)
+        # Composer counts attention_mask ones (tok durations: padded, below)
+        ("token_counting", "non_pad"),
     ):
         out.set(f"trainer.{key}", value)
     out.choose("checkpoint", "_checkpoint")
@@ -144,7 +147,8 @@ def _scalar(out: Out, key: str, value: Any, cfg: Mapping[str, Any]) -> bool:
     elif key in ("max_duration", "eval_interval"):
         out.set(f"trainer.{key}", duration(out, key, value))
         if key == "max_duration" and out.tr.values[f"trainer.{key}"].endswith("tok"):
-            out.set("trainer.token_counting", "padded")  # a tok duration is converted to steps from B x S
+            # a tok duration is converted to steps from B x S
+            out.set("trainer.token_counting", "padded")
     elif key == "save_interval":
         out.set("checkpoint.save_interval", duration(out, key, value))
     elif key == "load_strict_model_weights":
@@ -223,7 +227,8 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
         except (AttributeError, TypeError, KeyError, IndexError, ArithmeticError) as err:
             raise Out(source).fail(
                 "config",
-                f"holds a value of a type llm-foundry does not take here ({type(err).__name__}: {str(err)[:200]})",
+                "holds a value of a type llm-foundry does not take here "
+                f"({type(err).__name__}: {str(err)[:200]})",
             ) from None
     out = Out(source)
     for required in (
@@ -253,7 +258,8 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
     ) as err:  # a value no table expects
         raise out.fail(
             where[0],
-            f"holds a value of a type llm-foundry does not take here ({type(err).__name__}: {str(err)[:200]})",
+            "holds a value of a type llm-foundry does not take here "
+            f"({type(err).__name__}: {str(err)[:200]})",
         ) from None
     return out.tr
 

@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def build_examples(rows: Sequence[Any], builder: ExampleBuilder) -> tuple[list[Example], int]:
-    """Validates and tokenizes every row (errors name the row index); returns (kept examples, dropped count)."""
+    """Validates and tokenizes every row (errors name the row index);
+    returns (kept examples, dropped count)."""
     kept: list[Example] = []
     for i, row in enumerate(rows):
         ex = builder(row, i)
@@ -168,7 +169,8 @@ def _streamed(
     n_profile: int,
     drop_last: bool,
 ) -> tuple[StreamedExamples, float | None]:
-    from streaming import StreamingDataLoader, StreamingDataset  # keeps `import foundry.data.finetune` light
+    # keeps `import foundry.data.finetune` light
+    from streaming import StreamingDataLoader, StreamingDataset
 
     def dataset(batch_size: int) -> StreamingDataset:
         return StreamingDataset(

@@ -62,7 +62,8 @@ def chat_turns(
                 index,
                 "the chat template is not prefix-consistent (rendering a longer conversation must extend the "
                 f"rendering of a shorter one): conversation so far {history!r}, prompt {prompt!r}, "
-                f"with the answer {full!r}; use a template that only appends, or tokenizer without one (ChatML)",
+                f"with the answer {full!r}; "
+                "use a template that only appends, or tokenizer without one (ChatML)",
             )
         turns.append((prompt[len(history) :], full[len(prompt) :]))
         history = full

@@ -57,7 +57,8 @@ def convert_finetuning_dataset(
     """Converts `splits` of `dataset` into `<out>/<split>` MDS folders.
 
     Args:
-        dataset: A file, a folder of `{split}.*` files (local or store URL), a saved HF dataset, or a hub name.
+        dataset: A file, a folder of `{split}.*` files (local or store URL), a saved HF dataset,
+            or a hub name.
         splits: Splits to convert.
         out: Output root (local folder or store URL).
         preprocessing_fn: A registered name or `module:function`.
@@ -85,8 +86,8 @@ def convert_finetuning_dataset(
                 record, cols = _raw_record(preprocess(row) if preprocess else row, i)
                 if columns is not None and cols != columns:
                     raise ValueError(
-                        f"split {split!r} row {i}: mixes chat and prompt/response rows; one MDS split holds one "
-                        "format (convert with --tokenizer to store both as tokenized turns)"
+                        f"split {split!r} row {i}: mixes chat and prompt/response rows; one MDS split holds "
+                        "one format (convert with --tokenizer to store both as tokenized turns)"
                     )
                 columns = cols
                 records.append(record)

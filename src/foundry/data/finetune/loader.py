@@ -35,7 +35,8 @@ class MemoryExamples:
     Args:
         examples: All examples (already filtered).
         step: Examples per step.
-        min_step: A final step with fewer examples is dropped (the device batch size, or `step` with drop_last).
+        min_step: A final step with fewer examples is dropped
+            (the device batch size, or `step` with drop_last).
         group: This rank's replication group; `num_groups` groups share the data.
         seed: Permutation seed; shuffle: permute each epoch (else the stored order).
     """
@@ -200,7 +201,8 @@ class StreamedExamples:
 
 
 class FinetuneLoader:
-    """Yields padded or packed batches of (B, S) int64 tensors; `state_dict` / `load_state_dict` resume mid-epoch.
+    """Yields padded or packed batches of (B, S) int64 tensors;
+    `state_dict` / `load_state_dict` resume mid-epoch.
 
     Args:
         source: `MemoryExamples` or `StreamedExamples`.

@@ -56,7 +56,8 @@ class TargetPolicy:
 
     @classmethod
     def parse(cls, target_prompts: str, target_responses: str) -> TargetPolicy:
-        """Parses the config strings (case-insensitive, as llm-foundry); a bad value is a ValueError naming it."""
+        """Parses the config strings (case-insensitive, as llm-foundry);
+        a bad value is a ValueError naming it."""
         prompts, cutoff = parse_target_prompts(target_prompts)
         responses = target_responses.lower()
         if responses not in ("last", "all"):

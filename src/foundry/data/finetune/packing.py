@@ -1,4 +1,5 @@
-"""Packing several finetuning examples into each row: deterministic first-fit-decreasing bins, and `auto` ratio.
+"""Packing several finetuning examples into each row:
+deterministic first-fit-decreasing bins, and `auto` ratio.
 
 Design note: these functions decide which example goes into which row, so they are pure (sizes in, indices
 out) and property-tested. The semantics follow llm-foundry's `BinPackCollator`: a step reads
@@ -136,7 +137,8 @@ def profile_packing(
 
 
 def candidate_ratios(*, max_len: int, device_batch_size: int, count: int = 20) -> list[float]:
-    """llm-foundry's candidates: `count` ratios from 1 to `max_len / 100` rounded to 0.1, one per raw batch size."""
+    """llm-foundry's candidates: `count` ratios from 1 to `max_len / 100` rounded to 0.1,
+    one per raw batch size."""
     ratios: list[float] = []
     seen: set[int] = set()
     for r in np.linspace(1.0, max_len / 100, count):

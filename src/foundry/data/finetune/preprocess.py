@@ -54,7 +54,8 @@ PREPROCESSORS: dict[str, Preprocessor] = {
 
 
 def resolve_preprocessing_fn(name: str | None, *, dataset: str | None = None) -> Preprocessor | None:
-    """`name` (registered, or `module.path:function`) -> the function; None when neither it nor `dataset` has one.
+    """`name` (registered, or `module.path:function`) -> the function;
+    None when neither it nor `dataset` has one.
 
     Raises:
         ValueError: An unknown name, or a `module:function` that cannot be imported, saying what exists.

@@ -68,7 +68,8 @@ def _saved_hf_dataset(path: Path) -> bool:
 def _read_file(url: str) -> list[dict[str, Any]]:
     suffix = _suffix(url)
     if suffix == ".parquet":
-        import pyarrow.parquet as pq  # optional (comes with `datasets`); only parquet sources need it
+        # optional (comes with `datasets`); only parquet sources need it
+        import pyarrow.parquet as pq
 
         with open_url(url, "rb") as f:
             return pq.read_table(io.BytesIO(f.read())).to_pylist()

@@ -7,9 +7,9 @@ record only `"model_type": "foundry_mpt"` and the class names, never this module
 free to say what it holds. transformers already owns model_type `mpt` (its ALiBi-only `MptForCausalLM`), so
 ours is `foundry_mpt` and is registered with the Auto classes by an explicit function
 (`register_auto_classes`), never at import. Nested option dicts stay plain dicts in the config (JSON round
-trip, llm-foundry compatible); the typed views `attn`, `ffn`, `init` re-validate them through the Hydra schema dataclasses,
-so unknown keys fail with the key's name. Standard names (`hidden_size`, `num_hidden_layers`, ...) are
-exposed through `attribute_map` because `generate(use_cache=True)` and lm-eval read them.
+trip, llm-foundry compatible); the typed views `attn`, `ffn`, `init` re-validate them through the Hydra schema
+dataclasses, so unknown keys fail with the key's name. Standard names (`hidden_size`, `num_hidden_layers`,
+...) are exposed through `attribute_map` because `generate(use_cache=True)` and lm-eval read them.
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ class MPTConfig(PretrainedConfig):
         self.loss_fn = loss_fn
         self.init_device = init_device
         self.use_cache = use_cache
-        # v5: PretrainedConfig has no tie_word_embeddings default; set it explicitly or weights untie on reload.
+        # v5: PretrainedConfig has no tie_word_embeddings default;
+        # set it explicitly or weights untie on reload.
         self.tie_word_embeddings = tie_word_embeddings
         self.pad_token_id, self.bos_token_id, self.eos_token_id = pad_token_id, bos_token_id, eos_token_id
         self.attn_config = dataclasses.asdict(attn)

@@ -50,7 +50,8 @@ def scheme_fn(cfg: InitConfig, *, d_model: int) -> Callable[[torch.Tensor], obje
 
 
 def residual_divisor(cfg: InitConfig, *, n_layers: int) -> float:
-    """Divisor for residual-output weights: neox n_layers/sqrt(10); True sqrt(2*n_layers); a number; False 1."""
+    """Divisor for residual-output weights: neox n_layers/sqrt(10); True sqrt(2*n_layers); a number;
+    False 1."""
     if cfg.name == "neox_init_":
         return n_layers / math.sqrt(10)
     div = cfg.init_div_is_residual
@@ -104,8 +105,8 @@ def init_module_(module: nn.Module, *, cfg: InitConfig, d_model: int, n_layers: 
     """Initialises the parameters owned directly by `module` (not its children).
 
     Linear weights use the scheme (per fused slice), residual outputs are divided by `residual_divisor`,
-    biases are zeroed; embeddings use `emb_init_std` / `emb_init_uniform_lim` / the scheme; norms get weight 1,
-    bias 0; modules with `reset_buffers` (position tables) recompute them. Parameters flagged
+    biases are zeroed; embeddings use `emb_init_std` / `emb_init_uniform_lim` / the scheme; norms get weight
+    1, bias 0; modules with `reset_buffers` (position tables) recompute them. Parameters flagged
     `_is_hf_initialized` (loaded by transformers) or on the meta device are left alone.
     """
     fn = scheme_fn(cfg, d_model=d_model)

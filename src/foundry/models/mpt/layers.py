@@ -98,7 +98,8 @@ class RMSNorm(nn.Module):
 
 
 def build_norm(norm_type: str, dim: int, *, eps: float, no_bias: bool) -> nn.Module:
-    """Builds a norm by llm-foundry name (`layernorm`, `low_precision_layernorm`, `rmsnorm`, `low_precision_rmsnorm`)."""
+    """Builds a norm by llm-foundry name (`layernorm`, `low_precision_layernorm`, `rmsnorm`,
+    `low_precision_rmsnorm`)."""
     low = norm_type.startswith("low_precision_")
     if norm_type.endswith("layernorm"):
         return LayerNorm(dim, eps=eps, bias=not no_bias, low_precision=low)

@@ -11,12 +11,12 @@ chunk's logits are dropped. Backward only scales the stored gradients by the ups
 loss is linear in it), so the unembedding matmul runs 3 times per chunk instead of 4 with recomputation,
 and peak memory is one chunk of logits plus the two gradients. `logit_scale` is applied to the hidden states
 first (the same product); final logit softcapping enters through its derivative `1 - tanh^2`.
-Compiled (`trainer.compile=blocks` routes the model's loss math through `torch.compile`, as torchtitan compiles its
-loss): each chunk's log-sum-exp and gradient come from `chunk_loss_and_grad`, written out of place so inductor
-fuses them into a reduction and one pass over the chunk's logits, instead of the eager steps' several passes
-over a float32 copy (which the eager path keeps in place to hold fewer temporaries).
-`liger_linear_cross_entropy` calls liger-kernel's Triton kernel (CUDA only; `loss_fn=liger_crossentropy`).
-The mean is over counted targets (-100 ignored), as the plain loss.
+Compiled (`trainer.compile=blocks` routes the model's loss math through `torch.compile`, as torchtitan
+compiles its loss): each chunk's log-sum-exp and gradient come from `chunk_loss_and_grad`, written out of
+place so inductor fuses them into a reduction and one pass over the chunk's logits, instead of the eager
+steps' several passes over a float32 copy (which the eager path keeps in place to hold fewer temporaries).
+`liger_linear_cross_entropy` calls liger-kernel's Triton kernel (CUDA only; `loss_fn=liger_crossentropy`). The
+mean is over counted targets (-100 ignored), as the plain loss.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def shifted_targets(labels: torch.Tensor) -> torch.Tensor:
 
 
 def shifted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token CE: logits (B, S, V) at t against labels (B, S) at t+1; -100 ignored (0 if none count)."""
+    """Mean next-token CE: logits (B, S, V) at t against labels (B, S) at t+1; -100 ignored
+    (0 if none count)."""
     targets = shifted_targets(labels)
     losses = F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(),
@@ -119,7 +120,8 @@ ChunkFn = Callable[
 
 
 class _ChunkedLinearCE(torch.autograd.Function):
-    """sum over rows of CE(softcap(h @ W.T), target) / count; gradients computed in forward (see module note)."""
+    """sum over rows of CE(softcap(h @ W.T), target) / count;
+    gradients computed in forward (see module note)."""
 
     @staticmethod
     def forward(

@@ -12,7 +12,8 @@ label t+1, the last position has no target, and -100 is ignored; the mean is ove
 With `loss_fn` chunked or liger, a training forward (gradients on, labels given) computes the loss from the
 hidden states without the (B, S, V) logits and returns `logits=None` (`foundry.models.mpt.loss`).
 `compile_loss` (called by `trainer.compile=blocks`) routes a training forward's loss math, the plain loss's
-float32 cross-entropy or the chunked loss's per-chunk math, through a compiler; eval and generation stay eager.
+float32 cross-entropy or the chunked loss's per-chunk math, through a compiler;
+eval and generation stay eager.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from foundry.models.mpt.loss import (
     shifted_cross_entropy,
 )
 
-__all__ = ["MPTPreTrainedModel", "MPTModel", "MPTForCausalLM", "shifted_cross_entropy"]  # loss re-exported
+# loss re-exported
+__all__ = ["MPTPreTrainedModel", "MPTModel", "MPTForCausalLM", "shifted_cross_entropy"]
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -185,7 +187,8 @@ class MPTModel(MPTPreTrainedModel):
 
 
 class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
-    """MPT with the unembedding (tied to `wte` or a separate `lm_head`), loss, `num_params`, `flops_per_token`."""
+    """MPT with the unembedding (tied to `wte` or a separate `lm_head`), loss,
+    `num_params`, `flops_per_token`."""
 
     def __init__(self, config: MPTConfig) -> None:
         super().__init__(config)
@@ -245,7 +248,8 @@ class MPTForCausalLM(MPTPreTrainedModel, GenerationMixin):
     ) -> CausalLMOutputWithPast:
         """Forward (see `MPTModel.forward`); `labels` (B, S) are shifted inside (HF convention), -100 ignored.
 
-        The KV cache comes as `cache` (transformers >= 5.24's `generate`) or `past_key_values` (older releases).
+        The KV cache comes as `cache` (transformers >= 5.24's `generate`) or `past_key_values`
+        (older releases).
 
         Returns:
             `CausalLMOutputWithPast` with `loss` (when labels), `logits` (B, S, V) and the cache, under the
