@@ -283,7 +283,7 @@ def masked_traceback(err: BaseException) -> str:
     return redact_text("".join(traceback.format_exception(err)))
 
 
-def _hook(kind: type[BaseException], err: BaseException, tb: Any) -> None:  # a traceback
+def _hook(kind: type[BaseException], err: BaseException, tb: Any) -> None:
     if err.__traceback__ is None:
         err = err.with_traceback(tb)
     sys.stderr.write(masked_traceback(err))

@@ -194,8 +194,8 @@ class StreamingDataLoader(DataLoader):
     def __init__(self, dataset: Any, *args: Any, **kwargs: Any) -> None:
         if isinstance(dataset, StreamingDataset):
             bs = kwargs.get("batch_size", args[0] if args else 1)
-            # A dataset without batch_size is refused when iterated (StreamingDataset's own check), as
-            # upstream.
+            # A dataset without batch_size is refused when iterated (StreamingDataset's own check),
+            # as upstream.
             if dataset.batch_size is not None and bs != dataset.batch_size:
                 raise ValueError(
                     f"the DataLoader batch_size ({bs}) differs from StreamingDataset batch_size "
