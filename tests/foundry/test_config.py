@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from foundry.config import TrainConfig, register_configs, to_train_config
+from foundry.config import TrainConfig, to_train_config
 from foundry.data.quickstart import quickstart_tokenizer_path
 from foundry.errors import ConfigError
 from foundry.tasks import run_task
@@ -31,13 +31,6 @@ def _options() -> list[str]:
         for path in sorted((CONF / group).glob("*.yaml")):
             out.append(f"{group}={path.stem}")
     return out
-
-
-@pytest.fixture(scope="module")
-def conf():
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        yield
 
 
 def _compose(overrides: list[str]):

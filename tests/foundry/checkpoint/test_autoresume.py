@@ -33,11 +33,6 @@ RUN = [
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("foundry-cache")
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory, cache):
     """An uninterrupted run: its final checkpoint and metrics."""
     cwd = tmp_path_factory.mktemp("ref")

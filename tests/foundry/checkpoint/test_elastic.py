@@ -27,11 +27,6 @@ COMMON = [
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("foundry-cache")
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory, cache) -> list[float]:
     cwd = tmp_path_factory.mktemp("ref")
     train([*COMMON, "trainer.max_duration=12ba", "run_name=ref"], cwd, env_for(cache, OMP_NUM_THREADS="1"))

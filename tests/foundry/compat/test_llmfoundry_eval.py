@@ -8,14 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from foundry.compat.llmfoundry import translate_file
 from foundry.compat.llmfoundry.render import overrides
-from foundry.config import TrainConfig, register_configs, to_train_config
 from foundry.errors import ConfigError
 from foundry.eval.config import load_task_configs
 from foundry.eval.gauntlet import gauntlet_config
+from tests.foundry.compat.llmfoundry_yaml import MINIMAL, compose_train, write_yaml
 
 REPO = Path(__file__).resolve().parents[3]
 EVAL_YAMLS = REPO.parent / "shared" / "data" / "llmfoundry_eval_yamls"
@@ -32,41 +31,15 @@ models:
 max_seq_len: 128
 device_eval_batch_size: 4
 """
-TRAIN = """
-model: {name: mpt_causal_lm, d_model: 64, n_heads: 4, n_layers: 2, max_seq_len: 128, vocab_size: 512}
-tokenizer: {name: EleutherAI/gpt-neox-20b}
-train_loader: {name: text, dataset: {local: /data/c4, split: train, max_seq_len: 128}}
-optimizer: {name: decoupled_adamw, lr: 1.0e-3}
-scheduler: {name: cosine_with_warmup, t_warmup: 10ba}
-max_duration: 20ba
-global_train_batch_size: 8
-"""
 TASK = "{label: copa, dataset_uri: eval/local_data/commonsense_reasoning/copa.jsonl, num_fewshot: [0, 1], icl_task_type: multiple_choice}"
 GAUNTLET = "{weighting: EQUAL, categories: [{name: cr, benchmarks: [{name: copa, num_fewshot: 0, random_baseline: 0.5}]}]}"
-
-
-@pytest.fixture(scope="module")
-def conf():
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
-        yield
-
-
-def _compose(args: list[str]) -> TrainConfig:
-    return to_train_config(compose("train", overrides=args))
-
-
-def _yaml(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "run.yaml"
-    path.write_text(text)
-    return path
 
 
 @needs_yamls
 @pytest.mark.parametrize("name", ["test_eval.yaml", "mpt_eval.yaml", "hf_eval.yaml"])
 def test_llm_foundry_eval_yamls_become_task_eval(conf, name):
     tr = translate_file(EVAL_YAMLS / name)
-    cfg = _compose(overrides(tr))
+    cfg = compose_train(overrides(tr))
     assert cfg.task == "eval"
     tasks = load_task_configs(cfg.eval)
     assert tasks and all(t.dataset_uri.startswith("eval/local_data/") for t in tasks)
@@ -88,7 +61,7 @@ def test_a_top_level_model_is_the_one_model_and_load_path_carries_over(conf, tmp
         "  tokenizer:", "tokenizer:"
     )
     text += f"load_path: /ckpt/ep1.pt\nicl_tasks: [{TASK}]\neval_gauntlet: {GAUNTLET}\nprecision: amp_bf16\n"
-    cfg = _compose(overrides(translate_file(_yaml(tmp_path, text))))
+    cfg = compose_train(overrides(translate_file(write_yaml(tmp_path, text))))
     assert (cfg.task, cfg.checkpoint.load_path, cfg.eval.precision) == ("eval", "/ckpt/ep1.pt", "amp_bf16")
     assert [t.num_fewshot for t in load_task_configs(cfg.eval)] == [[0, 1]]
     assert gauntlet_config(cfg.eval.gauntlet).categories[0].benchmarks[0].label == "copa/0-shot"
@@ -109,7 +82,7 @@ def test_a_top_level_model_is_the_one_model_and_load_path_carries_over(conf, tmp
 )
 def test_eval_yaml_mistakes_name_the_key(tmp_path, extra, match):
     with pytest.raises(ConfigError, match=match):
-        translate_file(_yaml(tmp_path, MODEL + extra + "\n"))
+        translate_file(write_yaml(tmp_path, MODEL + extra + "\n"))
 
 
 def test_several_models_are_refused(tmp_path):
@@ -118,15 +91,17 @@ def test_several_models_are_refused(tmp_path):
         "- {model: {name: hf_causal_lm, pretrained_model_name_or_path: x}, tokenizer: {name: x}}\nmax_seq_len: 128\ndevice",
     )
     with pytest.raises(ConfigError, match="2 models: a run evaluates one model here"):
-        translate_file(_yaml(tmp_path, two + f"icl_tasks: [{TASK}]\n"))
+        translate_file(write_yaml(tmp_path, two + f"icl_tasks: [{TASK}]\n"))
 
 
 def test_training_yaml_icl_sections_are_checked_at_translation(conf, tmp_path):
-    cfg = _compose(
+    cfg = compose_train(
         overrides(
-            translate_file(_yaml(tmp_path, TRAIN + f"icl_tasks: [{TASK}]\neval_gauntlet: {GAUNTLET}\n"))
+            translate_file(
+                write_yaml(tmp_path, MINIMAL + f"icl_tasks: [{TASK}]\neval_gauntlet: {GAUNTLET}\n")
+            )
         )
     )
     assert cfg.task == "pretrain" and [t.label for t in load_task_configs(cfg.eval)] == ["copa"]
     with pytest.raises(ConfigError, match=r"run.yaml: icl_tasks: .*unknown keys \['shots'\]"):
-        translate_file(_yaml(tmp_path, TRAIN + f"icl_tasks: [{TASK[:-1]}, shots: 1}}]\n"))
+        translate_file(write_yaml(tmp_path, MINIMAL + f"icl_tasks: [{TASK[:-1]}, shots: 1}}]\n"))

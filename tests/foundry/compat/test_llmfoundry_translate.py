@@ -10,13 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from foundry.compat.llmfoundry import expand_train_args, keys, translate_file
 from foundry.compat.llmfoundry.__main__ import main, parse_args
 from foundry.compat.llmfoundry.render import experiment_yaml, format_value, load_yaml, overrides
-from foundry.config import TrainConfig, register_configs, to_train_config
 from foundry.errors import run_tool
+from tests.foundry.compat.llmfoundry_yaml import MINIMAL, compose_train, write_yaml
 
 REPO = Path(__file__).resolve().parents[3]
 YAMLS = REPO.parent / "shared" / "data" / "llmfoundry_yamls"
@@ -24,39 +23,11 @@ FIXTURES = sorted(YAMLS.glob("*/*.yaml")) if YAMLS.is_dir() else []
 needs_yamls = pytest.mark.skipif(not FIXTURES, reason=f"llm-foundry YAML fixtures not found at {YAMLS}")
 
 
-@pytest.fixture(scope="module")
-def conf():
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(REPO / "conf")):
-        yield
-
-
-def _compose(args: list[str]) -> TrainConfig:
-    return to_train_config(compose("train", overrides=args))
-
-
-def _yaml(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "run.yaml"
-    path.write_text(text)
-    return path
-
-
-MINIMAL = """
-model: {name: mpt_causal_lm, d_model: 64, n_heads: 4, n_layers: 2, max_seq_len: 128, vocab_size: 512}
-tokenizer: {name: EleutherAI/gpt-neox-20b}
-train_loader: {name: text, dataset: {local: /data/c4, split: train, max_seq_len: 128}}
-optimizer: {name: decoupled_adamw, lr: 1.0e-3}
-scheduler: {name: cosine_with_warmup, t_warmup: 10ba}
-max_duration: 20ba
-global_train_batch_size: 8
-"""
-
-
 @needs_yamls
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_fixture_translates_composes_and_accounts_for_every_key(conf, path):
     tr = translate_file(path)
-    cfg = _compose(overrides(tr))
+    cfg = compose_train(overrides(tr))
     resolved, _, _ = load_yaml(path)
     noted = {n.key.split(".")[0] for n in tr.notes}
     assert all(k in keys.TOP or k in noted for k in resolved), set(resolved) - set(keys.TOP) - noted
@@ -68,7 +39,7 @@ def test_every_fixture_translates_composes_and_accounts_for_every_key(conf, path
 
 @needs_yamls
 def test_mpt_125m_keeps_llm_foundry_values_and_defaults(conf):
-    cfg = _compose(overrides(translate_file(YAMLS / "pretrain" / "mpt-125m.yaml")))
+    cfg = compose_train(overrides(translate_file(YAMLS / "pretrain" / "mpt-125m.yaml")))
     m = cfg.model
     assert (m.d_model, m.n_heads, m.n_layers, m.max_seq_len, m.vocab_size) == (768, 12, 12, 2048, 50368)
     assert (m.attn_config.attn_impl, m.init_device) == ("flash", "meta")
@@ -108,7 +79,7 @@ def test_mpt_125m_keeps_llm_foundry_values_and_defaults(conf):
 @needs_yamls
 def test_dolly_sft_is_a_finetuning_run_of_the_hf_model_with_integer_epochs(conf):
     tr = translate_file(YAMLS / "finetune" / "mpt-7b_dolly_sft.yaml")
-    cfg = _compose(overrides(tr))
+    cfg = compose_train(overrides(tr))
     assert cfg.task == "finetune" and cfg.model.pretrained_model_name_or_path == "mosaicml/mpt-7b"
     assert cfg.model.config_overrides["attn_config"]["attn_impl"] == "flash"
     assert (cfg.data.hf_name, cfg.data.train_split, cfg.data.eval_split) == (
@@ -127,7 +98,9 @@ def test_dolly_sft_is_a_finetuning_run_of_the_hf_model_with_integer_epochs(conf)
         True,
     )
     assert "ignored: model.use_auth_token" in "\n".join(n.line() for n in tr.notes)
-    arc = _compose(overrides(translate_file(YAMLS / "finetune" / "gpt2-arc-easy-cpu-streaming-dataset.yaml")))
+    arc = compose_train(
+        overrides(translate_file(YAMLS / "finetune" / "gpt2-arc-easy-cpu-streaming-dataset.yaml"))
+    )
     assert arc.trainer.eval_interval == "1ep"  # `eval_interval: 1` is one epoch in Composer
     assert (arc.data.local, arc.data.remote, arc.data.train_split) == ("./my_data", None, "train")
 
@@ -138,7 +111,7 @@ def test_overrides_edit_the_yaml_and_train_py_keys_pass_through_last(conf):
     tr = translate_file(path, ["variables.data_local=/data/c4", "max_duration=3ba", "trainer.device=cpu"])
     args = overrides(tr)
     assert args[-1] == "trainer.device=cpu"
-    cfg = _compose(args)
+    cfg = compose_train(args)
     assert (cfg.data.local, cfg.trainer.max_duration, cfg.trainer.device) == ("/data/c4", "3ba", "cpu")
     assert expand_train_args(["seed=3", f"llmfoundry={path}"]) == overrides(translate_file(path)) + ["seed=3"]
     assert expand_train_args(["seed=3"]) == ["seed=3"]
@@ -153,7 +126,7 @@ fsdp_config: {sharding_strategy: SHARD_GRAD_OP, activation_cpu_offload: true}
 icl_subset_num_batches: 3
 bogus_key: 1
 """
-    tr = translate_file(_yaml(tmp_path, MINIMAL + extra))
+    tr = translate_file(write_yaml(tmp_path, MINIMAL + extra))
     lines = {n.line().split(": ")[1]: n.status for n in tr.notes}
     for key in (
         "algorithms.gradient_clipping.clipping_type",
@@ -167,7 +140,7 @@ bogus_key: 1
     ):
         assert lines.get(key) == "refused", (key, lines)
     assert lines["callbacks.speed_monitor.time_unit"] == "ignored"
-    cfg = _compose(overrides(tr))
+    cfg = compose_train(overrides(tr))
     assert cfg.trainer.grad_clip_norm is None and cfg.logger.wandb.project == "p"
     assert (
         cfg.parallelism.sharding_strategy == "SHARD_GRAD_OP" and cfg.callbacks.speed_monitor.window_size == 5
@@ -191,7 +164,7 @@ loggers: {mlflow: {experiment_name: e}}
 callbacks: {hf_checkpointer: {save_folder: /tmp/hf, save_interval: 10ba, precision: bfloat16}}
 """
     )
-    cfg = _compose(overrides(translate_file(_yaml(tmp_path, text))))
+    cfg = compose_train(overrides(translate_file(write_yaml(tmp_path, text))))
     a, b = cfg.data.streams["a"], cfg.data.streams["b"]
     assert (a.local, a.split, a.eval_split, a.proportion, a.path) == ("/d/a", "train", "val", 0.25, None)
     assert (b.local, b.eval_split, b.proportion) == ("/d/b", None, 0.75)
@@ -201,11 +174,11 @@ callbacks: {hf_checkpointer: {save_folder: /tmp/hf, save_interval: 10ba, precisi
 
 
 def test_the_experiment_file_composes_to_the_same_config(conf, tmp_path):
-    tr = translate_file(_yaml(tmp_path, MINIMAL + "fsdp_config: {mixed_precision: DEFAULT}\n"))
+    tr = translate_file(write_yaml(tmp_path, MINIMAL + "fsdp_config: {mixed_precision: DEFAULT}\n"))
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "lf.yaml").write_text(experiment_yaml(tr, source="run.yaml"))
-    from_file = _compose([f"hydra.searchpath=[file://{tmp_path}]", "experiment=lf", "run_name=x"])
-    from_args = _compose([*overrides(tr), "run_name=x"])
+    from_file = compose_train([f"hydra.searchpath=[file://{tmp_path}]", "experiment=lf", "run_name=x"])
+    from_args = compose_train([*overrides(tr), "run_name=x"])
     assert from_file == from_args
 
 
@@ -223,7 +196,7 @@ def test_options_and_overrides_come_in_any_order(argv):
 
 def test_an_experiment_before_the_overrides_is_written_with_them(tmp_path, capsys):
     out = tmp_path / "experiment" / "x.yaml"
-    assert main([str(_yaml(tmp_path, MINIMAL)), "--experiment", str(out), "max_duration=5ba"]) == 0
+    assert main([str(write_yaml(tmp_path, MINIMAL)), "--experiment", str(out), "max_duration=5ba"]) == 0
     assert "max_duration: 5ba" in out.read_text()
 
 
@@ -236,7 +209,7 @@ def test_values_from_the_environment_are_printed_as_interpolations(conf, tmp_pat
         MINIMAL.replace("local: /data/c4", "local: '${oc.env:DATA_ROOT}/c4'")
         + "run_name: ${oc.env:RUN_TAG}\n"
     )
-    path = _yaml(tmp_path, text)
+    path = write_yaml(tmp_path, text)
     assert main([str(path)]) == 0
     out = capsys.readouterr().out
     assert "corp-Zq81x" not in out and "tag-Q7" not in out, out
@@ -245,8 +218,8 @@ def test_values_from_the_environment_are_printed_as_interpolations(conf, tmp_pat
     (tmp_path / "experiment").mkdir()
     (tmp_path / "experiment" / "lf.yaml").write_text(experiment_yaml(tr, source="run.yaml"))
     assert "corp-Zq81x" not in (tmp_path / "experiment" / "lf.yaml").read_text()
-    from_file = _compose([f"hydra.searchpath=[file://{tmp_path}]", "experiment=lf"])
-    from_args = _compose(overrides(tr))
+    from_file = compose_train([f"hydra.searchpath=[file://{tmp_path}]", "experiment=lf"])
+    from_args = compose_train(overrides(tr))
     assert from_file == from_args and from_args.run_name == "tag-Q7"
     assert from_args.data.local == "/mnt/corp-Zq81x/c4"  # resolved when train.py runs
 
@@ -282,13 +255,13 @@ def test_mistakes_are_one_error_line_naming_the_key(tmp_path, capsys, body, need
         + body
         + "\n"
     )
-    assert run_tool(lambda: main([str(_yaml(tmp_path, text))])) == 2
+    assert run_tool(lambda: main([str(write_yaml(tmp_path, text))])) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
 
 
 def test_missing_files_bad_overrides_and_misplaced_experiments_are_errors(tmp_path, capsys):
-    good = str(_yaml(tmp_path, MINIMAL))
+    good = str(write_yaml(tmp_path, MINIMAL))
     for argv, needle in (
         ([str(tmp_path / "nope.yaml")], "no such file"),
         ([good, "max_duration"], "not key=value"),
@@ -350,7 +323,7 @@ def _bomb(levels: int) -> str:
     ],
 )
 def test_hostile_yamls_are_one_error_line(tmp_path, capsys, text, needle):
-    assert run_tool(lambda: main([str(_yaml(tmp_path, text))])) == 2
+    assert run_tool(lambda: main([str(write_yaml(tmp_path, text))])) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
 
@@ -367,12 +340,12 @@ def test_printed_paths_holding_a_credential_are_masked(tmp_path, capsys, monkeyp
     """The experiment file's path held the value of a credential variable and was printed as is."""
     monkeypatch.setenv("FUZZ_API_TOKEN", "s3cr3t-value-9012")
     out = tmp_path / "s3cr3t-value-9012" / "conf" / "experiment" / "x.yaml"
-    assert main([str(_yaml(tmp_path, MINIMAL)), "--experiment", str(out)]) == 0
+    assert main([str(write_yaml(tmp_path, MINIMAL)), "--experiment", str(out)]) == 0
     printed = capsys.readouterr()
     assert out.is_file() and "wrote" in printed.out and "s3cr3t-value-9012" not in printed.out + printed.err
 
 
 def test_a_value_with_a_lone_surrogate_prints(tmp_path, capsys):
     """A YAML `"\\udc80"` escape made printing the command fail with UnicodeEncodeError (the fuzz suite's)."""
-    assert main([str(_yaml(tmp_path, MINIMAL.replace("/data/c4", '"/data/\\udc80"')))]) == 0
+    assert main([str(write_yaml(tmp_path, MINIMAL.replace("/data/c4", '"/data/\\udc80"')))]) == 0
     assert "\\udc80" in capsys.readouterr().out

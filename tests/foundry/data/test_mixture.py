@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from hydra import compose
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from foundry.config import register_configs, to_train_config
+from foundry.config import to_train_config
 from foundry.data.mixture import StreamConfig
 from foundry.data.standin import StandinLayout, read_stream_layouts, write_standin_streams
 from foundry.data.text import TextDataConfig, build_text_dataloader
@@ -28,13 +28,6 @@ from streaming.reader.world import World
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
 MIX = ["data=mpt-7b-mix"]
-
-
-@pytest.fixture(scope="module")
-def conf():
-    register_configs()
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF)):
-        yield
 
 
 def _data(overrides: list[str]) -> TextDataConfig:

@@ -42,11 +42,6 @@ RUN = [
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("foundry-cache")
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory, cache):
     """An uninterrupted 2-rank torchrun run (no launcher)."""
     cwd = tmp_path_factory.mktemp("ref")

@@ -48,11 +48,6 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("foundry-cache")
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory, cache) -> dict[int, float]:
     cwd = tmp_path_factory.mktemp("ref")
     train([*COMMON, "run_name=ref"], cwd, env_for(cache, OMP_NUM_THREADS="1"))

@@ -71,11 +71,6 @@ def _rank0(submitter: psutil.Process, timeout: float = 120.0) -> psutil.Process:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("foundry-cache")
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory, cache):
     """An uninterrupted 1-rank torchrun run."""
     cwd = tmp_path_factory.mktemp("ref")
