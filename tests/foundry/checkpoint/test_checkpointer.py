@@ -24,45 +24,17 @@ from foundry.checkpoint import (
 from foundry.errors import ConfigError
 from foundry.models import MPTModelConfig, build_model
 from foundry.optim import AdamWConfig, build_optimizer
-from foundry.train.batching import BatchPlan
-from foundry.train.config import TrainerConfig
 from foundry.train.loop import Trainer
 from tests.foundry.checkpoint.runs import assert_bitwise_equal
-
-MODEL = MPTModelConfig(d_model=32, n_heads=2, n_layers=2, max_seq_len=16, vocab_size=64)
-
-
-def _batches(n: int, seed: int = 1) -> list[dict[str, torch.Tensor]]:
-    g = torch.Generator().manual_seed(seed)
-    return [
-        {"input_ids": (ids := torch.randint(0, 64, (8, 16), generator=g)), "labels": ids.clone()}
-        for _ in range(n)
-    ]
+from tests.foundry.checkpoint.trainers import MODEL, cpu_trainer, random_batches
 
 
 def _trainer(max_steps: int, *, seed: int = 0, loader=None) -> Trainer:
     torch.manual_seed(seed)
     model = build_model(MODEL)
-    cfg = TrainerConfig(
-        global_train_batch_size=8,
-        device_train_microbatch_size=4,
-        device="cpu",
-        precision="fp32",
-        progress_bar=False,
-    )
-    return Trainer(
-        model=model,
-        optimizer=build_optimizer(AdamWConfig(lr=1e-3), model=model),
-        scheduler=None,
-        train_loader=loader if loader is not None else _batches(max_steps),
-        eval_loader=None,
-        cfg=cfg,
-        plan=BatchPlan(8, 8, 4, False),
-        max_steps=max_steps,
-        eval_interval_steps=0,
-        max_seq_len=16,
-        device=torch.device("cpu"),
-    )
+    optimizer = build_optimizer(AdamWConfig(lr=1e-3), model=model)
+    batches = random_batches(max_steps) if loader is None else loader
+    return cpu_trainer(model, optimizer, batches, max_steps=max_steps)
 
 
 def _save(tmp_path, trainer, *, fmt="full", keep=-1, asynchronous=True, weights_only=False) -> Checkpointer:
@@ -78,7 +50,7 @@ def _save(tmp_path, trainer, *, fmt="full", keep=-1, asynchronous=True, weights_
 
 
 def _resume_and_finish(tmp_path, reference: Trainer, *, fmt: str, steps: int = 4, at: int = 2) -> None:
-    batches = _batches(steps)
+    batches = random_batches(steps)
     first = _trainer(at, loader=batches)
     first.fit()
     ckpt = _save(tmp_path, first, fmt=fmt)
@@ -275,7 +247,7 @@ def test_config_validation_names_the_field():
 
 
 def test_remote_save_retention_and_resume_through_s3(tmp_path, s3_bucket, reference):
-    batches = _batches(4)
+    batches = random_batches(4)
     tr = _trainer(4, loader=batches)
     cfg = CheckpointConfig(save_folder=f"{s3_bucket}/run", save_num_checkpoints_to_keep=2)
     ckpt = Checkpointer(
@@ -365,7 +337,7 @@ def test_training_goes_on_while_an_upload_waits_out_an_outage(
 
     from tests.streaming.storage.fault_proxy import FaultProxy
 
-    batches = _batches(4)
+    batches = random_batches(4)
     tr = _trainer(4, loader=batches)
     outage = {"until": 0.0}
     with FaultProxy(s3_env, lambda n, m, p: 503 if time.monotonic() < outage["until"] else None) as proxy:

@@ -16,13 +16,12 @@ from foundry.checkpoint.callback import CheckpointCallback
 from foundry.models import MPTModelConfig, build_model
 from foundry.models.mpt.schema import AttnConfig
 from foundry.optim import AdamWConfig, build_optimizer
-from foundry.train.batching import BatchPlan
-from foundry.train.config import TrainerConfig
 from foundry.train.loop import Trainer
 from foundry.train.state import seed_all
 from streaming.loader.dataloader import StreamingDataLoader
 from streaming.reader.dataset import StreamingDataset
 from tests.foundry.checkpoint.runs import assert_bitwise_equal
+from tests.foundry.checkpoint.trainers import cpu_trainer
 from tests.streaming.reader.test_dataset import write_ids
 
 DROPOUT = MPTModelConfig(
@@ -52,26 +51,8 @@ def _trainer(data: str) -> Trainer:
     """What a fresh process builds: seeded, then the model, optimizer and train loader."""
     seed_all(17)
     model = build_model(DROPOUT)
-    cfg = TrainerConfig(
-        global_train_batch_size=8,
-        device_train_microbatch_size=4,
-        device="cpu",
-        precision="fp32",
-        progress_bar=False,
-    )
-    return Trainer(
-        model=model,
-        optimizer=build_optimizer(AdamWConfig(lr=1e-3), model=model),
-        scheduler=None,
-        train_loader=_loader(data, shuffle=True),
-        eval_loader=None,
-        cfg=cfg,
-        plan=BatchPlan(8, 8, 4, False),
-        max_steps=STEPS,
-        eval_interval_steps=0,
-        max_seq_len=16,
-        device=torch.device("cpu"),
-    )
+    optimizer = build_optimizer(AdamWConfig(lr=1e-3), model=model)
+    return cpu_trainer(model, optimizer, _loader(data, shuffle=True), max_steps=STEPS)
 
 
 def test_resume_with_dropout_is_bitwise_the_uninterrupted_run(tmp_path):

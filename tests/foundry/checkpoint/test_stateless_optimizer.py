@@ -10,51 +10,22 @@ import pytest
 import torch
 
 from foundry.checkpoint import CheckpointConfig, Checkpointer, load_into, resolve_start
-from foundry.models import MPTModelConfig, build_model
-from foundry.train.batching import BatchPlan
-from foundry.train.config import TrainerConfig
+from foundry.models import build_model
 from foundry.train.loop import Trainer
 from tests.foundry.checkpoint.runs import assert_bitwise_equal
-
-MODEL = MPTModelConfig(d_model=32, n_heads=2, n_layers=2, max_seq_len=16, vocab_size=64)
-
-
-def _batches(n: int) -> list[dict[str, torch.Tensor]]:
-    g = torch.Generator().manual_seed(1)
-    return [
-        {"input_ids": (ids := torch.randint(0, 64, (8, 16), generator=g)), "labels": ids.clone()}
-        for _ in range(n)
-    ]
+from tests.foundry.checkpoint.trainers import MODEL, cpu_trainer, random_batches
 
 
 def _trainer(max_steps: int, loader: list[dict[str, torch.Tensor]], *, seed: int = 0) -> Trainer:
     torch.manual_seed(seed)
     model = build_model(MODEL)
-    cfg = TrainerConfig(
-        global_train_batch_size=8,
-        device_train_microbatch_size=8,
-        device="cpu",
-        precision="fp32",
-        progress_bar=False,
-    )
-    return Trainer(
-        model=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),  # no momentum: an empty optimizer state
-        scheduler=None,
-        train_loader=loader,
-        eval_loader=None,
-        cfg=cfg,
-        plan=BatchPlan(8, 8, 8, False),
-        max_steps=max_steps,
-        eval_interval_steps=0,
-        max_seq_len=16,
-        device=torch.device("cpu"),
-    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # no momentum: an empty optimizer state
+    return cpu_trainer(model, optimizer, loader, max_steps=max_steps, microbatch=8)
 
 
 @pytest.fixture(scope="module")
 def reference() -> Trainer:
-    ref = _trainer(4, _batches(4))
+    ref = _trainer(4, random_batches(4))
     ref.fit()
     return ref
 
@@ -62,7 +33,7 @@ def reference() -> Trainer:
 @pytest.mark.parametrize("fmt", ["full", "sharded"])
 @pytest.mark.parametrize("at", [0, 2], ids=["before-first-step", "mid-run"])
 def test_stateless_optimizer_checkpoint_resumes_bitwise(tmp_path, reference, fmt, at):
-    batches = _batches(4)
+    batches = random_batches(4)
     first = _trainer(at, batches)
     first.fit()
     assert first.optimizer.state_dict()["state"] == {}
@@ -84,17 +55,17 @@ def test_stateless_optimizer_checkpoint_resumes_bitwise(tmp_path, reference, fmt
 def test_array_state_into_a_stateless_optimizer_names_the_fix(tmp_path):
     model = build_model(MODEL)
     adam = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model(**_batches(1)[0]).loss.backward()
+    model(**random_batches(1)[0]).loss.backward()
     adam.step()
     cfg = CheckpointConfig(save_folder=str(tmp_path / "ckpts"))
-    tr = _trainer(1, _batches(1))
+    tr = _trainer(1, random_batches(1))
     tr.model, tr.optimizer = model, adam
     ckpt = Checkpointer(
         cfg, run_name="t", run_dir=str(tmp_path / "run"), every_steps=1, model_config=asdict(MODEL)
     )
     ckpt.save(tr, fmt="full")
     ckpt.close()
-    sgd = _trainer(2, _batches(2))
+    sgd = _trainer(2, random_batches(2))
     start = resolve_start(cfg, run_name="t", scratch=str(tmp_path / "scratch"))
     assert start is not None
     with pytest.raises(ValueError, match="SGD keeps none .* checkpoint.load_weights_only=true"):
