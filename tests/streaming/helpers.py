@@ -1,4 +1,5 @@
-"""Sample values for every MDS encoding, and a comparison that understands arrays and images."""
+"""Sample values for every MDS encoding, the numeric dtypes, and a comparison that understands arrays
+and images."""
 
 from __future__ import annotations
 
@@ -7,6 +8,21 @@ from decimal import Decimal
 from typing import Any
 
 import numpy as np
+
+DTYPES = (
+    "uint8",
+    "int8",
+    "uint16",
+    "int16",
+    "float16",
+    "uint32",
+    "int32",
+    "float32",
+    "uint64",
+    "int64",
+    "float64",
+)
+"""The numeric MDS encodings (each also an `ndarray:<dtype>`), in the spec's code order."""
 
 
 def _image(mode: str = "RGB", size: tuple[int, int] = (5, 4), seed: int = 0) -> Any:

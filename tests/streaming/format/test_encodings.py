@@ -25,20 +25,8 @@ from streaming.format.encodings import (
     is_valid_encoding,
     text_value_ok,
 )
+from tests.streaming.helpers import DTYPES
 
-DTYPES = (
-    "uint8",
-    "int8",
-    "uint16",
-    "int16",
-    "float16",
-    "uint32",
-    "int32",
-    "float32",
-    "uint64",
-    "int64",
-    "float64",
-)
 CODES = dict(zip(DTYPES, (8, 9, 16, 17, 18, 32, 33, 34, 64, 65, 66)))
 
 

@@ -10,20 +10,7 @@ from hypothesis import strategies as st
 
 from streaming import JSONWriter, LocalDataset, MDSWriter
 from streaming.tools.check import validate_dataset
-
-DTYPES = [
-    "uint8",
-    "int8",
-    "uint16",
-    "int16",
-    "float16",
-    "uint32",
-    "int32",
-    "float32",
-    "uint64",
-    "int64",
-    "float64",
-]
+from tests.streaming.helpers import DTYPES
 
 
 def _value(kind: str):
