@@ -160,10 +160,10 @@ def compute_gauntlet(results: Mapping[str, Any], gauntlet_cfg: Any) -> dict[str,
 
     Returns:
         `{"benchmarks": {label: {accuracy, score, random_baseline, weight, num_samples}}, "categories":
-        {name: score|None}, "averages": {name: score|None}, "llmfoundry_averages": {name: score} (llm-foundry's
-        numbers: the mean of the complete categories, 0 when none is), "missing": [labels], "partial":
-        {"categories", "averages"} over the benchmarks present}`; `None` marks a category / average with
-        missing input.
+        {name: score|None}, "averages": {name: score|None}, "llmfoundry_averages": {name: score}
+        (llm-foundry's numbers: the mean of the complete categories, 0 when none is), "missing": [labels],
+        "partial": {"categories", "averages"} over the benchmarks present}`; `None` marks a category / average
+        with missing input.
     """
     cfg = gauntlet_config(gauntlet_cfg)
     collected = _collect(results)
