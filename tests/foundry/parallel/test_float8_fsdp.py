@@ -6,13 +6,12 @@ torchao comes from `.cache/fp8` (`make install`), as in tests/foundry/train/test
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.dist_launch import run_ranks
 
 WORKER = Path(__file__).with_name("_float8_ranks.py")
 _spec = importlib.util.spec_from_file_location("_float8_ranks", WORKER)
@@ -32,14 +31,7 @@ def _torchao(monkeypatch):
 
 
 def _run(out: Path, strategy: str, *, all_gather: bool, nproc: int = 1) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
-    env["OMP_NUM_THREADS"] = "1"
-    launch = [sys.executable]
-    if nproc > 1:
-        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    cmd = [*launch, str(WORKER), str(out), strategy, "1" if all_gather else "0"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_ranks(WORKER, out, strategy, "1" if all_gather else "0", nproc=nproc)
     return torch.load(out)
 
 

@@ -6,15 +6,12 @@ exactly, and training steps run. Before this feature the schema refused the comb
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.dist_launch import run_ranks
 from tests.foundry.models._tiny_checkpoints import save_tiny_llama, save_tiny_mpt
-from tests.foundry.parallel.test_torchrun import LAUNCH_ENV
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
 WORKER = Path(__file__).with_name("_pretrained_ranks.py")
@@ -30,19 +27,7 @@ KINDS = {
 def test_sharded_load_equals_plain_load_and_trains(tmp_path, kind):
     folder = KINDS[kind](tmp_path / kind)
     out = tmp_path / "result.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    for name in LAUNCH_ENV:
-        env.pop(name, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    proc = subprocess.run(
-        [*cmd, str(WORKER), str(folder), str(out), "3"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    proc = run_ranks(WORKER, folder, out, "3", nproc=2, env={"PYTHONPATH": str(REPO)}, cwd=REPO, timeout=600)
     result = json.loads(out.read_text())
     assert result["mismatched"] == []
     assert result["tied"] == (kind == "llama-tied")

@@ -9,12 +9,11 @@ only close (different arithmetic).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.dist_launch import run_ranks
 
 REPO = Path(__file__).resolve().parents[3]
 STEPS = 20
@@ -29,41 +28,14 @@ COMMON = [
     "data.num_canonical_nodes=1",
 ]
 
-LAUNCH_ENV = (
-    "RUN_NAME",
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
-
 pytestmark = pytest.mark.dist
 
 
 def _train(cache: Path, cwd: Path, args: list[str], *, nproc: int = 1) -> list[float]:
-    env = {
-        **os.environ,
-        "FOUNDRY_CACHE": str(cache),
-        "HYDRA_FULL_ERROR": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    for name in LAUNCH_ENV:  # an outer torchrun's variables must not leak into the child
-        env.pop(name, None)
-    launch = [sys.executable]
-    if nproc > 1:
-        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     run_name = f"r{len(list(cwd.glob('outputs/*')))}"
-    proc = subprocess.run(
-        [*launch, str(REPO / "train.py"), *COMMON, f"run_name={run_name}", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    env = {"FOUNDRY_CACHE": str(cache), "HYDRA_FULL_ERROR": "1"}
+    train_args = [*COMMON, f"run_name={run_name}", *args]
+    run_ranks(REPO / "train.py", *train_args, nproc=nproc, env=env, cwd=cwd, timeout=600)
     rows = (cwd / "outputs" / run_name / "metrics.jsonl").read_text().splitlines()
     losses = [json.loads(r)["train/loss"] for r in rows if "train/loss" in r]
     assert len(losses) == STEPS

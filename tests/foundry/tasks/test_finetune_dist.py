@@ -4,10 +4,7 @@ the same losses and weights as the uninterrupted run; full finetuning under FSDP
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,31 +12,15 @@ import torch
 
 from foundry.data.finetune.instruct import write_instruct_dataset
 from foundry.data.quickstart import quickstart_corpus, train_bpe_tokenizer
+from tests.dist_launch import run_ranks
 
 REPO = Path(__file__).resolve().parents[3]
-LAUNCH_ENV = (
-    "RUN_NAME",
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
 pytestmark = pytest.mark.dist
 
 
 def _torchrun(cwd: Path, args: list[str], *, nproc: int = 2) -> None:
-    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "OMP_NUM_THREADS": "1", "FOUNDRY_CACHE": str(cwd / "cache")}
-    for name in LAUNCH_ENV:
-        env.pop(name, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    if nproc == 1:
-        cmd = [sys.executable]
-    proc = subprocess.run(
-        [*cmd, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    env = {"HYDRA_FULL_ERROR": "1", "FOUNDRY_CACHE": str(cwd / "cache")}
+    run_ranks(REPO / "train.py", *args, nproc=nproc, env=env, cwd=cwd, timeout=600)
 
 
 def _losses(run_dir: Path) -> dict[int, float]:

@@ -5,13 +5,12 @@ with a reweighted mixture and `data.on_mixture_change=continue` gives the same l
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from foundry.data.standin import read_stream_layouts, write_standin_streams
+from tests.dist_launch import run_ranks
 from tests.train_py import REPO, run_train_py
 
 STREAMS = REPO / "conf" / "data" / "streams"
@@ -73,21 +72,8 @@ def _torchrun(args: list[str], cwd: Path, nproc: int) -> None:
     if nproc == 1:
         run_train_py(args, cwd, env={"OMP_NUM_THREADS": "1"})
         return
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    proc = subprocess.run(
-        [*cmd, str(REPO / "train.py"), *args],
-        cwd=cwd,
-        env={
-            **__import__("os").environ,
-            "FOUNDRY_CACHE": str(cwd / "cache"),
-            "WANDB_MODE": "offline",
-            "OMP_NUM_THREADS": "1",
-        },  # fmt: skip
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    env = {"FOUNDRY_CACHE": str(cwd / "cache"), "WANDB_MODE": "offline"}
+    run_ranks(REPO / "train.py", *args, nproc=nproc, env=env, cwd=cwd, timeout=600)
 
 
 def _resume_case(root: Path, cwd: Path, *, nproc: int, workers: int, second: list[str]) -> dict[int, float]:

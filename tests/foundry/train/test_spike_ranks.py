@@ -3,15 +3,13 @@ and the weights equal a 2-rank run whose data lacks that batch."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.foundry.checkpoint.runs import REPO
+from tests.dist_launch import run_ranks
+from tests.train_py import REPO
 
 WORKER = Path(__file__).with_name("_spike_ranks.py")
 
@@ -19,13 +17,7 @@ pytestmark = pytest.mark.dist
 
 
 def _run(out: Path, strategy: str, mode: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    proc = subprocess.run(
-        [*launch, str(WORKER), str(out), strategy, mode], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_ranks(WORKER, out, strategy, mode, nproc=2, env={"PYTHONPATH": str(REPO)})
     return torch.load(out)
 
 

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.dist_launch import run_ranks
 
 WORKER = Path(__file__).with_name("_stream_ranks.py")
 
@@ -17,15 +16,7 @@ pytestmark = pytest.mark.dist
 
 
 def _run(out: Path, strategy: str, nproc: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
-    env["OMP_NUM_THREADS"] = "1"
-    launch = [sys.executable]
-    if nproc > 1:
-        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    proc = subprocess.run(
-        [*launch, str(WORKER), str(out), strategy], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    run_ranks(WORKER, out, strategy, nproc=nproc)
     return torch.load(out)
 
 

@@ -2,14 +2,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from streaming.loader.dataloader import StreamingDataLoader
 from streaming.reader.dataset import StreamingDataset
+from tests.dist_launch import run_ranks
 from tests.streaming.reader.test_dataset import write_ids
 
 
@@ -75,6 +74,7 @@ import json, sys
 import torch.distributed as dist
 from streaming.loader.dataloader import StreamingDataLoader
 from streaming.reader.dataset import StreamingDataset
+from tests.dist_launch import run_ranks
 
 path, out, phase, state_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 dist.init_process_group("gloo")
@@ -99,23 +99,10 @@ dist.destroy_process_group()
 def test_torchrun_two_ranks_two_workers_match_one_process(data, tmp_path):
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(_SCRIPT))
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = {"PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
 
     def torchrun(phase, out):
-        cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(script),
-        ]
-        subprocess.run(
-            [*cmd, data, str(out), phase, str(tmp_path / "state.json")], check=True, env=env, timeout=300
-        )
+        run_ranks(script, data, out, phase, tmp_path / "state.json", nproc=2, env=env)
         return json.loads(out.read_text())
 
     first = torchrun("first", tmp_path / "first.json")
