@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foundry.callbacks.base import Callback
 from foundry.callbacks.config import (
@@ -18,6 +18,9 @@ from foundry.callbacks.hf_export import HFExport
 from foundry.callbacks.liveness import Liveness
 from foundry.callbacks.monitors import LRMonitor, MemoryMonitor, RuntimeEstimator
 from foundry.callbacks.speed import SpeedMonitor, peak_flops
+
+if TYPE_CHECKING:
+    from foundry.models import ModelConfig
 
 __all__ = [
     "Callback",
@@ -41,7 +44,7 @@ def build_callbacks(
     cfg: CallbacksConfig,
     *,
     world_size: int,
-    model_config: Any = None,  # the run's `model` schema (a foundry.models ModelConfig)
+    model_config: ModelConfig | None = None,  # the run's `model` schema
     tokenizer: Any = None,  # a transformers tokenizer
     run_dir: str | Path = ".",
 ) -> list[Callback]:

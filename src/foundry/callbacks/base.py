@@ -7,7 +7,7 @@ testable as plain functions of what they saw. Hooks: fit start, step end, eval e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from foundry.callbacks.config import (
     CallbacksConfig,
@@ -16,22 +16,25 @@ from foundry.callbacks.config import (
     SpeedMonitorConfig,
 )
 
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
+
 __all__ = ["Callback", "CallbacksConfig", "HFExportConfig", "SpeedMonitorConfig", "RuntimeEstimatorConfig"]
 
 
 class Callback:
     """Base class with no-op hooks; `trainer` is the `foundry.train.Trainer` being run."""
 
-    def on_fit_start(self, trainer: Any) -> None:  # Trainer (avoids an import cycle)
+    def on_fit_start(self, trainer: Trainer) -> None:
         """Before the first step."""
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         """After each optimizer step; returns metrics to log at this step."""
         return {}
 
-    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:
+    def on_eval_end(self, trainer: Trainer, *, eval_seconds: float) -> dict[str, float]:
         """After each evaluation; returns metrics to log."""
         return {}
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: Trainer) -> None:
         """After the last step."""

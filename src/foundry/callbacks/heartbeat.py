@@ -13,9 +13,12 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from foundry.callbacks.base import Callback
+
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
 
 __all__ = ["HEARTBEAT_ENV", "Beat", "Heartbeat", "read_beats", "write_beat"]
 
@@ -77,12 +80,12 @@ class Heartbeat(Callback):
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
 
-    def on_fit_start(self, trainer: Any) -> None:  # Trainer
+    def on_fit_start(self, trainer: Trainer) -> None:
         write_beat(self.directory, beat_now("fit", trainer.state.step))
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         write_beat(self.directory, beat_now("step", trainer.state.step, step_seconds=step_seconds))
         return {}
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: Trainer) -> None:
         write_beat(self.directory, beat_now("done", trainer.state.step))

@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,10 @@ from foundry.callbacks.base import Callback
 from foundry.callbacks.config import HFExportConfig
 from foundry.parallel.dist import barrier, rank
 from streaming.storage import is_remote, join_url, redact, upload_file
+
+if TYPE_CHECKING:
+    from foundry.models import ModelConfig
+    from foundry.train.loop import Trainer
 
 __all__ = ["DONE_FILE", "HFExport", "HFExportConfig"]
 
@@ -48,7 +52,7 @@ class HFExport(Callback):
         self,
         cfg: HFExportConfig,
         *,
-        model_config: Any,  # a foundry.models ModelConfig
+        model_config: ModelConfig,
         tokenizer: Any,  # a transformers tokenizer or None
         run_dir: str | Path,
     ) -> None:
@@ -60,18 +64,18 @@ class HFExport(Callback):
         self.exported: list[str] = []
         """Where each export went (rank 0)."""
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         """Exports at every `every_n_steps` multiple."""
         step = trainer.state.step
         if self.cfg.every_n_steps and step % self.cfg.every_n_steps == 0:
             self.export(trainer)
         return {}
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: Trainer) -> None:
         """Exports the final model (unless this step was just exported)."""
         self.export(trainer)
 
-    def export(self, trainer: Any) -> None:
+    def export(self, trainer: Trainer) -> None:
         """Gathers the weights (every rank), writes and publishes the folder (rank 0), then a barrier."""
         # local: torch.distributed.checkpoint is imported only when an export happens
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -119,7 +123,7 @@ def _put(path: str, dst: str) -> None:
 
 
 def _save(
-    model_config: Any,
+    model_config: ModelConfig,
     weights: dict[str, Any],
     out: str,
     *,
@@ -132,7 +136,7 @@ def _save(
     from foundry.models import build_model_on
     from foundry.models.export import export_hf
 
-    if adapters:
+    if adapters and model_config.peft_config is not None:  # (`adapters` implies a peft_config)
         from foundry.models.peft.folder import save_adapter
 
         # the base stays on meta: only the (assigned) adapter tensors are read

@@ -18,11 +18,14 @@ import socket
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from foundry.callbacks.base import Callback
 from foundry.live import LIVE_FILE, Live
 from stackbase.process import Claim, claim
+
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
 
 __all__ = ["Liveness"]
 
@@ -43,7 +46,7 @@ class Liveness(Callback):
         self.last_write = 0.0
         self.claim: Claim | None = None
 
-    def _write(self, trainer: Any, phase: str) -> None:  # Trainer
+    def _write(self, trainer: Trainer, phase: str) -> None:
         if self.rank != 0:
             return
         now = time.time()
@@ -61,16 +64,16 @@ class Liveness(Callback):
         os.replace(tmp, self.path)
         self.last_write = now
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: Trainer) -> None:
         self.started = time.time()
         self._write(trainer, "fit")
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         if getattr(trainer, "stop_requested", False):
             self._write(trainer, "preempted")  # the checkpoint follows; then the process exits 75
         elif time.time() - self.last_write >= self.interval_s:
             self._write(trainer, "step")
         return {}
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: Trainer) -> None:
         self._write(trainer, "done")

@@ -7,10 +7,13 @@ Composer-named metrics (`lr-<Optimizer>/group<i>`, `memory/*` in GB, `time/remai
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from foundry.callbacks.base import Callback
 from foundry.callbacks.config import RuntimeEstimatorConfig
+
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
 
 __all__ = ["LRMonitor", "MemoryMonitor", "RuntimeEstimator"]
 
@@ -18,7 +21,7 @@ __all__ = ["LRMonitor", "MemoryMonitor", "RuntimeEstimator"]
 class LRMonitor(Callback):
     """Logs the learning rate of every parameter group after each step."""
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         """`lr-<OptimizerClass>/group<i>`."""
         name = type(trainer.optimizer).__name__
         return {f"lr-{name}/group{i}": float(g["lr"]) for i, g in enumerate(trainer.optimizer.param_groups)}
@@ -35,7 +38,7 @@ class MemoryMonitor(Callback):
         "reserved_bytes.all.peak": "peak_reserved_mem",
     }
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         """`memory/<key>` in GB and `memory/alloc_retries`."""
         import torch
 
@@ -61,7 +64,7 @@ class RuntimeEstimator(Callback):
         self._eval_seconds = 0.0
         self._evals = 0
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         """`time/remaining_estimate` (hours) once past the skipped steps."""
         step = trainer.state.step
         now = time.perf_counter()
@@ -75,7 +78,7 @@ class RuntimeEstimator(Callback):
             remaining += per_eval * ((trainer.max_steps - step) // trainer.eval_interval_steps)
         return {"time/remaining_estimate": remaining / 3600}
 
-    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:
+    def on_eval_end(self, trainer: Trainer, *, eval_seconds: float) -> dict[str, float]:
         """Accumulates eval time (it does not count towards the training rate)."""
         self._eval_seconds += eval_seconds
         self._evals += 1

@@ -10,10 +10,13 @@ is not comparable with a bf16 run's; compare tokens/s.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 from foundry.callbacks.base import Callback
 from foundry.callbacks.config import SpeedMonitorConfig
+
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
 
 __all__ = ["SpeedMonitor", "peak_flops"]
 
@@ -57,7 +60,7 @@ class SpeedMonitor(Callback):
         self._peak: float | None = cfg.peak_flops
         self._flops_per_token: float | None = None
 
-    def on_fit_start(self, trainer: Any) -> None:
+    def on_fit_start(self, trainer: Trainer) -> None:
         """Looks up the device peak and the model's FLOPs per token."""
         import torch
 
@@ -67,7 +70,7 @@ class SpeedMonitor(Callback):
         fpt = getattr(model, "flops_per_token", None)
         self._flops_per_token = fpt(trainer.max_seq_len) if callable(fpt) else None
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         """Window throughput after this step."""
         plan = trainer.plan
         self._window.append(

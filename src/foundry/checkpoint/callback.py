@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from foundry.callbacks.base import Callback
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.checkpoint.resume import LoadPathAdapter, StartPoint, load_into, resolve_start
 from foundry.checkpoint.saver import Checkpointer, resolve_format
 from foundry.rundir import layout
+
+if TYPE_CHECKING:
+    from foundry.models import ModelConfig
+    from foundry.train.loop import Trainer
 
 __all__ = ["CheckpointCallback", "attach_checkpointing", "find_start"]
 
@@ -27,7 +31,7 @@ class CheckpointCallback(Callback):
         self.checkpointer = checkpointer
         self.fmt = fmt
 
-    def on_step_end(self, trainer: Any, *, step_seconds: float) -> dict[str, float]:
+    def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         ckpt = self.checkpointer
         ckpt.poll()
         step = trainer.state.step
@@ -43,19 +47,19 @@ class CheckpointCallback(Callback):
             ckpt.wait()
         return {"checkpoint/blocked_seconds": ckpt.last_blocked}
 
-    def on_fit_end(self, trainer: Any) -> None:
+    def on_fit_end(self, trainer: Trainer) -> None:
         self.checkpointer.close()
 
 
 def attach_checkpointing(
-    trainer: Any,  # foundry.train.loop.Trainer
+    trainer: Trainer,
     cfg: CheckpointConfig,
     *,
     start: StartPoint | None,
     run_name: str,
     run_dir: str,
     save_every_steps: int,
-    model_config: Any,  # the model's config dataclass
+    model_config: ModelConfig,
     global_batch_size: int,
     wandb_run_id: str | None = None,
     local_rank: int = 0,

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import nn
 
@@ -36,6 +36,9 @@ from foundry.rundir import layout
 from streaming.format.hashing import hash_file
 from streaming.safepath import safe_join
 from streaming.storage import redact
+
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
 
 __all__ = [
     "StartPoint",
@@ -209,7 +212,7 @@ def fetch(
 
 
 def load_into(
-    trainer: Any,  # foundry.train.loop.Trainer
+    trainer: Trainer,
     start: StartPoint,
     *,
     cfg: CheckpointConfig,

@@ -29,9 +29,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
+from torch import nn
 
 from foundry.checkpoint.config import CheckpointConfig
 from foundry.checkpoint.layout import (
@@ -51,6 +52,9 @@ from foundry.rundir import layout
 from streaming.format.hashing import hash_file
 from streaming.storage import redact
 
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
+
 __all__ = ["Checkpointer", "SaveJob", "resolve_format"]
 
 log = logging.getLogger(__name__)
@@ -58,7 +62,7 @@ _MARKER = ".done-rank{rank}.json"
 _DROPPED = ".dropped-rank{rank}.json"
 
 
-def resolve_format(fmt: str, model: Any) -> str:  # an nn.Module, maybe wrapped
+def resolve_format(fmt: str, model: nn.Module) -> str:  # maybe wrapped
     """`auto` -> `sharded` when any submodule is FSDP2-sharded, else `full`."""
     if fmt != "auto":
         return fmt
@@ -131,7 +135,7 @@ class Checkpointer:
         return final or (self.every_steps > 0 and step % self.every_steps == 0)
 
     # ----------------------------------------------------------------- save
-    def save(self, trainer: Any, *, fmt: str) -> None:  # foundry.train.loop.Trainer
+    def save(self, trainer: Trainer, *, fmt: str) -> None:
         """Saves the trainer's state now (every rank calls it); returns once training may continue.
 
         To an object store it does not wait for an earlier checkpoint's upload: this one queues behind it
@@ -157,7 +161,12 @@ class Checkpointer:
         # on rank 0, or sharded in one process); the state is then copied first if it is the live CPU tensors.
         if fmt == "sharded":
             model_sd, optim_sd = collect(trainer.model, optimizer, full=False)
-            payload = {"model_sd": model_sd, "optim_sd": optim_sd, "run_state": run_state, "rng": rng_state()}
+            payload: dict[str, Any] = {
+                "model_sd": model_sd,
+                "optim_sd": optim_sd,
+                "run_state": run_state,
+                "rng": rng_state(),
+            }
             # under a process group dcp.save is a collective: it must run here, on every rank
             deferred = not (dist.is_available() and dist.is_initialized())
             writer: partial[list[str]] | None = partial(save_sharded, staging, rank=self.rank)

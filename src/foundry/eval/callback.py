@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foundry.callbacks.base import Callback
 from foundry.eval.config import EvalConfig, load_task_configs
 from foundry.eval.progress import print_line
 from foundry.eval.runner import run_icl_eval
 from foundry.parallel.dist import rank
+
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
 
 __all__ = ["ICLEvalCallback", "icl_callbacks"]
 
@@ -33,7 +36,7 @@ class ICLEvalCallback(Callback):
         self.tokenizer = tokenizer
         self.output_dir = None if output_dir is None else Path(output_dir)
 
-    def on_eval_end(self, trainer: Any, *, eval_seconds: float) -> dict[str, float]:
+    def on_eval_end(self, trainer: Trainer, *, eval_seconds: float) -> dict[str, float]:
         """Runs the tasks; returns `icl/...` metrics, gauntlet entries and `icl/seconds`."""
         start = time.perf_counter()
         model = getattr(trainer.model, "module", trainer.model)

@@ -31,11 +31,14 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foundry.checkpoint.state import snapshot
 from foundry.precision import build_grad_scaler
 from foundry.rng import rng_state, set_rng_state
+
+if TYPE_CHECKING:
+    from foundry.train.loop import Trainer
 
 __all__ = ["SpikeGuard", "SpikeGuardConfig", "SpikeGuardError", "robust_z", "spike_reason"]
 
@@ -140,13 +143,13 @@ class SpikeGuard:
         """The spike reason for this step's global loss / gradient norm, or None."""
         return spike_reason(loss, grad_norm, self.history, self.cfg)
 
-    def accept(self, trainer: Any, loss: float) -> None:  # foundry.train.loop.Trainer
+    def accept(self, trainer: Trainer, loss: float) -> None:
         """After a good step: add its loss to the window; snapshot at the interval."""
         self.history.append(loss)
         if trainer.state.step % self.cfg.snapshot_interval == 0:
             self.take_snapshot(trainer)
 
-    def take_snapshot(self, trainer: Any) -> None:
+    def take_snapshot(self, trainer: Trainer) -> None:
         """Copies the trainer's state (every rank its own part) to CPU memory."""
         model_sd, optim_sd = trainer.model.state_dict(), trainer.optimizer.state_dict()
         run = {
@@ -169,7 +172,7 @@ class SpikeGuard:
         )
 
     # ---------------------------------------------------------------- rollback
-    def rollback(self, trainer: Any, reason: str) -> dict[str, float]:
+    def rollback(self, trainer: Trainer, reason: str) -> dict[str, float]:
         """Restores the snapshot, skips the batches drawn since it; returns metrics describing the event.
 
         Raises:
@@ -203,16 +206,17 @@ class SpikeGuard:
             "spike_guard/skipped_batches": float(len(self.skipped)),
         }
 
-    def _restore(self, trainer: Any, snap: _Snapshot) -> None:
+    def _restore(self, trainer: Trainer, snap: _Snapshot) -> None:
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.model.load_state_dict(snap.model)  # copies into the live parameters
         trainer.optimizer.load_state_dict(snapshot(snap.optimizer))  # may keep the tensors it is given
         run = snap.run
         if trainer.scheduler is not None:
             trainer.scheduler.load_state_dict(run["scheduler"])
-        if trainer.scaler is not None:  # a fresh scaler: the spiking step left it "unscaled"
-            trainer.scaler = build_grad_scaler(trainer.cfg.precision, device=trainer.device)
-            trainer.scaler.load_state_dict(run["scaler"])
+        fresh = build_grad_scaler(trainer.cfg.precision, device=trainer.device)  # None unless amp_fp16
+        if trainer.scaler is not None and fresh is not None:  # the spiking step left the live one "unscaled"
+            fresh.load_state_dict(run["scaler"])
+            trainer.scaler = fresh
         s = trainer.state
         data_position = (s.epoch, s.step_in_epoch)  # the data is not rolled back
         s.load_state_dict(run["state"])
