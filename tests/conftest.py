@@ -182,3 +182,21 @@ def azure_container(azure_server, monkeypatch):
     name = f"c{uuid.uuid4().hex[:12]}"
     BlobServiceClient.from_connection_string(azure_server).create_container(name)
     return f"azure://{name}"
+
+
+@pytest.fixture
+def fake_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU needed: torch believes a CUDA accelerator exists, so DataLoader starts its real pin-memory
+    thread, and `Tensor.pin_memory` returns a copy tagged `_test_pinned = True`."""
+    import torch
+
+    def pin_memory(self, *args, **kwargs):
+        out = self.clone()
+        out._test_pinned = True
+        return out
+
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cuda"))
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
+    monkeypatch.setattr(torch.accelerator, "set_device_index", lambda index: None)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)

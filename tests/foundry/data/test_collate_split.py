@@ -154,17 +154,7 @@ def test_text_loader_packs_in_workers_with_the_same_batches(tokens, monkeypatch)
     assert workers.state_dict()["sample_in_epoch"] == 40
 
 
-def test_text_loader_batches_are_pinned_when_asked(tokens, monkeypatch):
-    def pin_memory(self, *args, **kwargs):
-        out = self.clone()
-        out._test_pinned = True
-        return out
-
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cuda"))
-    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
-    monkeypatch.setattr(torch.accelerator, "set_device_index", lambda index: None)
-    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+def test_text_loader_batches_are_pinned_when_asked(tokens, monkeypatch, fake_accelerator):
     monkeypatch.setattr(collate, "empty_int64", _fake_pinned_empty)
     for workers in (0, 2):
         got = list(_loader(tokens, num_workers=workers, pin_memory=True))

@@ -26,22 +26,6 @@ def make(path):
     return StreamingDataset(local=path, batch_size=4, shuffle=True, num_canonical_nodes=2)
 
 
-@pytest.fixture
-def fake_accelerator(monkeypatch):
-    """DataLoader pins through its pin thread as on a CUDA machine; pinned tensors carry `_test_pinned`."""
-
-    def pin_memory(self, *args, **kwargs):
-        out = self.clone()
-        out._test_pinned = True
-        return out
-
-    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
-    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cuda"))
-    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
-    monkeypatch.setattr(torch.accelerator, "set_device_index", lambda index: None)
-    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
-
-
 def _pinned(batch):
     return {k: getattr(v, "_test_pinned", False) for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
