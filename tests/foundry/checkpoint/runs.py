@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from tests import dist_launch
+
 REPO = Path(__file__).resolve().parents[3]
 TINY = ["experiment=smoke-cpu", "data.corpus_mb=0.15", "data.vocab_size=300", "trainer.progress_bar=false"]
 
@@ -29,16 +31,9 @@ def env_for(cache: Path, **extra: str) -> dict[str, str]:
 
 
 def command(args: list[str], *, torchrun: int = 0) -> list[str]:
-    if torchrun:
-        launcher = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc_per_node={torchrun}",
-        ]
-        return [*launcher, str(REPO / "train.py"), *TINY, *args]
-    return [sys.executable, str(REPO / "train.py"), *TINY, *args]
+    """`train.py` on the tiny setup: under `torchrun --nproc_per_node=<torchrun>` (even 1) if set, else python."""
+    launch = dist_launch.torchrun(torchrun) if torchrun else [sys.executable]
+    return [*launch, str(REPO / "train.py"), *TINY, *args]
 
 
 def train(
@@ -88,6 +83,25 @@ def final_state(ckpt_dir: Path) -> tuple[dict, dict]:
     model = torch.load(ckpt_dir / "model.pt", weights_only=True)
     state = torch.load(ckpt_dir / "state.pt", weights_only=True)
     return model, state["optimizer"]
+
+
+def assert_same_final_state(ckpt_dir: Path, reference: Path, steps: int) -> None:
+    """The checkpoint `ckpt_dir` holds bitwise the model and optimizer of `reference`'s last (`ep0-ba<steps>`)."""
+    model, optim = final_state(ckpt_dir)
+    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{steps}")
+    assert_bitwise_equal(model, ref_model, "model")
+    assert_bitwise_equal(optim, ref_optim, "optimizer")
+
+
+def assert_same_run(run_dir: Path, reference: Path, steps: int) -> None:
+    """The run `run_dir` ended as the uninterrupted `reference` run: the same final state, and every step
+    1..`steps` logged once, with the reference's losses."""
+    assert_same_final_state(run_dir / "checkpoints" / f"ep0-ba{steps}", reference, steps)
+    rows = train_rows(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, steps + 1)), "no gap and no duplicate step"
+    assert [r["train/loss"] for r in rows] == [
+        r["train/loss"] for r in train_rows(reference / "metrics.jsonl")
+    ]
 
 
 def assert_bitwise_equal(a: object, b: object, path: str = "") -> None:

@@ -13,10 +13,10 @@ import pytest
 
 from foundry.checkpoint import CheckpointStore, find_latest
 from tests.foundry.checkpoint.runs import (
-    assert_bitwise_equal,
+    assert_same_final_state,
+    assert_same_run,
     command,
     env_for,
-    final_state,
     train,
     train_and_kill,
     train_rows,
@@ -40,17 +40,6 @@ def reference(tmp_path_factory, cache):
     return cwd / "outputs" / "ref"
 
 
-def _check_same_run(run_dir, reference) -> None:
-    model, optim = final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}")
-    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
-    assert_bitwise_equal(model, ref_model, "model")
-    assert_bitwise_equal(optim, ref_optim, "optimizer")
-    rows = train_rows(run_dir / "metrics.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)), "no gap and no duplicate step"
-    ref_rows = train_rows(reference / "metrics.jsonl")
-    assert [r["train/loss"] for r in rows] == [r["train/loss"] for r in ref_rows]
-
-
 @pytest.mark.parametrize(
     "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
 )
@@ -62,7 +51,7 @@ def test_kill_9_at_a_random_step_then_rerun_is_the_same_run(tmp_path, cache, ref
     assert killed_at < STEPS
     proc = train(args, tmp_path, env_for(cache))
     assert "autoresume: loaded" in proc.stdout
-    _check_same_run(run_dir, reference)
+    assert_same_run(run_dir, reference, STEPS)
 
 
 DROPOUT = ["model.resid_pdrop=0.1", "model.emb_pdrop=0.1", "model.attn_config.attn_pdrop=0.1"]
@@ -85,7 +74,7 @@ def test_kill_9_then_rerun_with_dropout_is_the_same_run(tmp_path, cache, referen
     assert killed_at < STEPS
     proc = train(args, tmp_path, env_for(cache))
     assert "autoresume: loaded" in proc.stdout and f"(step {STEPS}," not in proc.stdout
-    _check_same_run(run_dir, reference_dropout)
+    assert_same_run(run_dir, reference_dropout, STEPS)
 
 
 @pytest.mark.slow
@@ -124,10 +113,7 @@ def test_save_to_s3_delete_local_run_dir_autoresume_from_bucket(
     local = tmp_path / "final"
     for rel in latest.manifest.files:
         latest.store.get(f"{latest.name}/{rel}", str(local / rel))
-    model, optim = final_state(local)
-    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
-    assert_bitwise_equal(model, ref_model, "model")
-    assert_bitwise_equal(optim, ref_optim, "optimizer")
+    assert_same_final_state(local, reference, STEPS)
 
 
 def test_kill_during_upload_leaves_no_checkpoint_autoresume_would_pick(tmp_path, cache, s3_bucket, s3_env):

@@ -12,10 +12,10 @@ import pytest
 
 from foundry.train.preemption import REQUEUE_EXIT_CODE
 from tests.foundry.checkpoint.runs import (
-    assert_bitwise_equal,
+    assert_same_final_state,
+    assert_same_run,
     command,
     env_for,
-    final_state,
     last_step,
     train,
     train_rows,
@@ -87,15 +87,7 @@ def test_signal_checkpoints_at_the_next_step_exits_75_and_the_rerun_is_exact(tmp
 
     rerun = train(args, tmp_path, env_for(cache))
     assert "autoresume: loaded" in rerun.stdout
-    model, optim = final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}")
-    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
-    assert_bitwise_equal(model, ref_model, "model")
-    assert_bitwise_equal(optim, ref_optim, "optimizer")
-    rows = train_rows(run_dir / "metrics.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)), "no gap and no duplicate step"
-    assert [r["train/loss"] for r in rows] == [
-        r["train/loss"] for r in train_rows(reference / "metrics.jsonl")
-    ]
+    assert_same_run(run_dir, reference, STEPS)
 
 
 def _rank_pid(agent: psutil.Process, rank: int, timeout: float = 120.0) -> int:
@@ -152,9 +144,6 @@ def test_sigterm_to_one_of_two_ranks_stops_both_at_the_same_step_and_the_rerun_i
     assert (run_dir / "checkpoints" / f"ep0-ba{stopped}" / "manifest.json").exists()
 
     train(args, tmp_path, env, torchrun=2)
-    model, optim = final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}")
-    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
-    assert_bitwise_equal(model, ref_model, "model")
-    assert_bitwise_equal(optim, ref_optim, "optimizer")
+    assert_same_final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}", reference, STEPS)
     rows = train_rows(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))

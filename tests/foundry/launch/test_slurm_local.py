@@ -22,12 +22,10 @@ import pytest
 from tests.foundry.checkpoint.runs import (
     REPO,
     TINY,
-    assert_bitwise_equal,
+    assert_same_run,
     env_for,
-    final_state,
     last_step,
     train,
-    train_rows,
 )
 
 pytestmark = pytest.mark.slow
@@ -130,15 +128,7 @@ def test_preempted_job_is_requeued_and_finishes_exactly(tmp_path, cache, referen
 
     stops = sorted(int(p.name.split("ba")[1]) for p in (run_dir / "checkpoints").glob("ep0-ba*"))
     assert len(stops) == 2 and 6 <= stops[0] < STEPS and stops[1] == STEPS, stops
-    model, optim = final_state(run_dir / "checkpoints" / f"ep0-ba{STEPS}")
-    ref_model, ref_optim = final_state(reference / "checkpoints" / f"ep0-ba{STEPS}")
-    assert_bitwise_equal(model, ref_model, "model")
-    assert_bitwise_equal(optim, ref_optim, "optimizer")
-    rows = train_rows(run_dir / "metrics.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)), "no gap and no duplicate step"
-    assert [r["train/loss"] for r in rows] == [
-        r["train/loss"] for r in train_rows(reference / "metrics.jsonl")
-    ]
+    assert_same_run(run_dir, reference, STEPS)
 
 
 def test_unknown_launcher_key_fails_before_submission(tmp_path):
