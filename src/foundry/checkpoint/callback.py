@@ -1,8 +1,9 @@
 """Checkpointing wired into a training run: autoresume/`load_path` before the first step, saves after steps.
 
 Design note: the trainer knows nothing of checkpoints; `CheckpointCallback` saves from `on_step_end` and
-waits for the last upload in `on_fit_end`, and `start_run` does the loading, so the whole feature is one
-callback plus one call in `foundry.tasks.pretrain`.
+waits for the last upload in `on_fit_end`. `find_start` picks the checkpoint a run starts from (the task
+loads it with `foundry.checkpoint.resume.load_into`, checks first), and `attach_checkpointing` adds the
+saving callback, so the whole feature is one callback plus a few calls in `foundry.tasks.pretrain`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from foundry.callbacks.base import Callback
 from foundry.checkpoint.config import CheckpointConfig
-from foundry.checkpoint.resume import LoadPathAdapter, StartPoint, load_into, resolve_start
+from foundry.checkpoint.resume import LoadPathAdapter, StartPoint, resolve_start
 from foundry.checkpoint.saver import Checkpointer, resolve_format
 from foundry.rundir import layout
 
@@ -55,30 +56,14 @@ def attach_checkpointing(
     trainer: Trainer,
     cfg: CheckpointConfig,
     *,
-    start: StartPoint | None,
     run_name: str,
     run_dir: str,
     save_every_steps: int,
     model_config: ModelConfig,
     global_batch_size: int,
     wandb_run_id: str | None = None,
-    local_rank: int = 0,
 ) -> None:
-    """Loads `start` into `trainer` (if any) and, when `save_folder` is set, adds the saving callback.
-
-    `local_rank` (this process's rank on its node, from the `DistContext`) picks who downloads a remote start.
-    """
-    model_dict = asdict(model_config)
-    if start is not None:
-        load_into(
-            trainer,
-            start,
-            cfg=cfg,
-            cache_root=os.path.join(run_dir, layout.CHECKPOINT_CACHE),
-            model_config=model_dict,
-            global_batch_size=global_batch_size,
-            local_rank=local_rank,
-        )
+    """When `save_folder` is set, adds the callback that saves `trainer` (already loaded from its start)."""
     if not cfg.save_folder:
         return
     checkpointer = Checkpointer(
@@ -86,7 +71,7 @@ def attach_checkpointing(
         run_name=run_name,
         run_dir=run_dir,
         every_steps=save_every_steps,
-        model_config=model_dict,
+        model_config=asdict(model_config),
         extra={"global_train_batch_size": global_batch_size, "wandb_run_id": wandb_run_id},
     )
     checkpointer.last_saved_step = trainer.state.step

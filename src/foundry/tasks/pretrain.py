@@ -173,14 +173,12 @@ def _pretrain(
     attach_checkpointing(
         trainer,
         cfg.checkpoint,
-        start=None,  # loaded above
         run_name=cfg.run_name,
         run_dir=str(run_dir),
         save_every_steps=plan.save_interval_steps,
         model_config=cfg.model,
         global_batch_size=plan.batches.global_batch_size,
         wandb_run_id=next((wb.id for lg in loggers if (wb := getattr(lg, "run", None)) is not None), None),
-        local_rank=ctx.local_rank,
     )
     return run_training(trainer, cfg, plan, start=start, loggers=loggers, run_dir=run_dir, ctx=ctx)
 

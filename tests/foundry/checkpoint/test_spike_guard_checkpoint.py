@@ -20,7 +20,6 @@ def _with_checkpoints(folder):
         attach_checkpointing(
             trainer,
             cfg,
-            start=None,
             run_name="sg",
             run_dir=str(folder.parent),
             save_every_steps=5,
