@@ -48,7 +48,8 @@ def build_callbacks(
     tokenizer: Any = None,  # a transformers tokenizer
     run_dir: str | Path = ".",
 ) -> list[Callback]:
-    """The callbacks `cfg` enables, in a fixed order (speed, lr, memory, runtime, hf export, heartbeat, liveness).
+    """The callbacks `cfg` enables, in a fixed order
+    (speed, lr, memory, runtime, hf export, heartbeat, liveness).
 
     Args:
         cfg: The `callbacks` group. world_size: Ranks per step.
@@ -69,7 +70,9 @@ def build_callbacks(
                 "callbacks.hf_export needs the run's model config (build_callbacks(model_config=...))"
             )
         out.append(HFExport(cfg.hf_export, model_config=model_config, tokenizer=tokenizer, run_dir=run_dir))
-    if os.environ.get(HEARTBEAT_ENV):  # set by the supervised launcher's worker entry (foundry.launch)
+    # set by the supervised launcher's worker entry (foundry.launch)
+    if os.environ.get(HEARTBEAT_ENV):
         out.append(Heartbeat(os.environ[HEARTBEAT_ENV]))
-    out.append(Liveness(run_dir, rank=int(os.environ.get("RANK", "0"))))  # always: `foundry.runs` state
+    # always: `foundry.runs` state
+    out.append(Liveness(run_dir, rank=int(os.environ.get("RANK", "0"))))
     return out

@@ -112,7 +112,8 @@ def _join(root: str, rel: str) -> str:
 
 
 def _put(path: str, dst: str) -> None:
-    """Publishes a local file at `dst` (an upload, or an atomic copy into place), as the checkpoint store does."""
+    """Publishes a local file at `dst` (an upload, or an atomic copy into place),
+    as the checkpoint store does."""
     if is_remote(dst):
         upload_file(path, dst)
         return

@@ -50,7 +50,8 @@ class Liveness(Callback):
         if self.rank != 0:
             return
         now = time.time()
-        if self.claim is None or self.claim.pid != os.getpid():  # claimed by the writing process itself
+        # claimed by the writing process itself
+        if self.claim is None or self.claim.pid != os.getpid():
             self.claim = claim(self.path.parent, "rank0")
         live = Live(
             pid=os.getpid(), host=socket.gethostname(), step=int(trainer.state.step),

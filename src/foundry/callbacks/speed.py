@@ -66,7 +66,8 @@ class SpeedMonitor(Callback):
 
         if self._peak is None and trainer.device.type == "cuda":
             self._peak = peak_flops(torch.cuda.get_device_name(trainer.device), trainer.cfg.precision)
-        model = getattr(trainer.model, "module", trainer.model)  # DDP wraps; FSDP2 keeps the class's methods
+        # DDP wraps; FSDP2 keeps the class's methods
+        model = getattr(trainer.model, "module", trainer.model)
         fpt = getattr(model, "flops_per_token", None)
         self._flops_per_token = fpt(trainer.max_seq_len) if callable(fpt) else None
 

@@ -36,8 +36,10 @@ class CheckpointCallback(Callback):
         ckpt = self.checkpointer
         ckpt.poll()
         step = trainer.state.step
-        stop = getattr(trainer, "stop_requested", False)  # preempted: save now and wait for the upload
-        if ckpt.last_saved_step >= step:  # the spike guard rolled back past a save: this step is new
+        # preempted: save now and wait for the upload
+        stop = getattr(trainer, "stop_requested", False)
+        # the spike guard rolled back past a save: this step is new
+        if ckpt.last_saved_step >= step:
             ckpt.last_saved_step = -1
         if not ckpt.should_save(step, final=step >= trainer.max_steps or stop):
             if stop:

@@ -67,7 +67,8 @@ class StartPoint:
 
 
 class LoadPathAdapter(Protocol):
-    """Turns a `checkpoint.load_path` in a foreign format into a checkpoint of ours (else returns it as is)."""
+    """Turns a `checkpoint.load_path` in a foreign format into a checkpoint of ours
+    (else returns it as is)."""
 
     def __call__(self, path: str, *, scratch: str, weights_only: bool, rank: int) -> str: ...
 
@@ -140,9 +141,9 @@ def _damage(directory: str, info: CheckpointInfo, names: list[str]) -> str | Non
         size = os.path.getsize(path) if os.path.exists(path) else None
         if size != meta["bytes"] or hash_file(HASH, path) != meta[HASH]:
             return (
-                f"{redact(path)}: does not match {redact(info.url)}/{MANIFEST} (expected {meta['bytes']} bytes, "
-                f"{HASH} {meta[HASH]}; found {'no file' if size is None else f'{size} bytes'}): the checkpoint "
-                "was modified or damaged after it was saved"
+                f"{redact(path)}: does not match {redact(info.url)}/{MANIFEST} (expected {meta['bytes']} "
+                f"bytes, {HASH} {meta[HASH]}; found {'no file' if size is None else f'{size} bytes'}): the "
+                "checkpoint was modified or damaged after it was saved"
             )
     return None
 
@@ -162,9 +163,9 @@ def local_damage(info: CheckpointInfo) -> str | None:
 
 
 def newest_intact(found: list[CheckpointInfo], *, warn: bool) -> CheckpointInfo | None:
-    """The newest of `found` (oldest first) whose local files match their manifest; each damaged one newer than
-    it is skipped with a warning on stderr naming the file (issue 39: one flipped bit in a local `model.pt`
-    used to be resumed silently)."""
+    """The newest of `found` (oldest first) whose local files match their manifest; each damaged one newer
+    than it is skipped with a warning on stderr naming the file (issue 39: one flipped bit in a local
+    `model.pt` used to be resumed silently)."""
     for info in reversed(found):
         damage = local_damage(info)
         if damage is None:
@@ -193,7 +194,8 @@ def fetch(
     process group, local rank 0 of each node downloads and the others wait at a barrier.
     """
     local = info.store.local_path(info.name)
-    if local is not None:  # every file this load reads, as a download is checked (unless `newest_intact` did)
+    # every file this load reads, as a download is checked (unless `newest_intact` did)
+    if local is not None:
         if not verified:
             _verify(local, info, sorted({DCP_METADATA, *_needed(info, weights_only)}))
         return local
@@ -230,7 +232,8 @@ def load_into(
                 f"autoresume: {redact(info.url)} was saved with a different model config:\n  "
                 + "\n  ".join(diffs)
                 + "\nRestore those values to resume this run, or start a new one (another run_name or "
-                "checkpoint.save_folder; checkpoint.load_path + load_weights_only=true to start from its weights)",
+                "checkpoint.save_folder; "
+                "checkpoint.load_path + load_weights_only=true to start from its weights)",
                 detail="a different model config:\n  " + "\n  ".join(diffs),
                 what="model",
             )
@@ -241,9 +244,9 @@ def load_into(
         and not m.model_config.get("peft_config")
     ):
         raise ValueError(
-            f"checkpoint.load_path={redact(info.url)} holds a model without LoRA adapters and model.peft_config "
-            "is set: its optimizer state cannot continue an adapter run; add checkpoint.load_weights_only=true "
-            "to start the adapters from its weights"
+            f"checkpoint.load_path={redact(info.url)} holds a model without LoRA adapters and "
+            "model.peft_config is set: its optimizer state cannot continue an adapter run; add "
+            "checkpoint.load_weights_only=true to start the adapters from its weights"
         )
     saved_gbs = m.extra.get("global_train_batch_size")
     if not start.weights_only and global_batch_size and saved_gbs and saved_gbs != global_batch_size:
@@ -288,7 +291,8 @@ def load_into(
             )
     except WeightMismatch as err:
         diffs = config_differences(m.model_config, model_config) if m.model_config and model_config else []
-        diffs = [d for d in diffs if not behaviour_only(d)]  # the values that decide which tensors exist
+        # the values that decide which tensors exist
+        diffs = [d for d in diffs if not behaviour_only(d)]
         raise weight_mismatch_error(err, start=start, diffs=diffs, strict=strict) from err
     if out is not None:
         try:  # a value of the wrong type in a checkpoint's run state is the checkpoint's fault: one line
@@ -297,8 +301,8 @@ def load_into(
                 set_rng_state(out["rng"])
         except (KeyError, TypeError, AttributeError, IndexError, RuntimeError) as err:
             raise ValueError(
-                f"{redact(info.url)}: its run state (counters, scheduler, data position, RNG) cannot be restored "
-                f"({type(err).__name__}: {' '.join(str(err).split())[:300]})"
+                f"{redact(info.url)}: its run state (counters, scheduler, data position, RNG) cannot be "
+                f"restored ({type(err).__name__}: {' '.join(str(err).split())[:300]})"
             ) from None
     if rank() == 0:
         what = (
@@ -308,17 +312,17 @@ def load_into(
         )
         size = sum(meta["bytes"] for meta in m.files.values()) / 1e6
         print(
-            f"[foundry] {start.source}: loaded {redact(info.url)} (step {m.step}, epoch {m.epoch}, {m.format}, "
-            f"saved by {m.world_size} rank(s), now {world_size()}; {what}; {size:.1f} MB in "
+            f"[foundry] {start.source}: loaded {redact(info.url)} (step {m.step}, epoch {m.epoch}, "
+            f"{m.format}, saved by {m.world_size} rank(s), now {world_size()}; {what}; {size:.1f} MB in "
             f"{time.perf_counter() - t0:.2f} s)",
             flush=True,
         )
 
 
 NO_WEIGHTS = frozenset({
-    "attn_uses_sequence_id", "attn_impl", "attn_pdrop", "resid_pdrop", "emb_pdrop", "softmax_scale", "clip_qkv",
-    "sliding_window_size", "alibi_bias_max", "rope_theta", "rope_impl", "rope_dail_config", "rope_hf_config",
-    "init_config", "init_device", "loss_fn", "logit_scale", "use_cache", "verbose",
+    "attn_uses_sequence_id", "attn_impl", "attn_pdrop", "resid_pdrop", "emb_pdrop", "softmax_scale",
+    "clip_qkv", "sliding_window_size", "alibi_bias_max", "rope_theta", "rope_impl", "rope_dail_config",
+    "rope_hf_config", "init_config", "init_device", "loss_fn", "logit_scale", "use_cache", "verbose",
 })  # fmt: skip
 """Model config keys that change what the model computes, not which tensors it has or their shapes."""
 
@@ -373,7 +377,8 @@ def _load_base(
         )
         if base.manifest.adapters_only:
             raise ValueError(
-                f"checkpoint.load_path={redact(cfg.load_path)} holds adapters only; point it at the base model"
+                f"checkpoint.load_path={redact(cfg.load_path)} holds adapters only; "
+                "point it at the base model"
             )
         return
     if mc.get("pretrained_model_name_or_path") and mc.get("pretrained", True):
@@ -398,8 +403,8 @@ def load_weights(
     """Loads only the model weights of the checkpoint at `path` (directory or save folder, local or URL).
 
     `local_rank` (from the task's `DistContext`) picks the one process per node that downloads a remote one.
-    An adapters-only checkpoint (`checkpoint.save_adapters_only`) loads only onto a model whose base is already
-    loaded: `base_loaded`, or an `hf-causal-lm` model built with its pretrained weights.
+    An adapters-only checkpoint (`checkpoint.save_adapters_only`) loads only onto a model whose base is
+    already loaded: `base_loaded`, or an `hf-causal-lm` model built with its pretrained weights.
 
     Returns:
         The checkpoint loaded (its manifest has the step and the model config).
@@ -409,9 +414,10 @@ def load_weights(
     pretrained = bool(mc.get("pretrained_model_name_or_path")) and mc.get("pretrained", True)
     if info.manifest.adapters_only and not (base_loaded or pretrained):
         raise ValueError(
-            f"{redact(info.url)} holds LoRA adapters only (checkpoint.save_adapters_only=true), without the base "
-            "weights: export it merged with `scripts/export_hf.py --src <it> --base <base checkpoint>` and load "
-            "that folder, or generate with `scripts/generate.py --model <it> --base <base checkpoint>`"
+            f"{redact(info.url)} holds LoRA adapters only (checkpoint.save_adapters_only=true), without the "
+            "base weights: export it merged with `scripts/export_hf.py --src <it> --base <base checkpoint>` "
+            "and load that folder, "
+            "or generate with `scripts/generate.py --model <it> --base <base checkpoint>`"
         )
     directory = fetch(info, cache_root=cache_root, weights_only=True, local_rank=local_rank)
     try:

@@ -11,12 +11,12 @@ the manifest leaves a torn directory that discovery skips and the next retention
 
 Saves go through an `UploadQueue` (see its note): to an object store `save` never waits for an earlier upload
 (to a local folder it does, so every checkpoint is kept: a disk has no outages), so training goes on
-through a store outage; while one checkpoint is in flight only the newest later one waits, and an older waiting
-one is dropped. Ranks drop independently (each has its own queue), so a rank that drops a multi-rank sharded
-checkpoint uploads a `.dropped-rank{r}.json` marker instead of its files, and rank 0, waiting for markers,
-abandons that checkpoint (it stays torn and is removed by retention once a newer one is published) rather than
-waiting for files that will never come. Nothing published is deleted except by retention, which keeps the
-newest `save_num_checkpoints_to_keep` published ones.
+through a store outage; while one checkpoint is in flight only the newest later one waits, and an older
+waiting one is dropped. Ranks drop independently (each has its own queue), so a rank that drops a multi-rank
+sharded checkpoint uploads a `.dropped-rank{r}.json` marker instead of its files, and rank 0, waiting for
+markers, abandons that checkpoint (it stays torn and is removed by retention once a newer one is published)
+rather than waiting for files that will never come. Nothing published is deleted except by retention, which
+keeps the newest `save_num_checkpoints_to_keep` published ones.
 """
 
 from __future__ import annotations
@@ -125,7 +125,8 @@ class Checkpointer:
         self.last_saved_step = -1
         self.last_blocked = 0.0
         self._queue: UploadQueue[SaveJob] = UploadQueue(self._finish, self._drop)
-        self._present: set[str] | None = None  # top-level names in the store before the first save (rank 0)
+        # top-level names in the store before the first save (rank 0)
+        self._present: set[str] | None = None
 
     # ----------------------------------------------------------------- when
     def should_save(self, step: int, *, final: bool) -> bool:
@@ -172,7 +173,8 @@ class Checkpointer:
             writer: partial[list[str]] | None = partial(save_sharded, staging, rank=self.rank)
         else:
             model_sd, optim_sd = collect(trainer.model, optimizer, full=True, trainable_only=adapters_only)
-            if adapters_only and not model_sd and self.rank == 0:  # other ranks get {} from a full gather
+            # other ranks get {} from a full gather
+            if adapters_only and not model_sd and self.rank == 0:
                 raise ValueError(
                     "checkpoint.save_adapters_only=true but the model has no trainable adapters: set "
                     "model.peft_config (e.g. +peft=lora)"
@@ -183,7 +185,8 @@ class Checkpointer:
             writer = partial(save_full, staging) if self.rank == 0 else None
         deferred = deferred and self.cfg.async_upload
         if deferred and (fmt == "sharded" or trainer.device.type == "cpu"):
-            payload = snapshot(payload)  # a full state on a GPU is already a CPU copy (`cpu_offload`)
+            # a full state on a GPU is already a CPU copy (`cpu_offload`)
+            payload = snapshot(payload)
         write = None
         if writer is not None:
             write = partial(writer, **payload)
@@ -211,8 +214,8 @@ class Checkpointer:
             replaced = self._queue.submit(job)
             if replaced is not None and self.rank == 0:
                 print(
-                    f"[foundry] checkpoint {replaced.name} dropped before upload: {job.name} replaces it while "
-                    "an earlier upload waits on the store (training goes on)",
+                    f"[foundry] checkpoint {replaced.name} dropped before upload: {job.name} replaces it "
+                    "while an earlier upload waits on the store (training goes on)",
                     flush=True,
                 )
         else:
@@ -292,8 +295,9 @@ class Checkpointer:
         self._retain(job.manifest.step)
 
     def _unstage(self, job: SaveJob) -> None:
-        """Removes this rank's staged files of `job`, and the folder once empty: the ranks on one machine share
-        it, and a rank with nothing to write (full format, rank > 0) must not remove what rank 0 is writing."""
+        """Removes this rank's staged files of `job`, and the folder once empty: the ranks on one machine
+        share it, and a rank with nothing to write (full format, rank > 0) must not remove what rank 0 is
+        writing."""
         if not job.files:
             return
         for f in job.files:
@@ -306,13 +310,15 @@ class Checkpointer:
             pass
 
     def _drop(self, job: SaveJob) -> None:
-        """A waiting job replaced by a newer one: remove what this rank staged; tell rank 0 (multi-rank sharded)."""
+        """A waiting job replaced by a newer one: remove what this rank staged;
+        tell rank 0 (multi-rank sharded)."""
         self._unstage(job)
         if job.manifest.format == "sharded" and self.world > 1 and self.rank != 0:
             self.store.put_text("{}", f"{job.name}/{_DROPPED.format(rank=self.rank)}", scratch=self.scratch)
 
     def _await_markers(self, name: str, timeout: float = 3600.0) -> dict[str, Any] | None:
-        """Every rank's file list, once each has uploaded its marker; None when a rank dropped this checkpoint."""
+        """Every rank's file list, once each has uploaded its marker;
+        None when a rank dropped this checkpoint."""
         want = {_MARKER.format(rank=r) for r in range(self.world)}
         dropped = {_DROPPED.format(rank=r) for r in range(self.world)}
         deadline = time.monotonic() + timeout

@@ -51,7 +51,8 @@ class ICLEvalCallback(Callback):
 
 
 def icl_callbacks(cfg: EvalConfig | None, *, tokenizer: Any, run_dir: str | Path) -> list[Callback]:
-    """`[ICLEvalCallback]` writing under `<run_dir>/icl` (or `cfg.output_dir`) when `cfg` has tasks, else []."""
+    """`[ICLEvalCallback]` writing under `<run_dir>/icl` (or `cfg.output_dir`) when `cfg` has tasks,
+    else []."""
     if cfg is None or not load_task_configs(cfg):
         return []
     return [ICLEvalCallback(cfg, tokenizer=tokenizer, output_dir=cfg.output_dir or Path(run_dir) / "icl")]

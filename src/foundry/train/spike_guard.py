@@ -104,8 +104,9 @@ def spike_reason(
         z = robust_z(history, loss)
         if z > cfg.z_threshold:
             return (
-                f"loss {loss:.4g} is {z:.1f} robust z-scores above the median {statistics.median(history):.4g} "
-                f"of the last {len(history)} steps (threshold {cfg.z_threshold:g})"
+                f"loss {loss:.4g} is {z:.1f} robust z-scores above the median "
+                f"{statistics.median(history):.4g} of the last {len(history)} steps "
+                f"(threshold {cfg.z_threshold:g})"
             )
     return None
 
@@ -209,12 +210,15 @@ class SpikeGuard:
     def _restore(self, trainer: Trainer, snap: _Snapshot) -> None:
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.model.load_state_dict(snap.model)  # copies into the live parameters
-        trainer.optimizer.load_state_dict(snapshot(snap.optimizer))  # may keep the tensors it is given
+        # may keep the tensors it is given
+        trainer.optimizer.load_state_dict(snapshot(snap.optimizer))
         run = snap.run
         if trainer.scheduler is not None:
             trainer.scheduler.load_state_dict(run["scheduler"])
-        fresh = build_grad_scaler(trainer.cfg.precision, device=trainer.device)  # None unless amp_fp16
-        if trainer.scaler is not None and fresh is not None:  # the spiking step left the live one "unscaled"
+        # None unless amp_fp16
+        fresh = build_grad_scaler(trainer.cfg.precision, device=trainer.device)
+        # the spiking step left the live one "unscaled"
+        if trainer.scaler is not None and fresh is not None:
             fresh.load_state_dict(run["scaler"])
             trainer.scaler = fresh
         s = trainer.state
@@ -222,17 +226,20 @@ class SpikeGuard:
         s.load_state_dict(run["state"])
         s.epoch, s.step_in_epoch = data_position
         if trainer.streams is not None and run["streams"] is not None:
-            trainer.streams.flush()  # drops the discarded steps' pending counts into totals, then overwritten
+            # drops the discarded steps' pending counts into totals, then overwritten
+            trainer.streams.flush()
             trainer.streams.load_state_dict(run["streams"])
         set_rng_state(snap.rng)
         self.history = deque(snap.history, maxlen=self.cfg.window)
-        self.snap = _Snapshot(**{**snap.__dict__, "drawn": self.drawn})  # the next rollback skips from here
+        # the next rollback skips from here
+        self.snap = _Snapshot(**{**snap.__dict__, "drawn": self.drawn})
 
     def _report(self, at: int) -> str:
         skipped = ", ".join(map(str, self.skipped)) or "none"
         return (
             f"spike guard: step {at} spiked again after {self.spikes_at[at] - 1} rollback(s) for it "
-            f"({self.rollbacks} in this run; trainer.spike_guard.retries_per_step={self.cfg.retries_per_step}, "
+            f"({self.rollbacks} in this run; "
+            f"trainer.spike_guard.retries_per_step={self.cfg.retries_per_step}, "
             f"max_rollbacks={self.cfg.max_rollbacks}); the run stops. Spikes: {'; '.join(self.reasons)}. "
             f"Global batches skipped so far: {skipped}. Skipping data did not help here: lower the learning "
             "rate or raise warmup, check the data around these batches, or resume from an earlier checkpoint"
