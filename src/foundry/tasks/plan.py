@@ -2,11 +2,13 @@
 
 Design note: the config names a few knobs (global batch, microbatch, durations as time strings, sequence
 lengths); everything else a run needs (device batch, gradient accumulation, tokens per step, step counts and
-intervals, the resolved precision) is derived here, written to `run.json` (`RunPlan.derived`) and printed,
-never configured. Nothing is built: the plan is a function of the config, the world and two facts from outside
-it, the training device (precision `auto`) and the training loader's batches per epoch (durations in `ep`; the
-only number that needs the dataset, so a task builds its data loaders from `resolve_max_seq_len` and
-`batch_plan`, then plans). Mistakes a user fixes in the config raise `foundry.errors.ConfigError`.
+intervals) is derived here, written to `run.json` (`RunPlan.derived`, with the resolved precision) and
+printed, never configured. Nothing is built: the plan is a function of the config, the world and two facts
+from outside it, the precision resolved for the training device (`resolve_precision`: the task resolves it
+once, before building anything, as its memory and FP8 checks need it too) and the training loader's batches
+per epoch (durations in `ep`; the only number that needs the dataset, so a task builds its data loaders from
+`resolve_max_seq_len` and `batch_plan`, then plans). Mistakes a user fixes in the config raise
+`foundry.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from foundry.config import TrainConfig
 from foundry.errors import ConfigError
-from foundry.precision import resolve_precision
 from foundry.time import parse_duration, to_steps
 from foundry.train.batching import BatchPlan, plan_batches
 from streaming.reader.world import World
@@ -53,7 +52,7 @@ class RunPlan:
     parallelism: str
     """`parallelism.strategy`."""
     precision: str
-    """`trainer.precision` with `auto` resolved for the device."""
+    """`trainer.precision` with `auto` resolved for the device (`foundry.precision.resolve_precision`)."""
 
     @property
     def total_tokens(self) -> int:
@@ -139,16 +138,14 @@ def _steps(field: str, value: str | int, **facts: int) -> int:
         raise ConfigError(f"{field}={value!r}: {err}") from err
 
 
-def plan_run(
-    cfg: TrainConfig, world: World, *, batches_per_epoch: int, device: torch.device | str
-) -> RunPlan:
+def plan_run(cfg: TrainConfig, world: World, *, batches_per_epoch: int, precision: str) -> RunPlan:
     """Every derived quantity of the run `cfg` describes, for `world` (nothing is built).
 
     Args:
         cfg: The validated root config.
         world: The ranks the run trains on (`world.num_ranks` splits the global batch).
         batches_per_epoch: Batches the training loader yields per epoch on one rank (`len(loader)`).
-        device: The training device (`trainer.precision=auto` depends on it).
+        precision: `trainer.precision` resolved for the training device (`resolve_precision`).
 
     Returns:
         The plan.
@@ -183,5 +180,5 @@ def plan_run(
         log_interval_steps=tc.log_interval,
         world_size=world.num_ranks,
         parallelism=cfg.parallelism.strategy,
-        precision=resolve_precision(tc.precision, device=torch.device(device)),
+        precision=precision,
     )

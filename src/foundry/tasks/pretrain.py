@@ -142,7 +142,7 @@ def _pretrain(
     # a model that cannot fit is refused before the data is built or anything allocated
     check_memory(cfg, device=ctx.device, world=world, precision=precision)
     data = data_builder(cfg, world=world, is_main=ctx.is_main)
-    plan = plan_run(cfg, world, batches_per_epoch=len(data.train), device=ctx.device)
+    plan = plan_run(cfg, world, batches_per_epoch=len(data.train), precision=precision)
     stack = build_model_stack(cfg, plan, tokenizer=data.tokenizer, ctx=ctx)
     start = find_start(
         cfg.checkpoint, run_name=cfg.run_name, run_dir=run_dir, adapt_load_path=as_foundry_start

@@ -11,11 +11,11 @@ from hydra import compose, initialize_config_dir
 
 from foundry.config import TrainConfig, register_configs, to_train_config
 from foundry.errors import ConfigError
+from foundry.precision import resolve_precision
 from foundry.tasks.plan import RunPlan, plan_run, resolve_max_seq_len
 from streaming.reader.world import World
 
 CONF = Path(__file__).resolve().parents[3] / "conf"
-CPU = torch.device("cpu")
 RUN_JSON_DERIVED = {
     "device_batch_size", "microbatch_size", "microbatches_per_step", "tokens_per_step", "max_steps",
     "steps_per_epoch", "total_tokens", "eval_interval_steps", "n_params", "world_size", "parallelism", "precision",
@@ -34,7 +34,8 @@ def _world(ranks: int, *, per_node: int | None = None, rank: int = 0) -> World:
 
 
 def _plan(cfg: TrainConfig, ranks: int = 1, *, batches_per_epoch: int = 100, device: str = "cpu") -> RunPlan:
-    return plan_run(cfg, _world(ranks), batches_per_epoch=batches_per_epoch, device=torch.device(device))
+    precision = resolve_precision(cfg.trainer.precision, device=torch.device(device))  # as the task does
+    return plan_run(cfg, _world(ranks), batches_per_epoch=batches_per_epoch, precision=precision)
 
 
 def test_smoke_cpu_plan_matches_what_its_run_json_records():
@@ -74,7 +75,7 @@ def test_the_global_batch_splits_over_ranks_and_microbatches(ranks, microbatch, 
 
 def test_world_size_counts_every_node():
     cfg = _cfg("trainer.global_train_batch_size=16")
-    plan = plan_run(cfg, _world(4, per_node=2, rank=3), batches_per_epoch=10, device=CPU)
+    plan = plan_run(cfg, _world(4, per_node=2, rank=3), batches_per_epoch=10, precision="fp32")
     assert plan.world_size == 4 and plan.batches.device_batch_size == 4
 
 
