@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "CheckpointInfo",
     "Manifest",
     "checkpoint_name",
+    "fill_save_folder",
     "find_checkpoints",
     "find_latest",
     "open_checkpoint",
@@ -69,6 +71,21 @@ def checked_file_name(name: object, *, source: str, field: str) -> str:
 def checkpoint_name(*, epoch: int, step: int) -> str:
     """`ep{epoch}-ba{step}` (Composer's naming)."""
     return f"ep{epoch}-ba{step}"
+
+
+def fill_save_folder(
+    folder: str, *, run_name: str | None = None, run_dir: str | os.PathLike[str] | None = None
+) -> str:
+    """`checkpoint.save_folder` with its placeholders filled: `{run_name}` and `{run_dir}` by those values.
+
+    A placeholder whose value is not given stays as written. The pretrain task fills `{run_dir}` into the
+    config it records (so `run.json` names the real folder); the saver and autoresume fill `{run_name}`.
+    """
+    if run_name is not None:
+        folder = folder.replace("{run_name}", run_name)
+    if run_dir is not None:
+        folder = folder.replace("{run_dir}", os.fspath(run_dir))
+    return folder
 
 
 def _int(value: object) -> bool:

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from torch import nn
 
 from foundry.checkpoint.config import CheckpointConfig
-from foundry.checkpoint.layout import HASH, MANIFEST, CheckpointInfo, find_checkpoints, open_checkpoint
+from foundry.checkpoint.layout import (
+    HASH,
+    MANIFEST,
+    CheckpointInfo,
+    fill_save_folder,
+    find_checkpoints,
+    open_checkpoint,
+)
 from foundry.checkpoint.state import (
     COMMON_FILE,
     MODEL_FILE,
@@ -81,8 +88,8 @@ def resolve_start(
     `adapt_load_path(path, scratch=, weights_only=, rank=)` may turn a `load_path` in another format into
     one of ours (the task passes `foundry.compat.composer.as_foundry_start`; this package knows no other
     formats, so it never imports `foundry.compat`)."""
-    if cfg.resume_enabled:
-        folder = cfg.save_folder.replace("{run_name}", run_name)  # type: ignore[union-attr]
+    if cfg.resume_enabled and cfg.save_folder:  # (resume_enabled implies a save_folder)
+        folder = fill_save_folder(cfg.save_folder, run_name=run_name)
         found = find_checkpoints(
             CheckpointStore(folder, policy=transfer_policy(cfg.transfer_budget)), scratch=scratch
         )

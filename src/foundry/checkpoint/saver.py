@@ -41,6 +41,7 @@ from foundry.checkpoint.layout import (
     MANIFEST,
     Manifest,
     checkpoint_name,
+    fill_save_folder,
     find_checkpoints,
 )
 from foundry.checkpoint.queue import UploadQueue
@@ -113,7 +114,7 @@ class Checkpointer:
             raise ValueError("Checkpointer needs checkpoint.save_folder")
         self.cfg = cfg
         self.store = CheckpointStore(
-            cfg.save_folder.replace("{run_name}", run_name), policy=transfer_policy(cfg.transfer_budget)
+            fill_save_folder(cfg.save_folder, run_name=run_name), policy=transfer_policy(cfg.transfer_budget)
         )
         self.run_name = run_name
         self.every_steps = every_steps

@@ -19,6 +19,7 @@ import torch
 
 from foundry.callbacks import Callback, build_callbacks
 from foundry.checkpoint.callback import attach_checkpointing, find_start
+from foundry.checkpoint.layout import fill_save_folder
 from foundry.checkpoint.resume import StartPoint, load_into
 from foundry.compat.composer import as_foundry_start
 from foundry.config import TrainConfig
@@ -209,9 +210,8 @@ def _expand_run_dir(cfg: TrainConfig, run_dir: Path) -> TrainConfig:
     folder = cfg.checkpoint.save_folder
     if not folder or "{run_dir}" not in folder:
         return cfg
-    return replace(
-        cfg, checkpoint=replace(cfg.checkpoint, save_folder=folder.replace("{run_dir}", str(run_dir)))
-    )
+    filled = fill_save_folder(folder, run_dir=run_dir)
+    return replace(cfg, checkpoint=replace(cfg.checkpoint, save_folder=filled))
 
 
 def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
