@@ -21,6 +21,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llmfoundry_ref import NEOX_TOKENIZER, mds_loader, neox_tokenizer, offline, tiny_mpt
+
 OUT = Path(sys.argv[1]).resolve()
 SHARDED = "--sharded" in sys.argv
 if SHARDED:
@@ -28,16 +30,8 @@ if SHARDED:
         "2"  # Composer's FSDP1 path needs CUDA; FSDP2 (fully_shard) runs on CPU + gloo
     )
 OUT.mkdir(parents=True, exist_ok=True)
-TMP = Path(tempfile.mkdtemp(prefix="composer-ref-", dir=OUT))
-os.environ.update(
-    {
-        "HF_HOME": str(TMP / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "TMPDIR": str(TMP),
-    }
-)
+TMP = offline("composer-ref-", parent=OUT)
+os.environ["TMPDIR"] = str(TMP)
 tempfile.tempdir = str(TMP)
 os.chdir(TMP)  # Composer writes signal files into the cwd
 
@@ -51,16 +45,10 @@ from composer import Trainer  # noqa: E402
 from composer.algorithms import GradientClipping  # noqa: E402
 from composer.core import Callback  # noqa: E402
 from composer.optim import CosineAnnealingWithWarmupScheduler, DecoupledAdamW  # noqa: E402
-from llmfoundry.data.text_data import build_text_dataloader  # noqa: E402
-from llmfoundry.models.mpt import ComposerMPTCausalLM  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 from streaming import MDSWriter  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[4] / "shared"
-TOKENIZER = Path(
-    os.environ.get("COMPOSER_REF_TOKENIZER", SHARED / "data/tokenizers/gpt-neox-20b/tokenizer.json")
-)
+TOKENIZER = Path(os.environ.get("COMPOSER_REF_TOKENIZER", NEOX_TOKENIZER))
 SEQ, VOCAB, ROWS, BATCH, STEPS, SEED = 32, 50368, 96, 4, 6, 17  # vocab >= len(tokenizer)
 MODEL = {
     "d_model": 32,
@@ -80,12 +68,7 @@ if not (data / "train" / "index.json").exists():
         for _ in range(ROWS):
             w.write({"tokens": rng.integers(1, VOCAB, SEQ, dtype=np.int64).tobytes()})
 
-tok = PreTrainedTokenizerFast(
-    tokenizer_file=str(TOKENIZER),
-    bos_token="<|endoftext|>",
-    eos_token="<|endoftext|>",
-    unk_token="<|endoftext|>",
-)
+tok = neox_tokenizer(TOKENIZER)
 input_ids = torch.randint(1, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(1))
 logits: dict[str, torch.Tensor] = {}
 
@@ -114,30 +97,8 @@ class Record(Callback):
 
 def run(record: Record, *, load_path: str | None = None) -> Trainer:
     """Trains (or, from `load_path`, resumes) the tiny MPT to STEPS batches, saving every 3 unless resuming."""
-    torch.manual_seed(SEED)
-    model = ComposerMPTCausalLM(
-        tokenizer=tok,
-        loss_fn="torch_crossentropy",
-        attn_config={"attn_impl": "torch"},
-        init_device="cpu",
-        **MODEL,
-    )
-    loader = build_text_dataloader(
-        tokenizer=tok,
-        device_batch_size=BATCH,
-        dataset={
-            "local": str(data),
-            "split": "train",
-            "shuffle": True,
-            "shuffle_seed": SEED,
-            "max_seq_len": SEQ,
-            "num_canonical_nodes": 1,
-        },
-        drop_last=True,
-        num_workers=0,
-        persistent_workers=False,
-        prefetch_factor=None,
-    )
+    model = tiny_mpt(tok, seed=SEED, **MODEL)
+    loader = mds_loader(tok, data, batch=BATCH, seq=SEQ, seed=SEED, shuffle=True)
     kwargs: dict = {}
     if SHARDED:
         kwargs["parallelism_config"] = {

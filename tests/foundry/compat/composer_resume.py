@@ -12,43 +12,24 @@ and trains to STEPS batches. OUT.json: `{"start": {batch, sample, token}, "steps
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
+from llmfoundry_ref import mds_loader, neox_tokenizer, offline, tiny_mpt
+
 LOAD, DATA, STEPS, OUT = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
-TMP = Path(tempfile.mkdtemp(prefix="composer-resume-"))
-os.environ.update(
-    {
-        "HF_HOME": str(TMP / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-)
-os.chdir(TMP)  # Composer writes signal files into the cwd
+os.chdir(offline("composer-resume-"))  # Composer writes signal files into the cwd
 
 import warnings  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
-import torch  # noqa: E402
 from composer import Trainer  # noqa: E402
 from composer.algorithms import GradientClipping  # noqa: E402
 from composer.core import Callback  # noqa: E402
 from composer.optim import ConstantWithWarmupScheduler, DecoupledAdamW  # noqa: E402
-from llmfoundry.data.text_data import build_text_dataloader  # noqa: E402
-from llmfoundry.models.mpt import ComposerMPTCausalLM  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[4] / "shared"
-TOKENIZER = SHARED / "data/tokenizers/gpt-neox-20b/tokenizer.json"
 SEQ, SEED = 32, 17
-tok = PreTrainedTokenizerFast(
-    tokenizer_file=str(TOKENIZER),
-    bos_token="<|endoftext|>",
-    eos_token="<|endoftext|>",
-    unk_token="<|endoftext|>",
-)
+tok = neox_tokenizer()
 
 
 class Record(Callback):
@@ -67,35 +48,11 @@ class Record(Callback):
         self.steps[-1].update(step=int(state.timestamp.batch), loss=float(state.loss))
 
 
-torch.manual_seed(SEED)
-model = ComposerMPTCausalLM(
-    tokenizer=tok,
-    loss_fn="torch_crossentropy",
-    attn_config={"attn_impl": "torch"},
-    init_device="cpu",
-    d_model=32,
-    n_heads=4,
-    n_layers=2,
-    expansion_ratio=4,
-    max_seq_len=SEQ,
-    vocab_size=50368,
+model = tiny_mpt(
+    tok, seed=SEED, d_model=32, n_heads=4, n_layers=2, expansion_ratio=4, max_seq_len=SEQ, vocab_size=50368
 )
-loader = build_text_dataloader(
-    tokenizer=tok,
-    device_batch_size=4,
-    dataset={
-        "local": str(DATA),
-        "split": "train",
-        "shuffle": False,  # upstream and this library read an unshuffled set in one order
-        "shuffle_seed": SEED,
-        "max_seq_len": SEQ,
-        "num_canonical_nodes": 1,
-    },
-    drop_last=True,
-    num_workers=0,
-    persistent_workers=False,
-    prefetch_factor=None,
-)
+# upstream and this library read an unshuffled set in one order
+loader = mds_loader(tok, DATA, batch=4, seq=SEQ, seed=SEED, shuffle=False)
 record = Record()
 trainer = Trainer(
     model=model,

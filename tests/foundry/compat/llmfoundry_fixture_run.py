@@ -18,19 +18,12 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
+from llmfoundry_ref import offline
+
 SPEC, OUT = Path(sys.argv[1]), Path(sys.argv[2])
-TMP = Path(tempfile.mkdtemp(prefix="llmfoundry-run-"))
-os.environ.update(
-    {
-        "HF_HOME": str(TMP / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
-)
+offline("llmfoundry-run-")
 os.environ.pop("RUN_NAME", None)
 
 import warnings  # noqa: E402
