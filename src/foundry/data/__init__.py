@@ -3,7 +3,7 @@ the offline quick-start corpus."""
 
 from foundry.data.collate import TextCollator
 from foundry.data.config import QuickstartDataConfig, TextDataConfig
-from foundry.data.prep import ConvertStats, concat_rows, convert_texts, smallest_uint_dtype
+from foundry.data.prep import ConvertStats, convert_texts, smallest_uint_dtype
 from foundry.data.quickstart import prepare_quickstart
 from foundry.data.text import build_text_dataloader
 
@@ -13,7 +13,6 @@ __all__ = [
     "TextCollator",
     "TextDataConfig",
     "build_text_dataloader",
-    "concat_rows",
     "convert_texts",
     "prepare_quickstart",
     "smallest_uint_dtype",

@@ -35,7 +35,6 @@ __all__ = [
     "TEXT_SUFFIXES",
     "ConvertStats",
     "concat_documents",
-    "concat_rows",
     "convert_texts",
     "input_files",
     "read_documents",
@@ -53,15 +52,16 @@ def smallest_uint_dtype(vocab_size: int) -> str:
     return "uint64"
 
 
-def concat_rows(
+def concat_documents(
     docs: Iterable[list[int] | np.ndarray],
     *,
     max_seq_len: int,
     bos: list[int] | None = None,
     eos: list[int] | None = None,
     wrap: bool = True,
-) -> Iterator[np.ndarray]:
-    """Concatenate `bos + doc + eos` for every document and cut the stream into rows of `max_seq_len`.
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Concatenate `bos + doc + eos` for every document and cut the stream into rows of `max_seq_len`,
+    saying where each row's documents are.
 
     Args:
         docs: Token ids per document.
@@ -72,26 +72,10 @@ def concat_rows(
             (False, llm-foundry's `--no_wrap`).
 
     Yields:
-        int64 arrays of exactly `max_seq_len` ids; a final partial row is dropped.
-    """
-    for row, _ in concat_documents(docs, max_seq_len=max_seq_len, bos=bos, eos=eos, wrap=wrap):
-        yield row
-
-
-def concat_documents(
-    docs: Iterable[list[int] | np.ndarray],
-    *,
-    max_seq_len: int,
-    bos: list[int] | None = None,
-    eos: list[int] | None = None,
-    wrap: bool = True,
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """`concat_rows` that also says where each row's documents are.
-
-    Yields:
-        `(row, lengths)`: the row as in :func:`concat_rows`, and the lengths of the pieces of
-        `bos + doc + eos` it holds, in order (int64, positive, summing to `max_seq_len`; a document cut by a
-        row end counts in both rows). This is the `document_lengths` column of `--record_documents`.
+        `(row, lengths)`: the row, an int64 array of exactly `max_seq_len` ids (a final partial row is
+        dropped), and the lengths of the pieces of `bos + doc + eos` it holds, in order (int64, positive,
+        summing to `max_seq_len`; a document cut by a row end counts in both rows). This is the
+        `document_lengths` column of `--record_documents`.
     """
     if max_seq_len < 1:
         raise ValueError(f"max_seq_len={max_seq_len} must be >= 1")
@@ -196,7 +180,7 @@ def convert_texts(
         max_seq_len: Row length.
         bos_text: Text whose ids precede every document (e.g. `<|endoftext|>`); "" for none.
         eos_text: Text whose ids follow every document.
-        wrap: See :func:`concat_rows`.
+        wrap: See :func:`concat_documents`.
         compression: MDS compression (`zstd`, ...), or None.
         num_workers: Tokenizer processes (1 = in this process).
         batch_docs: Documents per tokenizer call.

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from foundry.data.prep import concat_rows, convert_texts, smallest_uint_dtype
+from foundry.data.prep import concat_documents, convert_texts, smallest_uint_dtype
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "data_prep" / "convert_dataset_hf.py"
 
@@ -21,7 +21,7 @@ docs_st = st.lists(st.lists(st.integers(0, 999), max_size=40), max_size=30)
 @given(docs=docs_st, seq=st.integers(1, 17), eos=st.lists(st.integers(1000, 1001), max_size=2))
 def test_wrap_rows_are_the_stream_cut_in_pieces(docs, seq, eos):
     stream = [t for d in docs for t in (*d, *eos)]
-    rows = list(concat_rows(docs, max_seq_len=seq, eos=eos))
+    rows = [row for row, _ in concat_documents(docs, max_seq_len=seq, eos=eos)]
     assert all(len(r) == seq for r in rows)
     flat = [int(t) for r in rows for t in r]
     assert flat == stream[: len(stream) // seq * seq]
@@ -30,7 +30,7 @@ def test_wrap_rows_are_the_stream_cut_in_pieces(docs, seq, eos):
 @settings(deadline=None, max_examples=60)
 @given(docs=docs_st, seq=st.integers(1, 17))
 def test_no_wrap_rows_never_span_documents(docs, seq):
-    rows = list(concat_rows(docs, max_seq_len=seq, bos=[7777], wrap=False))
+    rows = [row for row, _ in concat_documents(docs, max_seq_len=seq, bos=[7777], wrap=False)]
     expected = []
     for d in docs:
         ids = [7777, *d]
