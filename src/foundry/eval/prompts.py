@@ -42,7 +42,6 @@ __all__ = [
     "Example",
     "Prompts",
     "Request",
-    "build_examples",
     "build_prompts",
     "fewshot_indices",
     "needs_prefix_space",
@@ -300,18 +299,3 @@ def build_prompts(
                 out.append(ex)
     out.sort(key=lambda e: e.index)
     return Prompts(out, sorted(skipped))
-
-
-def build_examples(
-    cfg: ICLTaskConfig,
-    rows: list[dict[str, Any]],
-    tokenizer: Any,  # a transformers tokenizer
-    *,
-    num_fewshot: int,
-    max_seq_len: int,
-    limit: int | None = None,
-) -> list[Example]:
-    """`build_prompts(...).examples` (rows that cannot be scored are left out)."""
-    return build_prompts(
-        cfg, rows, tokenizer, num_fewshot=num_fewshot, max_seq_len=max_seq_len, limit=limit
-    ).examples

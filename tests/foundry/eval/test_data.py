@@ -10,7 +10,7 @@ import pytest
 from foundry.errors import ConfigError
 from foundry.eval.config import EvalConfig, ICLTaskConfig, default_data_root
 from foundry.eval.data import MissingTaskData, check_task_data, load_rows, resolve_local
-from foundry.eval.prompts import build_examples
+from foundry.eval.prompts import build_prompts
 from foundry.eval.runner import load_tasks
 from foundry.eval.synthetic import OFFLINE_TASKS, generate_offline
 
@@ -47,7 +47,7 @@ def test_every_shared_icl_file_parses_and_builds_prompts(shared_data, icl_tokeni
         )
         rows = load_rows(cfg, data_root=root)  # every row checked against its type's fields
         assert rows, rel
-        examples = build_examples(cfg, rows, icl_tokenizer, num_fewshot=1, max_seq_len=2048, limit=3)
+        examples = build_prompts(cfg, rows, icl_tokenizer, num_fewshot=1, max_seq_len=2048, limit=3).examples
         assert len(examples) >= 1 and all(r.context for ex in examples for r in ex.requests), rel
         built += 1
     assert built >= 30

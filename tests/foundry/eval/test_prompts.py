@@ -7,7 +7,7 @@ import random
 import pytest
 
 from foundry.eval.config import ICLTaskConfig
-from foundry.eval.prompts import build_examples, build_prompts, fewshot_indices, needs_prefix_space
+from foundry.eval.prompts import build_prompts, fewshot_indices, needs_prefix_space
 from foundry.tokenizers import TokenizerConfig, build_tokenizer
 
 
@@ -36,7 +36,7 @@ def test_multiple_choice_prompt_token_for_token(neox):
         {"query": "Q2?", "choices": ["a2", "b2"], "gold": 1},
     ]
     cfg = _task("multiple_choice", prompt_string="P:", continuation_delimiter=" Answer: ", prelimiter="> ")
-    ex = build_examples(cfg, rows, neox, num_fewshot=1, max_seq_len=64)[0]
+    ex = build_prompts(cfg, rows, neox, num_fewshot=1, max_seq_len=64).examples[0]
     preamble = "P:\n> Q2? Answer: b2"  # the only other row is the shot (gold answer), fields stripped
     test = "\n> Q1? Answer:"  # right-stripped: the delimiter's space moves to the continuation
     assert ex.prompt == preamble + test
@@ -50,18 +50,18 @@ def test_language_modeling_prompt_and_left_truncation(neox):
         {"context": "The cat sat on the", "continuation": "mat"},
         {"context": "Two plus two is", "continuation": "four"},
     ]
-    ex = build_examples(_task("language_modeling"), rows, neox, num_fewshot=1, max_seq_len=64)[1]
+    ex = build_prompts(_task("language_modeling"), rows, neox, num_fewshot=1, max_seq_len=64).examples[1]
     assert ex.prompt == "The cat sat on the mat\nTwo plus two is"
     ctx = _enc(neox, "The cat sat on the mat") + _enc(neox, "\nTwo plus two is")
     assert ex.requests[0].context == ctx and ex.requests[0].continuation == _enc(neox, " four")
-    short = build_examples(_task("language_modeling"), rows, neox, num_fewshot=1, max_seq_len=5)[1]
+    short = build_prompts(_task("language_modeling"), rows, neox, num_fewshot=1, max_seq_len=5).examples[1]
     assert short.requests[0].context == ctx[-4:]  # cut from the left, continuation (1 token) kept
 
 
 def test_schema_prompt_zero_shot(neox):
     rows = [{"context_options": ["A likes B so A ", "A likes B so B"], "continuation": "smiled.", "gold": 1}]
     cfg = _task("schema", prelimiter="> ", continuation_delimiter=" : ")
-    ex = build_examples(cfg, rows * 2, neox, num_fewshot=0, max_seq_len=64)[0]
+    ex = build_prompts(cfg, rows * 2, neox, num_fewshot=0, max_seq_len=64).examples[0]
     # nothing precedes: prelimiter + option (list items are not stripped), no continuation delimiter at all
     assert [r.context for r in ex.requests] == [
         _enc(neox, "> A likes B so A "),
@@ -75,7 +75,7 @@ def test_schema_prompt(neox):
         {"context_options": ["A likes B so A", "A likes B so B"], "continuation": "smiled.", "gold": 1},
         {"context_options": ["X or Y, X", "X or Y, Y"], "continuation": "won.", "gold": 0},
     ]
-    ex = build_examples(_task("schema"), rows, neox, num_fewshot=1, max_seq_len=64)[0]
+    ex = build_prompts(_task("schema"), rows, neox, num_fewshot=1, max_seq_len=64).examples[0]
     shot = "X or Y, X won."  # the gold option + delimiter + continuation
     assert [r.context for r in ex.requests] == [
         _enc(neox, shot) + _enc(neox, "\nA likes B so A"),
@@ -94,7 +94,7 @@ def test_generation_prompt_with_chain_of_thought(neox):
         "generation_task_with_answers", continuation_delimiter="\nA:", cot_delimiter=" The answer is ",
         early_stopping_criteria=["\n\n"], example_delimiter="\n\n",
     )  # fmt: skip
-    ex = build_examples(cfg, rows, neox, num_fewshot=1, max_seq_len=64)[0]
+    ex = build_prompts(cfg, rows, neox, num_fewshot=1, max_seq_len=64).examples[0]
     assert ex.prompt == "Q: 2+2?\nA:2 and 2 make 4. The answer is 4\n\nQ: 1+1?\nA:"
     assert ex.requests[0].context == _enc(neox, "Q: 2+2?\nA:2 and 2 make 4. The answer is 4") + _enc(
         neox, "\n\nQ: 1+1?\nA:"
@@ -120,7 +120,7 @@ def test_fewshot_never_picks_the_example_and_is_seeded():
 def test_categories_take_shots_from_their_own_category(icl_tokenizer):
     rows = [{"context": f"c{i}", "continuation": f"x{i}", "category": "ab"[i % 2]} for i in range(8)]
     cfg = _task("language_modeling", has_categories=True)
-    for ex in build_examples(cfg, rows, icl_tokenizer, num_fewshot=3, max_seq_len=128):
+    for ex in build_prompts(cfg, rows, icl_tokenizer, num_fewshot=3, max_seq_len=128).examples:
         own = {f"c{i}" for i in range(8) if i % 2 == ex.index % 2}
         shots = [line.split(" ")[0] for line in ex.prompt.split("\n")[:-1]]
         assert len(shots) == 3 and set(shots) <= own - {f"c{ex.index}"} and ex.category == "ab"[ex.index % 2]
@@ -156,8 +156,8 @@ def test_fewshot_indices_golden_and_equal_to_llmfoundry_rule(icl_tokenizer):
             assert fewshot_indices(ours, n, k, i) == _llmfoundry_shots(ref, n, k, i), (seed, n, k, i)
     # the prompts use the shots in that order
     rows = [{"context": f"c{i}", "continuation": f"x{i}"} for i in range(10)]
-    examples = build_examples(_task("language_modeling", num_fewshot=[3]), rows, icl_tokenizer,
-                              num_fewshot=3, max_seq_len=128)  # fmt: skip
+    examples = build_prompts(_task("language_modeling", num_fewshot=[3]), rows, icl_tokenizer,
+                              num_fewshot=3, max_seq_len=128).examples  # fmt: skip
     for ex, shots in zip(examples, GOLDEN_10x3):
         assert ex.shots == shots
         assert ex.prompt == "\n".join([*(f"c{j} x{j}" for j in shots), f"c{ex.index}"])
@@ -168,7 +168,7 @@ def test_strip_applies_to_top_level_strings_only(neox):
         {"query": "  Q1?  ", "choices": [" a1 ", "b1\n"], "gold": 0},
         {"query": "Q2?", "choices": ["a2", " b2 "], "gold": 1},
     ]
-    ex = build_examples(_task("multiple_choice"), rows, neox, num_fewshot=1, max_seq_len=64)[0]
+    ex = build_prompts(_task("multiple_choice"), rows, neox, num_fewshot=1, max_seq_len=64).examples[0]
     assert ex.prompt == "Q2?  b2 \nQ1?"  # the shot's answer keeps its spaces; the query is stripped
     # a choice starting with a space gets no second one; list items keep their whitespace
     assert [r.continuation for r in ex.requests] == [_enc(neox, " a1 "), _enc(neox, " b1\n")]
@@ -189,9 +189,9 @@ def test_preamble_drops_a_trailing_eos_only_after_other_tokens(icl_tokenizer):
     tok = _AppendsEos(icl_tokenizer)
     eos = tok.eos_token_id
     rows = [{"context": "1 + 1 =", "continuation": "2"}, {"context": "2 + 2 =", "continuation": "4"}]
-    zero = build_examples(_task("language_modeling"), rows, tok, num_fewshot=0, max_seq_len=64)[0]
+    zero = build_prompts(_task("language_modeling"), rows, tok, num_fewshot=0, max_seq_len=64).examples[0]
     assert zero.requests[0].context == [eos] + _enc(icl_tokenizer, "1 + 1 =")  # a lone EOS is kept
-    one = build_examples(_task("language_modeling"), rows, tok, num_fewshot=1, max_seq_len=64)[0]
+    one = build_prompts(_task("language_modeling"), rows, tok, num_fewshot=1, max_seq_len=64).examples[0]
     assert one.requests[0].context == _enc(icl_tokenizer, "2 + 2 = 4") + _enc(icl_tokenizer, "\n1 + 1 =")
 
 
@@ -216,17 +216,21 @@ def test_multiple_choice_truncates_per_choice_and_generation_keeps_room_for_the_
     rows = [
         {"query": "red blue green cat dog sun moon", "choices": ["tree", "fish bird stone river"], "gold": 0}
     ]
-    full = build_examples(_task("multiple_choice"), rows, icl_tokenizer, num_fewshot=0, max_seq_len=999)[0]
+    full = build_prompts(
+        _task("multiple_choice"), rows, icl_tokenizer, num_fewshot=0, max_seq_len=999
+    ).examples[0]
     ctx = full.requests[0].context
     long_cont = len(full.requests[1].continuation)
     limit = len(ctx) + long_cont - 2
-    ex = build_examples(_task("multiple_choice"), rows, icl_tokenizer, num_fewshot=0, max_seq_len=limit)[0]
+    ex = build_prompts(
+        _task("multiple_choice"), rows, icl_tokenizer, num_fewshot=0, max_seq_len=limit
+    ).examples[0]
     assert ex.requests[1].context == ctx[2:]
     short = len(full.requests[0].continuation)
     assert ex.requests[0].context == ctx[max(0, len(ctx) + short - limit) :]
     gen = [{"context": "red blue green cat dog sun moon", "answer": "tree fish", "aliases": []}]
     cfg = _task("generation_task_with_answers")
     answer_len = len(icl_tokenizer("tree fish")["input_ids"])
-    g = build_examples(cfg, gen, icl_tokenizer, num_fewshot=0, max_seq_len=answer_len + 3)[0]
+    g = build_prompts(cfg, gen, icl_tokenizer, num_fewshot=0, max_seq_len=answer_len + 3).examples[0]
     assert len(g.requests[0].context) == 3 and g.max_new_tokens == answer_len
     assert build_prompts(cfg, gen, icl_tokenizer, num_fewshot=0, max_seq_len=answer_len).skipped == [0]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from foundry.eval.config import ICLTaskConfig
-from foundry.eval.prompts import Request, build_examples
+from foundry.eval.prompts import Request, build_prompts
 from foundry.eval.runner import ICLTask, evaluate_task
 from foundry.eval.scorer import generate_greedy, score_requests
 from foundry.eval.synthetic import generate_offline
@@ -15,7 +15,9 @@ from tests.foundry.eval.conftest import tiny_mpt
 
 def _requests(tok, name: str, kind: str, shots: int = 2, n: int = 12):
     cfg = ICLTaskConfig(label=name, dataset_uri=f"offline://{name}", icl_task_type=kind)
-    examples = build_examples(cfg, generate_offline(name, n=n), tok, num_fewshot=shots, max_seq_len=256)
+    examples = build_prompts(
+        cfg, generate_offline(name, n=n), tok, num_fewshot=shots, max_seq_len=256
+    ).examples
     requests, groups = [], []
     for ex in examples:
         groups.append(list(range(len(requests), len(requests) + len(ex.requests))))
@@ -162,7 +164,7 @@ def test_cached_and_uncached_multiple_choice_agree_on_rows_filling_max_seq_len(i
     task = ICLTask(cfg, 3, rows, max_seq_len=160)
     on = evaluate_task(model, icl_tokenizer, task, device="cpu", batch_size=16)
     off = evaluate_task(model, icl_tokenizer, task, device="cpu", batch_size=16, cache_context=False)
-    examples = build_examples(cfg, rows, icl_tokenizer, num_fewshot=3, max_seq_len=160)
+    examples = build_prompts(cfg, rows, icl_tokenizer, num_fewshot=3, max_seq_len=160).examples
     lengths = [len(r.context) + len(r.continuation) for ex in examples for r in ex.requests]
     assert max(lengths) == 160 and on.skipped == off.skipped == 0  # rows really fill max_seq_len
     assert on.metrics == off.metrics
