@@ -1,4 +1,4 @@
-"""Export/import between our `foundry_mpt` checkpoints and transformers' built-in `mpt` format.
+"""Export of our MPT models to transformers' built-in `mpt` format, or to `foundry_mpt` with its code.
 
 Design note: transformers' own `MptForCausalLM` implements a narrow slice of MPT (ALiBi with bias max 8,
 no biases, LayerNorm, GELU MLP x4, MHA). Our parameter names already match it, so export is "check the
@@ -27,7 +27,6 @@ __all__ = [
     "describe_export",
     "export_checkpoint",
     "export_hf",
-    "from_hf_mpt",
     "hf_mpt_incompatibilities",
     "is_trainer_checkpoint",
     "load_state_dict_file",
@@ -225,40 +224,6 @@ def describe_export(out_dir: str | Path, *, requested: str = "auto") -> str:
         f"auto_map in config.json): AutoModelForCausalLM.from_pretrained('{out}', trust_remote_code=True) "
         f"loads it with only torch and transformers installed ({why})"
     )
-
-
-def from_hf_mpt(hf_model: nn.Module) -> MPTForCausalLM:
-    """Converts a transformers `MptForCausalLM` (e.g. a downloaded mosaicml/mpt-7b) into our class."""
-    hc: Any = hf_model.config  # transformers.MptConfig
-    ac = hc.attn_config
-    config = MPTConfig(
-        d_model=hc.d_model,
-        n_heads=hc.n_heads,
-        n_layers=hc.n_layers,
-        expansion_ratio=hc.expansion_ratio,
-        max_seq_len=hc.max_seq_len,
-        vocab_size=hc.vocab_size,
-        learned_pos_emb=False,
-        no_bias=True,
-        norm_type="low_precision_layernorm",
-        norm_eps=hc.layer_norm_epsilon,
-        tie_word_embeddings=hc.tie_word_embeddings,
-        attn_config={"alibi": True, "clip_qkv": ac.clip_qkv, "softmax_scale": ac.softmax_scale},
-        pad_token_id=hc.pad_token_id,
-        bos_token_id=hc.bos_token_id,
-        eos_token_id=hc.eos_token_id,
-    )
-    with torch.device("meta"):
-        model = MPTForCausalLM(config)
-    state = {
-        k: v
-        for k, v in hf_model.state_dict().items()
-        if not (hc.tie_word_embeddings and k == "lm_head.weight")
-    }
-    model.load_state_dict(state, strict=True, assign=True)
-    model.transformer.pos.to_empty(device=model.transformer.wte.weight.device)
-    model.transformer.pos.reset_buffers()
-    return model
 
 
 def load_state_dict_file(path: Path) -> dict[str, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Export to transformers' own MptForCausalLM: same logits (fp32 < 1e-5) and greedy generation; import back."""
+"""Export to transformers' own MptForCausalLM: same logits (fp32 < 1e-5) and greedy generation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from transformers import MptForCausalLM as HFMptForCausalLM
 
 from foundry.models import load_pretrained
-from foundry.models.export import export_hf, from_hf_mpt, hf_mpt_incompatibilities, to_hf_mpt_config
+from foundry.models.export import export_hf, hf_mpt_incompatibilities, to_hf_mpt_config
 from foundry.models.mpt import MPTConfig, MPTForCausalLM
 
 V = 384
@@ -51,9 +51,6 @@ def test_exported_model_matches_transformers_mpt(tmp_path, extra):
     prompt = ids[:1, :5]
     kw = {"max_new_tokens": 12, "do_sample": False, "pad_token_id": 0}
     assert torch.equal(ours.generate(prompt, **kw), theirs.generate(prompt, **kw))
-    back = from_hf_mpt(theirs).eval()
-    with torch.no_grad():
-        torch.testing.assert_close(back(ids).logits, ours(ids).logits, atol=1e-6, rtol=1e-6)
 
 
 def test_unmappable_options_export_in_foundry_format(tmp_path):
