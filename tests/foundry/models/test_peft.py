@@ -9,11 +9,16 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from foundry.models import HFCausalLMConfig, MPTModelConfig, build_model, build_model_on, materialize_
 from foundry.models.peft import PeftConfig
-from foundry.models.peft.folder import is_adapter_folder, load_adapter, save_adapter
-from foundry.models.peft.inject import has_adapters, merge_adapters_, trainable_names
+from foundry.models.peft.folder import ADAPTER_CONFIG, load_adapter, save_adapter
+from foundry.models.peft.inject import has_adapters, merge_adapters_
 
 TINY = {"d_model": 32, "n_heads": 2, "n_layers": 2, "max_seq_len": 16, "vocab_size": 64}
 LORA = PeftConfig(r=4, lora_alpha=8, lora_dropout=0.0)
+
+
+def _trainable(model: torch.nn.Module) -> list[str]:
+    """Names of the parameters that require grad (after `apply_peft`: the adapters)."""
+    return [n for n, p in model.named_parameters() if p.requires_grad]
 
 
 def _train(model: torch.nn.Module, steps: int = 3) -> None:
@@ -31,7 +36,7 @@ def test_mpt_only_adapters_train_and_start_equal_to_the_base():
     base = build_model_on(MPTModelConfig(**TINY), device="cpu")
     torch.manual_seed(0)
     model = build_model_on(MPTModelConfig(**TINY, peft_config=LORA), device="cpu")
-    names = trainable_names(model)
+    names = _trainable(model)
     assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
     assert {n.split(".")[-4] for n in names} == {"Wqkv", "out_proj", "up_proj", "down_proj"}
     ids = torch.randint(0, 64, (2, 12))
@@ -81,7 +86,7 @@ def test_adapter_folder_round_trip(tmp_path):
     tuned = build_model_on(MPTModelConfig(**TINY, peft_config=LORA), device="cpu")  # base as `base`'s
     _train(tuned)
     folder = save_adapter(tuned, LORA, tmp_path / "adapter", base_model="base")
-    assert is_adapter_folder(folder)
+    assert (folder / ADAPTER_CONFIG).is_file()
     fresh = build_model_on(MPTModelConfig(**TINY), device="cpu")
     fresh.load_state_dict(base_state)
     load_adapter(fresh, folder)
@@ -104,7 +109,7 @@ def test_hf_causal_lm_gets_peft_default_targets(tmp_path):
         )
     ).save_pretrained(tmp_path)
     model = build_model(HFCausalLMConfig(pretrained_model_name_or_path=str(tmp_path), peft_config=LORA))
-    names = trainable_names(model)
+    names = _trainable(model)
     assert names and {n.split(".")[-4] for n in names} == {"q_proj", "v_proj"}
     _train(model, steps=2)
 

@@ -25,7 +25,6 @@ __all__ = [
     "ADAPTER_CONFIG",
     "ADAPTER_WEIGHTS",
     "adapter_state_dict",
-    "is_adapter_folder",
     "load_adapter",
     "save_adapter",
 ]
@@ -33,11 +32,6 @@ __all__ = [
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _PREFIX = "base_model.model."
-
-
-def is_adapter_folder(path: str | Path) -> bool:
-    """Whether `path` is a PEFT adapter folder (has `adapter_config.json`)."""
-    return (Path(path) / ADAPTER_CONFIG).is_file()
 
 
 def adapter_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -23,7 +23,7 @@ from torch import nn
 
 from foundry.models.peft.config import MPT_LORA_TARGETS, PeftConfig
 
-__all__ = ["ADAPTER", "apply_peft", "has_adapters", "lora_config", "merge_adapters_", "trainable_names"]
+__all__ = ["ADAPTER", "apply_peft", "has_adapters", "lora_config", "merge_adapters_"]
 
 ADAPTER = "default"
 """The adapter name inside every LoRA layer (one adapter per model)."""
@@ -91,11 +91,6 @@ def _adapter_aware_init(base: Callable[[nn.Module], None]) -> Callable[[nn.Modul
                 nn.init.zeros_(weight)
 
     return init
-
-
-def trainable_names(model: nn.Module) -> list[str]:
-    """Names of the parameters that require grad (after `apply_peft`: the adapters)."""
-    return [n for n, p in model.named_parameters() if p.requires_grad]
 
 
 @torch.no_grad()
