@@ -5,14 +5,14 @@ A name is refused when it is empty, `.` or `..`, holds a path separator (`/`, an
 some object stores treat as one), a NUL or another control character, or is longer than 255 bytes (the limit
 of one component on every common file system). `run_name=..` used to make the run directory `outputs/..`,
 writing config.yaml, run.json and checkpoints into the caller's folder (issue 39).
-`child_path` joins a checked name to its parent; `inside` says whether a resolved path stays under a root.
+`child_path` joins a checked name to its parent (the run directory `outputs/<run_name>` is made with it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["MAX_NAME_BYTES", "NameError_", "check_name", "child_path", "inside", "name_problem"]
+__all__ = ["MAX_NAME_BYTES", "NameError_", "check_name", "child_path", "name_problem"]
 
 MAX_NAME_BYTES = 255
 
@@ -52,9 +52,3 @@ def check_name(name: object, *, field: str) -> str:
 def child_path(parent: str | Path, name: object, *, field: str) -> Path:
     """`parent / name` with `name` checked (`check_name`): the result is always directly inside `parent`."""
     return Path(parent) / check_name(name, field=field)
-
-
-def inside(path: str | Path, root: str | Path) -> bool:
-    """Whether `path`, with every link and `..` resolved, is `root` or under it."""
-    real, base = Path(path).resolve(), Path(root).resolve()
-    return real == base or base in real.parents

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from stackbase.names import check_name
+from stackbase.names import child_path
 
 __all__ = [
     "CHECKPOINTS",
@@ -86,7 +86,7 @@ class RunDir:
     @classmethod
     def named(cls, run_name: object, *, outputs: str | Path = OUTPUTS) -> RunDir:
         """`outputs/<run_name>`, with the name checked (`stackbase.names`: no `.`, `..`, separators)."""
-        return cls(Path(outputs) / check_name(run_name, field="run_name"))
+        return cls(child_path(outputs, run_name, field="run_name"))
 
     def create(self) -> Path:
         """Makes the folder (and its parents); returns it."""
