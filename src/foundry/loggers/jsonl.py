@@ -65,6 +65,7 @@ def _truncate_after(path: Path, step: int) -> None:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, float]]:
-    """Reads a `metrics.jsonl` back as a list of dicts."""
+    """Reads a `metrics.jsonl` back as a list of dicts, one per logged step (`{"step": ..., <metric>: ...}`;
+    a non-finite value is None)."""
     with Path(path).open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
