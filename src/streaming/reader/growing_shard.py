@@ -18,15 +18,14 @@ the prepared file as usual, which raises any error with its full context.
 from __future__ import annotations
 
 import os
-import struct
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for
 
 from streaming.format.index import ShardInfo
+from streaming.reader.direct_read import sample_span, table_bytes
 
 __all__ = ["GrowingFile", "early_sample_bytes"]
 
-_U32 = struct.Struct("<I")
 _MAX_POLL_S = 0.001
 
 
@@ -80,19 +79,14 @@ class GrowingFile:
 
 def early_sample_bytes(growing: GrowingFile, info: ShardInfo, index: int, done: Future[None]) -> bytes | None:
     """The bytes of sample ``index`` of the MDS shard ``info``, read from its raw file as it is written
-    (``growing``; the header first, checked against the index), or None (see the module note)."""
-    n, size = info.samples, info.raw_data.bytes
-    table_end = 4 + 4 * (n + 1)
-    if info.format != "mds" or not 0 <= index < n or table_end > size:
+    (``growing``; the header first, checked against the index by ``direct_read.sample_span``), or None
+    (see the module note)."""
+    end = table_bytes(info)
+    if end is None or not 0 <= index < info.samples:
         return None
     try:
-        head = growing.read(0, table_end, done)
-        if head is None or _U32.unpack_from(head, 0)[0] != n:
-            return None
-        offsets = memoryview(head)[4:].cast("I")
-        lo, hi = offsets[index], offsets[index + 1]
-        if offsets[0] < table_end or offsets[n] != size or not lo <= hi <= size:
-            return None
-        return growing.read(lo, hi, done)
+        head = growing.read(0, end, done)
+        span = sample_span(head, info, index) if head is not None else None
+        return growing.read(*span, done) if span is not None else None
     finally:
         growing.close()
