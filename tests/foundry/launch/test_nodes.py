@@ -115,4 +115,4 @@ def test_stop_agent_falls_back_to_sigkill_when_signals_are_ignored():
     assert proc.stdout is not None and proc.stdout.readline()  # handlers installed
     t0 = time.monotonic()
     stop_agent(proc, grace_s=0.4)
-    assert proc.returncode == -9 and time.monotonic() - t0 < 5
+    assert proc.returncode == -9 and time.monotonic() - t0 < 30  # not the child's 60 s sleep

@@ -277,8 +277,6 @@ def test_stop_refuses_a_registry_others_can_write(
 def test_show_is_fast_and_light_without_diff(sweep_dir: Path, tmp_path: Path) -> None:
     """Issue 26 item 13: `runs show` took ~11 s (it composed conf/, importing torch and transformers); it now
     prints the recorded overrides and composes only with --diff."""
-    import time
-
     run = sweep_dir / "1_optimizer.lr=0.03"
     (run / ".hydra" / "rank0").mkdir(parents=True, exist_ok=True)
     (run / ".hydra" / "rank0" / "overrides.yaml").write_text("- optimizer.lr=0.03\n- run_name=sweep\n")
@@ -287,10 +285,7 @@ def test_show_is_fast_and_light_without_diff(sweep_dir: Path, tmp_path: Path) ->
         "try:\n    runpy.run_module('foundry.runs', run_name='__main__')\nexcept SystemExit:\n    pass\n"
         "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')"
     )
-    start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, timeout=60)
-    took = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     assert "overrides (2; the full config diff: runs show --diff):" in proc.stdout
     assert "  optimizer.lr=0.03" in proc.stdout and proc.stdout.strip().endswith("NO-TORCH"), proc.stdout
-    assert took < 10  # generous on a loaded CI machine; ~0.4 s here (the import of torch alone is ~2 s)

@@ -262,14 +262,14 @@ def test_a_full_cache_is_read_through_memory_not_exceeded(tmp_path, caplog):
     other = ShardCache(shards=shards, cache_limit=limit, concurrent=1)
     assert all(other.acquire(k) for k in range(3))
     cache = ShardCache(
-        shards=shards, cache_limit=limit, concurrent=1, validate_hash="xxh64", fallback_after=0.3
+        shards=shards, cache_limit=limit, concurrent=1, validate_hash="xxh64", fallback_after=2.0
     )
     start = time.monotonic()
     assert cache.acquire(3) is False
-    assert 0.3 <= time.monotonic() - start < 5
+    assert time.monotonic() - start >= 2.0
     start = time.monotonic()
     assert cache.acquire(4) is False
-    assert time.monotonic() - start < 0.3, "no second wait while the cache stays full"
+    assert time.monotonic() - start < 2.0, "no second wait while the cache stays full"
     with caplog.at_level(logging.WARNING, logger="streaming.cache"):
         readers = {k: open_shard(local, shards[k].info, files=cache.read_unkept(k)) for k in (3, 4)}
     assert len(caplog.records) == 1 and "read into memory" in caplog.records[0].getMessage()

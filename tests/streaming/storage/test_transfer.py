@@ -34,13 +34,14 @@ def test_round_trip_and_listing(s3_bucket, s3_env, tmp_path):
     assert list_files(f"{s3_bucket}/dir/") == [f"{s3_bucket}/dir/a.bin", f"{s3_bucket}/dir/sub/b.bin"]
 
 
-def test_missing_object_fails_at_once_with_url(s3_bucket, tmp_path):
-    start = time.monotonic()
-    with pytest.raises(FileNotFoundError, match=f"{s3_bucket}/nope.bin"):
-        download_file(
-            f"{s3_bucket}/nope.bin", str(tmp_path / "x"), policy=RetryPolicy(retries=5, initial_backoff=1)
-        )
-    assert time.monotonic() - start < 1, "a 404 must not be retried"
+def test_missing_object_fails_at_once_with_url(s3_bucket, s3_env, tmp_path, monkeypatch):
+    with FaultProxy(s3_env, lambda n, m, p: None) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        with pytest.raises(FileNotFoundError, match=f"{s3_bucket}/nope.bin"):
+            download_file(
+                f"{s3_bucket}/nope.bin", str(tmp_path / "x"), policy=RetryPolicy(retries=5, initial_backoff=1)
+            )
+    assert proxy.count == 1, "a 404 must not be retried"
     assert os.listdir(tmp_path) == []
 
 
@@ -62,14 +63,17 @@ def test_transient_faults_are_retried_and_logged(s3_bucket, s3_env, tmp_path, mo
 
 
 def test_timeout_is_retried(s3_bucket, s3_env, tmp_path, monkeypatch):
+    """The first request stalls for 120 s; a 1 s timeout abandons it and the second request answers. The
+    bound on the elapsed time is loose on purpose (a loaded CI machine): it only tells a retry from a wait."""
     _put(s3_bucket, "slow.bin", b"x" * 1000, s3_env)
-    with FaultProxy(s3_env, lambda n, m, p: 3.0 if n == 1 else None) as proxy:
+    with FaultProxy(s3_env, lambda n, m, p: 120.0 if n == 1 else None) as proxy:
         monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
         policy = RetryPolicy(retries=2, timeout=1, initial_backoff=0.01)
         start = time.monotonic()
         download_file(f"{s3_bucket}/slow.bin", str(tmp_path / "slow.bin"), policy=policy)
     assert (tmp_path / "slow.bin").read_bytes() == b"x" * 1000
-    assert time.monotonic() - start < 2.9
+    assert proxy.count >= 2 and [i[0] for i in proxy.injected] == [1]
+    assert time.monotonic() - start < 60
 
 
 def test_retries_exhausted(s3_bucket, s3_env, tmp_path, monkeypatch):
@@ -191,7 +195,7 @@ def test_a_spent_budget_names_the_setting_and_the_error(s3_bucket, s3_env, tmp_p
             match=r"over \d+ s \(data.download_budget=2 s spent\).*(503|ServiceUnavailable)",
         ):
             download_file(f"{s3_bucket}/k.bin", str(tmp_path / "k.bin"), policy=policy)
-    assert 1.9 < time.monotonic() - start < 6
+    assert 1.9 < time.monotonic() - start < 60  # the budget is kept; the upper bound only catches a hang
     assert proxy.count >= 2 and not os.listdir(tmp_path)  # retried (how often in 2 s depends on the load)
 
 
