@@ -227,3 +227,17 @@ def test_range_budget_splits_among_downloads_in_flight_and_sharers():
         assert again.concurrency == 4 and again.min_part_bytes == RangedConfig().min_part_bytes
     with pytest.raises(ValueError, match="sharers"):
         RangeBudget(RangedConfig(), sharers=0)
+
+
+def test_clients_share_one_parsed_service_model(s3_env):
+    """Each client's session reads botocore's service model through one shared loader, so a second client
+    (another timeout, or a forked worker's first) does not parse it again, and the loader's search path does
+    not grow with every session."""
+    from streaming.storage.backends.s3 import S3Backend, _data_loader
+
+    backend = S3Backend()
+    a, b = backend.client(5.0, url="s3://x/y"), S3Backend().client(7.0, url="s3://x/y")
+    assert a is not b
+    assert a.meta.service_model._service_description is b.meta.service_model._service_description
+    paths = _data_loader().search_paths
+    assert len(paths) == len(set(paths))
