@@ -13,8 +13,10 @@ Held objects (``hold``): moto, the loopback S3 server, copies a whole object to 
 object: 0.17 s whole, 0.5 s as eight 8 MiB ranges, parallel or not), so a library that reads in ranges paid the
 server's CPU, not the network's price, on the shared 2-core machine. A real store serves a range at the range's
 cost. The benchmark therefore holds each object it uploaded in the proxy's memory (fetched whole once, before
-timing, with the origin's credentials) and answers GET/HEAD of a held path itself, ranges included (``byte_range``), with moto's own headers;
-latency, the per-connection cap and the counts apply exactly as to forwarded requests. Any other request (a
+timing, with the origin's credentials) and answers GET/HEAD of a held path itself, ranges included
+(``byte_range``), with moto's own headers, less the whole object's checksums (``x-amz-checksum-*``) on a range,
+as S3 and moto answer one (with them, botocore computed a CRC32 over every range it read); latency, the
+per-connection cap and the counts apply exactly as to forwarded requests. Any other request (a
 listing, a write) is forwarded; a write or delete drops every held object.
 
 Concurrency: one handler thread per client connection; the counters and the held objects are updated under
@@ -34,6 +36,9 @@ from urllib.parse import urlsplit
 
 CHUNK = 64 * 1024
 """Bytes relayed between two pacing checks."""
+
+WHOLE_OBJECT_CHECKSUM = "x-amz-checksum-"
+"""Headers that check a whole object: not sent with a range (S3 sends them for a whole object or part)."""
 
 
 def pace_delay(sent: int, elapsed_s: float, bytes_per_s: float) -> float:
@@ -216,7 +221,8 @@ class ShapingProxy:
                 start, end = span or (0, total)
                 self.send_response(206 if span else 200)
                 for key, value in held.headers:
-                    self.send_header(key, value)
+                    if not (span and key.lower().startswith(WHOLE_OBJECT_CHECKSUM)):
+                        self.send_header(key, value)
                 if span:
                     self.send_header("Content-Range", f"bytes {start}-{end - 1}/{total}")
                 self.send_header("Content-Length", str(end - start))

@@ -126,7 +126,7 @@ def test_a_held_object_is_answered_by_the_proxy_with_ranges_paced_and_counted(tm
         ) as proxy:
             origin = f"http://127.0.0.1:{server.server_address[1]}/blob"
             with urllib.request.urlopen(origin, timeout=10) as resp:
-                proxy.hold("/blob", resp.read(), resp.getheaders())
+                proxy.hold("/blob", resp.read(), [*resp.getheaders(), ("x-amz-checksum-crc32", "zQ2/Yg==")])
             assert origin_gets == ["/blob"]
             port = int(proxy.url.rsplit(":", 1)[1])
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -135,9 +135,11 @@ def test_a_held_object_is_answered_by_the_proxy_with_ranges_paced_and_counted(tm
             assert resp.status == 206 and resp.read() == payload[1000:2000]
             assert resp.getheader("Content-Range") == f"bytes 1000-1999/{len(payload)}"
             assert resp.getheader("Last-Modified")  # the origin's headers come along
+            assert resp.getheader("x-amz-checksum-crc32") is None  # but not the whole object's checksum
             conn.request("GET", "/blob")
             resp = conn.getresponse()
             assert resp.status == 200 and resp.read() == payload
+            assert resp.getheader("x-amz-checksum-crc32") == "zQ2/Yg=="
             conn.request("HEAD", "/blob")
             resp = conn.getresponse()
             assert resp.getheader("Content-Length") == str(len(payload)) and resp.read() == b""
