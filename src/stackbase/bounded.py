@@ -47,7 +47,9 @@ __all__ = [
     "TooLarge",
     "check_yaml_expansion",
     "json_depth",
+    "json_max_bytes",
     "parse_json",
+    "read_capped",
     "read_json",
     "read_text_lines",
     "read_zip_member",
@@ -274,6 +276,29 @@ def parse_json(text: str | bytes, *, source: str, max_depth: int | None = None) 
         raise NotJSON(f"{source}: not valid JSON ({err})") from None
 
 
+def json_max_bytes() -> int:
+    """The most bytes one JSON file may have (`FOUNDRY_MAX_JSON_MB`, `stackbase.limits`)."""
+    return int(limit_of("JSON_MB")) << 20
+
+
+def read_capped(path: str | os.PathLike[str], *, max_bytes: int | None = None, source: str = "") -> bytes:
+    """The bytes of the file at `path`, at most `max_bytes` of them (default `json_max_bytes`); `source` names
+    it in messages (default: the path).
+
+    Raises:
+        TooLarge: It is larger (nothing beyond `max_bytes` + 1 bytes is read).
+        OSError: It cannot be read (FileNotFoundError when absent).
+    """
+    source = source or os.fspath(path)
+    raise_with = f"; {hint('JSON_MB')}" if max_bytes is None else ""
+    max_bytes = json_max_bytes() if max_bytes is None else max_bytes
+    with open(path, "rb") as f:
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise TooLarge(f"{source}: over {max_bytes:,} bytes: not a file of this kind{raise_with}")
+    return raw
+
+
 def read_json(
     path: str | os.PathLike[str],
     *,
@@ -290,13 +315,9 @@ def read_json(
         OSError: It cannot be read (FileNotFoundError when absent).
     """
     source = source or os.fspath(path)
-    raise_with = f"; {hint('JSON_MB')}" if max_bytes is None else ""
-    max_bytes = limit_of("JSON_MB") << 20 if max_bytes is None else max_bytes
-    with open(path, "rb") as f:
-        raw = f.read(max_bytes + 1)
-    if len(raw) > max_bytes:
-        raise TooLarge(f"{source}: over {max_bytes:,} bytes: not a file of this kind{raise_with}")
-    return parse_json(raw, source=source, max_depth=max_depth)
+    return parse_json(
+        read_capped(path, max_bytes=max_bytes, source=source), source=source, max_depth=max_depth
+    )
 
 
 _SHORT = reprlib.Repr()

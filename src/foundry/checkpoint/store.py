@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from stackbase.bounded import json_max_bytes, read_capped
 from streaming.storage import RetryPolicy, download_file, is_remote, join_url, list_files, redact, upload_file
 from streaming.storage.transfer import delete_file
 from streaming.util.safepath import safe_relpath
@@ -150,12 +151,13 @@ class CheckpointStore:
         """
         local = self.local_path(rel)
         if local is not None:
-            return self._decode(Path(local).read_bytes(), rel)
+            return self._decode(read_capped(local, source=redact(self.url(rel))), rel)
         os.makedirs(scratch, exist_ok=True)
         tmp = os.path.join(scratch, f".{os.path.basename(rel)}.read-{os.getpid()}")
         try:
-            download_file(self.url(rel), tmp, policy=self.policy)
-            return self._decode(Path(tmp).read_bytes(), rel)
+            cap = json_max_bytes()  # a manifest or marker: one request, no larger than a JSON file may be
+            download_file(self.url(rel), tmp, policy=self.policy, max_bytes=cap, ranged=None)
+            return self._decode(read_capped(tmp, source=redact(self.url(rel))), rel)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)

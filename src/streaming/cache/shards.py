@@ -79,6 +79,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from stackbase.bounded import json_max_bytes
 from streaming.cache.locks import file_lock, lock_dir, prep_lock, try_lock, use_lock
 from streaming.cache.pins import Pins
 from streaming.cache.space import CacheTooSmallError, SpaceEntry, SpaceKeeper, release_reservation
@@ -191,7 +192,9 @@ def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -
     with file_lock(local, INDEX_FILENAME):
         _check_source(local, marker, mine)
         if not os.path.exists(path):
-            download_file(join_url(remote, INDEX_FILENAME), path, policy=policy)
+            download_file(  # one request, capped: an index larger than any JSON file may be is refused
+                join_url(remote, INDEX_FILENAME), path, policy=policy, max_bytes=json_max_bytes(), ranged=None
+            )
     return path
 
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from stackbase.bounded import NotJSON, TooLarge, parse_json
+from stackbase.bounded import NotJSON, TooLarge, parse_json, read_capped
 from streaming.format.compression import is_valid_compression
 from streaming.util.safepath import UnsafePathError, safe_relpath
 
@@ -446,7 +445,9 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
     """
     path = index_path(dirname, split)
     try:
-        raw = Path(path).read_bytes()
+        raw = read_capped(path, source=source or path)  # FOUNDRY_MAX_JSON_MB
+    except TooLarge as err:
+        raise IndexError_(str(err)) from None
     except FileNotFoundError:
         folder = os.path.dirname(path)
         if not os.path.isdir(folder):

@@ -281,3 +281,15 @@ def test_scripts_refuse_a_pickled_weights_file_in_one_line(tmp_path, script):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "refused" in lines[0], proc.stderr
     assert "weights_only=False" not in proc.stderr and not (tmp_path / "pwned").exists()
+
+
+def test_a_manifest_over_the_json_cap_is_refused(tmp_path, monkeypatch):
+    """SECURITY.md: checkpoint manifests are read with a size cap (FOUNDRY_MAX_JSON_MB)."""
+    from stackbase.bounded import TooLarge
+
+    _one_checkpoint(tmp_path)
+    manifest = tmp_path / "ckpts" / "ep0-ba1" / "manifest.json"
+    manifest.write_text(manifest.read_text() + " " * (1 << 20))
+    monkeypatch.setenv("FOUNDRY_MAX_JSON_MB", "1")
+    with pytest.raises(TooLarge, match=r"manifest.json: over 1,048,576 bytes"):
+        CheckpointStore(str(tmp_path / "ckpts")).read_text("ep0-ba1/manifest.json", scratch=str(tmp_path / "s"))

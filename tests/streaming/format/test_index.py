@@ -109,3 +109,25 @@ def test_a_corrupt_shard_of_a_local_stream_is_a_user_error(tmp_path):
     ds = StreamingDataset(local=str(tmp_path))
     with pytest.raises(ValueError, match=r"shard\.00000\.mds: xxh64 is .* index\.json says"):
         ds[0]
+
+
+def test_an_index_over_the_json_cap_is_refused_unread(tmp_path, monkeypatch):
+    """SECURITY.md: index.json is read with a size cap (FOUNDRY_MAX_JSON_MB), locally and from a remote."""
+    monkeypatch.setenv("FOUNDRY_MAX_JSON_MB", "1")
+    (tmp_path / "index.json").write_text('{"version": 2, "shards": []}' + " " * (1 << 20))
+    with pytest.raises(IndexError_, match=r"over 1,048,576 bytes.*FOUNDRY_MAX_JSON_MB"):
+        load_index(str(tmp_path))
+
+
+def test_a_remote_index_over_the_json_cap_is_not_downloaded(tmp_path, s3_bucket, s3_env, monkeypatch):
+    import boto3
+
+    from streaming.cache.shards import fetch_index
+    from streaming.util.sizes import SizeLimitExceeded
+
+    monkeypatch.setenv("FOUNDRY_MAX_JSON_MB", "1")
+    body = b'{"version": 2, "shards": []}' + b" " * (1 << 20)
+    boto3.client("s3", endpoint_url=s3_env).put_object(Bucket=s3_bucket[5:], Key="ds/index.json", Body=body)
+    with pytest.raises(SizeLimitExceeded):
+        fetch_index(f"{s3_bucket}/ds", str(tmp_path / "local"))
+    assert not (tmp_path / "local" / "index.json").exists()
