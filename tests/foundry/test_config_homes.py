@@ -23,7 +23,6 @@ from omegaconf import OmegaConf
 
 from foundry.config import GROUP_ONLY_KEYS, TrainConfig, register_configs
 from foundry.launch.config import K8sConfig
-from foundry.train.spike_guard import SpikeGuardConfig
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
@@ -32,8 +31,8 @@ FILE_GROUPS = {*GROUP_ONLY_KEYS, "hydra"}
 """Groups that only pick files (`# @package _global_` patches, Hydra's own settings): no schema."""
 TOOL_SCHEMAS: dict[str, type] = {"k8s": K8sConfig}
 """Groups read by a tool rather than composed by `train.py` (so not in the ConfigStore): group -> schema."""
-NESTED_ELSEWHERE = {SpikeGuardConfig: "trainer.spike_guard: the guard's own settings, beside the guard"}
-"""Nested schemas allowed outside their group's module, with the reason."""
+NESTED_ELSEWHERE: dict[type, str] = {}
+"""Nested schemas allowed outside their group's module, with the reason (none now)."""
 
 
 def _groups() -> list[str]:

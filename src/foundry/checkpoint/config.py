@@ -21,8 +21,8 @@ class CheckpointConfig:
     """Checkpoint saving, loading and autoresume (`checkpoint` group)."""
 
     save_folder: str | None = None
-    """Local directory or object-store URL (`s3://`, `gs://`, `az://`, `file://`); `{run_name}` expands. Null:
-    no checkpoints."""
+    """Local directory or object-store URL (`s3://`, `gs://`, `az://`, `file://`); `{run_name}` and
+    `{run_dir}` (the run's folder) expand. Null: no checkpoints."""
     save_interval: str = "1000ba"
     """How often to save (`500ba`, `1ep`, `1e9tok`); the end of training always saves."""
     save_num_checkpoints_to_keep: int = -1

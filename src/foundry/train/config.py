@@ -1,7 +1,8 @@
 """`TrainerConfig`, the typed schema of the `trainer` config group (steps, batch sizes, precision, device).
 
-The `parallelism` and `checkpoint` schemas live beside their code (`foundry.parallel.config`,
-`foundry.checkpoint.config`) and are re-exported here only for older imports.
+`SpikeGuardConfig` (`trainer.spike_guard`) is part of this group, so it lives here too (the guard itself is
+`foundry.train.spike_guard`). The `parallelism` and `checkpoint` schemas live beside their code
+(`foundry.parallel.config`, `foundry.checkpoint.config`) and are re-exported here only for older imports.
 
 Design note: OmegaConf 2.3 has no `Union`/`Literal`, so fields that llm-foundry lets take several types
 (`device_train_microbatch_size: 8 | auto`, durations as `4800ba` strings or bare step counts) are declared
@@ -20,7 +21,6 @@ from foundry.time import parse_duration
 from foundry.train.compile import normalize_compile
 from foundry.train.float8 import FP8_RECIPES
 from foundry.train.speed import SPEEDS
-from foundry.train.spike_guard import SpikeGuardConfig
 
 __all__ = ["CheckpointConfig", "ParallelismConfig", "SpikeGuardConfig", "TrainerConfig", "PRECISIONS"]
 
@@ -34,6 +34,40 @@ def _check_duration(name: str, value: Any) -> None:  # str or int from YAML
         parse_duration(value)
     except ValueError as e:
         raise ValueError(f"trainer.{name}: {e}") from None
+
+
+@dataclass(kw_only=True)
+class SpikeGuardConfig:
+    """`trainer.spike_guard`: roll back and skip batches on NaN/Inf or outlier losses (off by default)."""
+
+    enabled: bool = False
+    """Turn the guard on."""
+    window: int = 100
+    """Good steps whose losses form the baseline (median / MAD)."""
+    min_history: int = 20
+    """Losses needed before the z-score test applies (NaN/Inf are caught from the first step)."""
+    z_threshold: float = 6.0
+    """A loss this many robust standard deviations above the window's median is a spike."""
+    snapshot_interval: int = 10
+    """Take the in-memory rollback snapshot every this many good steps (1: skip only the bad batch)."""
+    max_rollbacks: int = 5
+    """Rollbacks allowed in one run; one more spike stops it."""
+    retries_per_step: int = 2
+    """Rollbacks allowed for spikes at the same optimizer step; one more spike there stops the run."""
+
+    def __post_init__(self) -> None:
+        for name in ("window", "min_history", "snapshot_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"trainer.spike_guard.{name}={getattr(self, name)} must be >= 1")
+        if self.min_history > self.window:
+            raise ValueError(
+                f"trainer.spike_guard.min_history={self.min_history} must be <= window={self.window}"
+            )
+        if not self.z_threshold > 0:
+            raise ValueError(f"trainer.spike_guard.z_threshold={self.z_threshold} must be > 0")
+        for name in ("max_rollbacks", "retries_per_step"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"trainer.spike_guard.{name}={getattr(self, name)} must be >= 0")
 
 
 @dataclass(kw_only=True)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from foundry.checkpoint.state import snapshot
 from foundry.precision import build_grad_scaler
 from foundry.rng import rng_state, set_rng_state
+from foundry.train.config import SpikeGuardConfig
 
 if TYPE_CHECKING:
     from foundry.train.loop import Trainer
@@ -44,40 +45,6 @@ __all__ = ["SpikeGuard", "SpikeGuardConfig", "SpikeGuardError", "robust_z", "spi
 
 _MAD_TO_SIGMA = 1.4826
 _MIN_SCALE = 1e-3  # x |median|: the floor of the robust scale
-
-
-@dataclass(kw_only=True)
-class SpikeGuardConfig:
-    """`trainer.spike_guard`: roll back and skip batches on NaN/Inf or outlier losses (off by default)."""
-
-    enabled: bool = False
-    """Turn the guard on."""
-    window: int = 100
-    """Good steps whose losses form the baseline (median / MAD)."""
-    min_history: int = 20
-    """Losses needed before the z-score test applies (NaN/Inf are caught from the first step)."""
-    z_threshold: float = 6.0
-    """A loss this many robust standard deviations above the window's median is a spike."""
-    snapshot_interval: int = 10
-    """Take the in-memory rollback snapshot every this many good steps (1: skip only the bad batch)."""
-    max_rollbacks: int = 5
-    """Rollbacks allowed in one run; one more spike stops it."""
-    retries_per_step: int = 2
-    """Rollbacks allowed for spikes at the same optimizer step; one more spike there stops the run."""
-
-    def __post_init__(self) -> None:
-        for name in ("window", "min_history", "snapshot_interval"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"trainer.spike_guard.{name}={getattr(self, name)} must be >= 1")
-        if self.min_history > self.window:
-            raise ValueError(
-                f"trainer.spike_guard.min_history={self.min_history} must be <= window={self.window}"
-            )
-        if not self.z_threshold > 0:
-            raise ValueError(f"trainer.spike_guard.z_threshold={self.z_threshold} must be > 0")
-        for name in ("max_rollbacks", "retries_per_step"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"trainer.spike_guard.{name}={getattr(self, name)} must be >= 0")
 
 
 class SpikeGuardError(RuntimeError):
