@@ -148,15 +148,19 @@ def check_yaml_expansion(
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
-        return  # the real loader reports it, with its own message
-    except RecursionError:  # the composer recurses once per level
+        # the real loader reports it, with its own message
+        return
+    except RecursionError:
+        # the composer recurses once per level
         raise TooLarge(f"{source}: nested deeper than {max_depth} levels: not a training config") from None
     if root is None:
         return
     sizes: dict[int, int] = {}
-    open_: set[int] = set()  # the nodes being counted: meeting one again is an alias inside itself
+    # the nodes being counted: meeting one again is an alias inside itself
+    open_: set[int] = set()
 
-    def size(node: Any, depth: int) -> int:  # a yaml node
+    # `node`: a yaml node
+    def size(node: Any, depth: int) -> int:
         if depth > max_depth:
             raise TooLarge(f"{source}: nested deeper than {max_depth} levels: not a training config")
         key = id(node)
@@ -237,7 +241,8 @@ def json_depth(text: bytes, *, limit: int) -> int:
         text = _STRING.sub(b"", text)
     depth = 0
     while text and depth <= limit:
-        inner = text.replace(b"[]", b"")  # every innermost pair, once: one level per pass
+        # every innermost pair, once: one level per pass
+        inner = text.replace(b"[]", b"")
         if inner == text:
             return -1
         text, depth = inner, depth + 1
@@ -272,7 +277,8 @@ def parse_json(text: str | bytes, *, source: str, max_depth: int | None = None) 
         raise NotJSON(f"{source}: not valid JSON ({err.msg}: line {err.lineno} column {err.colno})") from err
     except RecursionError:
         raise TooLarge(f"{source}: JSON nested too deeply to parse") from None
-    except ValueError as err:  # an integer of over 4,300 digits
+    except ValueError as err:
+        # an integer of over 4,300 digits
         raise NotJSON(f"{source}: not valid JSON ({err})") from None
 
 
@@ -324,7 +330,7 @@ _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 2, 60, 60, 4, 4
 
 
-def short_repr(value: Any) -> str:  # any value read from an untrusted file
+def short_repr(value: Any) -> str:
     """A `repr` bounded in length and depth, for messages about a value from an untrusted file (a crafted
     one can nest a value 100,000 deep, which the builtin `repr` cannot print)."""
     return _SHORT.repr(value)

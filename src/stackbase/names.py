@@ -17,7 +17,8 @@ __all__ = ["MAX_NAME_BYTES", "NameError_", "check_name", "child_path", "name_pro
 MAX_NAME_BYTES = 255
 
 
-class NameError_(ValueError):  # `NameError` is a builtin
+# `NameError` is a builtin
+class NameError_(ValueError):
     """A name that cannot be one path component; the message names the field and the fix."""
 
 

@@ -53,11 +53,13 @@ def pid_alive(pid: object) -> bool:
     except PermissionError:
         return True
     except (OverflowError, ValueError):
-        return False  # not a pid at all (a forged record's -1 or 2**70)
+        # not a pid at all (a forged record's -1 or 2**70)
+        return False
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return True  # no procfs (or it just exited): trust the probe
+        # no procfs (or it just exited): trust the probe
+        return True
     return text.rsplit(")", 1)[1].split()[0] != "Z"
 
 

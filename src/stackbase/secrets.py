@@ -206,7 +206,8 @@ def secret_env_values() -> list[str]:
     """The values of this process's credential environment variables (``is_secret_env``), each with its
     URL-encoded forms (a secret inside a URL's query), longest first."""
     values: set[str] = set()
-    patterns = _user_patterns()  # once per call: this runs for every line printed
+    # once per call: this runs for every line printed
+    patterns = _user_patterns()
     for key, value in os.environ.items():
         if len(value) >= _MIN_SECRET_VALUE and is_secret_env(key, patterns=patterns):
             values |= {value, quote(value, safe=""), quote_plus(value), quote(value)}
@@ -237,7 +238,7 @@ def redact_text(text: str) -> str:
     )
 
 
-def _mask_all(obj: Any) -> Any:  # any config value
+def _mask_all(obj: Any) -> Any:
     """Every string leaf masked (the value of a credential key that is a mapping or list)."""
     if isinstance(obj, str):
         return MASK if obj else obj
@@ -250,7 +251,7 @@ def _mask_all(obj: Any) -> Any:  # any config value
     return obj
 
 
-def redact_value(obj: Any, *, key: object = None) -> Any:  # any config value
+def redact_value(obj: Any, *, key: object = None) -> Any:
     """A redacted copy of a config tree (the input is never mutated).
 
     Walks mappings, lists, tuples and dataclass instances (which become dicts, as `dataclasses.asdict`
