@@ -187,7 +187,8 @@ def load_model(
 
 
 def _adapters_on_base(
-    schema: Any,  # a foundry.models ModelConfig
+    # a foundry.models ModelConfig
+    schema: Any,
     info: CheckpointInfo,
     local: str,
     *,

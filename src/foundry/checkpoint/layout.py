@@ -163,7 +163,8 @@ class Manifest:
             ValueError: Not a manifest this library can read: not UTF-8 JSON, nested deeper than
                 `stackbase.bounded.MAX_JSON_DEPTH`, a key missing or unknown, a value of the wrong type.
         """
-        data = parse_json(text, source=source)  # nesting capped: one error, never a RecursionError
+        # nesting capped: one error, never a RecursionError
+        data = parse_json(text, source=source)
         if not isinstance(data, dict):
             raise ValueError(f"{source}: not a checkpoint manifest (a JSON object)")
         version = data.get("format_version", 0)
@@ -245,7 +246,8 @@ def find_checkpoints(store: CheckpointStore, *, scratch: str) -> list[Checkpoint
         try:
             manifest = read_manifest(store, name, scratch=scratch)
         except UnsafePathError:
-            raise  # a crafted manifest is an error to see, not a torn save to skip
+            # a crafted manifest is an error to see, not a torn save to skip
+            raise
         except (ValueError, TypeError, OSError) as e:
             log.warning("ignoring checkpoint %s: unreadable %s (%s)", where, MANIFEST, e)
             continue

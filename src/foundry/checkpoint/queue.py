@@ -119,7 +119,8 @@ class UploadQueue(Generic[J]):
                     self._drop(old)
                 if job is not None:
                     self._run(job)
-            except BaseException as e:  # handed to the training thread
+            except BaseException as e:
+                # handed to the training thread
                 with self._cond:
                     self._error = e
                     self._busy = False

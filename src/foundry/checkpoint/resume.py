@@ -88,7 +88,8 @@ def resolve_start(
     `adapt_load_path(path, scratch=, weights_only=, rank=)` may turn a `load_path` in another format into
     one of ours (the task passes `foundry.compat.composer.as_foundry_start`; this package knows no other
     formats, so it never imports `foundry.compat`)."""
-    if cfg.resume_enabled and cfg.save_folder:  # (resume_enabled implies a save_folder)
+    # resume_enabled implies a save_folder
+    if cfg.resume_enabled and cfg.save_folder:
         folder = fill_save_folder(cfg.save_folder, run_name=run_name)
         found = find_checkpoints(
             CheckpointStore(folder, policy=transfer_policy(cfg.transfer_budget)), scratch=scratch
@@ -215,7 +216,8 @@ def fetch(
             if os.path.exists(path) and os.path.getsize(path) == meta["bytes"]:
                 continue
             info.store.get(f"{info.name}/{rel}", path, expected={HASH: meta[HASH]}, algo=HASH)
-        _verify(target, info, [DCP_METADATA])  # also when an earlier download left it in the cache
+        # also when an earlier download left it in the cache
+        _verify(target, info, [DCP_METADATA])
     barrier()
     return target
 
@@ -266,7 +268,8 @@ def load_into(
     t0 = time.perf_counter()
     if m.adapters_only:
         _load_base(trainer.model, start, cfg=cfg, cache_root=cache_root, local_rank=local_rank)
-    directory = fetch(  # an autoresumed checkpoint's files were all checked when it was chosen
+    # an autoresumed checkpoint's files were all checked when it was chosen
+    directory = fetch(
         info,
         cache_root=cache_root,
         weights_only=start.weights_only,
@@ -302,7 +305,8 @@ def load_into(
         diffs = [d for d in diffs if not behaviour_only(d)]
         raise weight_mismatch_error(err, start=start, diffs=diffs, strict=strict) from err
     if out is not None:
-        try:  # a value of the wrong type in a checkpoint's run state is the checkpoint's fault: one line
+        # a value of the wrong type in a checkpoint's run state is the checkpoint's fault: one line
+        try:
             trainer.load_run_state(out["run"])
             if out["rng"] is not None:
                 set_rng_state(out["rng"])
@@ -389,7 +393,8 @@ def _load_base(
             )
         return
     if mc.get("pretrained_model_name_or_path") and mc.get("pretrained", True):
-        return  # the base was loaded with the model (hf-causal-lm pretrained weights)
+        # the base was loaded with the model (hf-causal-lm pretrained weights)
+        return
     raise ValueError(
         f"{redact(start.info.url)} holds LoRA adapters only (checkpoint.save_adapters_only=true) and nothing "
         "provides the base weights: set checkpoint.load_path to the base model's checkpoint (the one the "
@@ -448,7 +453,8 @@ def load_weights(
                 rank=rank(),
                 saved_world=info.manifest.world_size,
             )
-    except WeightMismatch as err:  # one error line (task=eval, export), as when a run loads it
+    except WeightMismatch as err:
+        # one error line (task=eval, export), as when a run loads it
         start = StartPoint(info, "load_path", weights_only=True)
         raise weight_mismatch_error(err, start=start, diffs=[], strict=strict) from err
     return info

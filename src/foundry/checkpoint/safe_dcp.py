@@ -96,7 +96,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         super().__init__(file)
         self.source = source
 
-    def find_class(self, module: str, name: str) -> Any:  # a class or function
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) in ALLOWED_GLOBALS:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
@@ -120,7 +120,8 @@ def restricted_load(file: IO[bytes], *, source: str) -> Any:
         return _MetadataUnpickler(file, source=source).load()
     except (UnsafeCheckpointError, MemoryError):
         raise
-    except Exception as err:  # whatever a damaged or crafted pickle makes the allowed classes raise
+    except Exception as err:
+        # whatever a damaged or crafted pickle makes the allowed classes raise
         raise ValueError(
             f"{source}: not readable torch.distributed.checkpoint metadata ({type(err).__name__}: "
             f"{' '.join(str(err).split())[:200]})"
@@ -183,7 +184,8 @@ class SafeLoadPlanner(DefaultLoadPlanner):
             ) from None
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], obj)
-        else:  # the planner's `state_dict` may be a copy of the caller's dict: set both
+        else:
+            # the planner's `state_dict` may be a copy of the caller's dict: set both
             self.state_dict[fqn] = obj
             self.original_state_dict[fqn] = obj
 
@@ -219,7 +221,8 @@ def load(state: dict[str, Any], directory: str, *, allow_pickle: bool, **planner
             if isinstance(exc, UnsafeCheckpointError | UnsafePathError):
                 raise exc from None
         first = failures[0] if failures else e
-        raise ValueError(  # one line, not DCP's dump of every rank's traceback
+        # one line, not DCP's dump of every rank's traceback
+        raise ValueError(
             f"{directory}: not a readable sharded checkpoint ({type(first).__name__}: "
             f"{' '.join(str(first).split())[:300]})"
         ) from None

@@ -63,8 +63,8 @@ _MARKER = ".done-rank{rank}.json"
 _DROPPED = ".dropped-rank{rank}.json"
 
 
-def resolve_format(fmt: str, model: nn.Module) -> str:  # maybe wrapped
-    """`auto` -> `sharded` when any submodule is FSDP2-sharded, else `full`."""
+def resolve_format(fmt: str, model: nn.Module) -> str:
+    """`auto` -> `sharded` when any submodule of `model` (maybe wrapped) is FSDP2-sharded, else `full`."""
     if fmt != "auto":
         return fmt
     from torch.distributed.fsdp import FSDPModule
@@ -156,7 +156,8 @@ class Checkpointer:
         clear_later = self.store.remote and self.cfg.async_upload and (fmt != "sharded" or self.world == 1)
         self._clear(name, staging, later=clear_later)
         weights_only, adapters_only = self.cfg.save_weights_only, self.cfg.save_adapters_only
-        fmt = "full" if adapters_only else fmt  # a few small tensors: one file
+        # a few small tensors: one file
+        fmt = "full" if adapters_only else fmt
         optimizer = None if weights_only else trainer.optimizer
         run_state = None if weights_only else trainer.run_state()
         # What may wait for the background thread: writing itself, when this rank can write alone (full format

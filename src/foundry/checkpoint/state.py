@@ -73,8 +73,9 @@ def collect(
     return get_state_dict(model, optimizer, options=options)
 
 
-def snapshot(tree: Any) -> Any:  # nested containers
-    """A deep copy with every tensor cloned to CPU (so training may go on while a thread writes it)."""
+def snapshot(tree: Any) -> Any:
+    """A deep copy of `tree` (nested containers) with every tensor cloned to CPU (so training may go on
+    while a thread writes it)."""
     if isinstance(tree, torch.Tensor):
         return tree.detach().to("cpu", copy=True)
     if isinstance(tree, dict):
@@ -188,7 +189,8 @@ def _matched(
     """
     model_sd = get_model_state_dict(model)
     match = match_keys(model_sd, stored, adapters_only=adapters_only)
-    own = {k: tuple(v.shape) for k, v in model_sd.items() if isinstance(v, torch.Tensor)}  # DTensor: global
+    # a DTensor's shape here is the global one
+    own = {k: tuple(v.shape) for k, v in model_sd.items() if isinstance(v, torch.Tensor)}
     shapes = [
         f"{key}: checkpoint {saved}, model {own[key]}"
         for key, name in match.source.items()
@@ -203,7 +205,8 @@ def _matched(
     return match.source, bool(match.skipped)
 
 
-def _stored_shape(meta: Any) -> tuple[int, ...] | None:  # a DCP storage metadata entry
+# `meta`: a DCP storage metadata entry
+def _stored_shape(meta: Any) -> tuple[int, ...] | None:
     size = getattr(meta, "size", None)
     return tuple(size) if size is not None else None
 
@@ -256,9 +259,11 @@ def read_state_file(path: str, *, allow_pickle: bool, keys: tuple[str, ...] = ()
         obj = load_file(path, allow_pickle=allow_pickle)
     except (FileNotFoundError, MemoryError):
         raise
-    except Exception as err:  # torch.load raises whatever the damaged bytes lead it to
+    except Exception as err:
+        # torch.load raises whatever the damaged bytes lead it to
         if isinstance(err, ValueError) and str(err).startswith(path):
-            raise  # load_file's own refusal of a pickle, naming the file
+            # load_file's own refusal of a pickle, naming the file
+            raise
         raise ValueError(f"{path}: not a readable checkpoint file ({_one_line(err)})") from None
     if keys and not (isinstance(obj, dict) and all(k in obj for k in keys)):
         raise ValueError(
@@ -360,7 +365,8 @@ def load_sharded(
     stored = storage_reader(directory, allow_pickle=allow_pickle).read_metadata().state_dict_metadata
     names = {k[len("model.") :]: _stored_shape(v) for k, v in stored.items() if k.startswith("model.")}
     source, partial = _matched(model, names, strict=strict, adapters_only=adapters_only)
-    view: dict[str, Any] = {}  # stored name -> the model tensor DCP loads it into (in place)
+    # stored name -> the model tensor DCP loads it into (in place)
+    view: dict[str, Any] = {}
     for key, name in source.items():
         view.setdefault(name, model_sd[key])
     state = {"model": view} if optim_sd is None else {"model": view, "optim": optim_sd}

@@ -49,7 +49,8 @@ def _publish(dst: str, write: Callable[[BinaryIO], object]) -> None:
     try:
         os.fsync(fd)
     except OSError:
-        pass  # some filesystems cannot flush a folder; the rename is still atomic
+        # some filesystems cannot flush a folder; the rename is still atomic
+        pass
     finally:
         os.close(fd)
 
@@ -99,7 +100,8 @@ class CheckpointStore:
         prefix = self.root + "/"
         where = prefix + (under.rstrip("/") + "/" if under else "")
         listed = [u[len(prefix) :] for u in list_files(where, policy=self.policy) if u.startswith(prefix)]
-        for rel in listed:  # checked, but kept as listed: it is the key to read or delete
+        # checked, but kept as listed: it is the key to read or delete
+        for rel in listed:
             safe_relpath(rel, source=f"listing of {redact(where)}", field="key")
         return sorted(listed)
 
@@ -155,7 +157,8 @@ class CheckpointStore:
         os.makedirs(scratch, exist_ok=True)
         tmp = os.path.join(scratch, f".{os.path.basename(rel)}.read-{os.getpid()}")
         try:
-            cap = json_max_bytes()  # a manifest or marker: one request, no larger than a JSON file may be
+            # a manifest or marker: one request, no larger than a JSON file may be
+            cap = json_max_bytes()
             download_file(self.url(rel), tmp, policy=self.policy, max_bytes=cap, ranged=None)
             return self._decode(read_capped(tmp, source=redact(self.url(rel))), rel)
         finally:
