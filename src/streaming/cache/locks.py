@@ -90,7 +90,8 @@ def open_lock(directory: str, name: str) -> int:
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     except OSError as err:
-        if err.errno == errno.ELOOP:  # a link planted since the check
+        # a link planted since the check
+        if err.errno == errno.ELOOP:
             refuse_links(folder, path, doing="open lock file")
         raise
 
@@ -106,7 +107,8 @@ def file_lock(directory: str, name: str, *, blocking: bool = True, shared: bool 
         except BlockingIOError:
             yield False
             return
-        yield True  # closing the descriptor releases the lock
+        # closing the descriptor releases the lock
+        yield True
     finally:
         os.close(fd)
 

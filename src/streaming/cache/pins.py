@@ -26,9 +26,12 @@ class Pins:
     """This process's pins on the shards of one cache, keyed by shard id (see the module note)."""
 
     def __init__(self) -> None:
-        self._fds: dict[int, int] = {}  # shard -> descriptor of its use lock, held shared
-        self._holds: Counter[int] = Counter()  # shard -> holders not yet dropped
-        self._released: deque[int] = deque()  # holders whose owners went, dropped by the next drain
+        # shard -> descriptor of its use lock, held shared
+        self._fds: dict[int, int] = {}
+        # shard -> holders not yet dropped
+        self._holds: Counter[int] = Counter()
+        # holders whose owners went, dropped by the next drain
+        self._released: deque[int] = deque()
 
     def __contains__(self, key: int) -> bool:
         return key in self._fds
@@ -54,7 +57,8 @@ class Pins:
         """One more holder of the pinned shard ``key``, dropped when ``owner`` is garbage."""
         assert key in self._fds, "take the pin first"
         self._holds[key] += 1
-        weakref.finalize(owner, self._released.append, key)  # only queued: see the module note
+        # only queued: see the module note
+        weakref.finalize(owner, self._released.append, key)
 
     def drop(self, key: int) -> None:
         """Undo one holder of shard ``key``; the last one releases the lock."""
@@ -82,5 +86,6 @@ class Pins:
         for fd in fds.values():
             try:
                 os.close(fd)
-            except OSError:  # already closed (interpreter shutdown)
+            except OSError:
+                # already closed (interpreter shutdown)
                 pass

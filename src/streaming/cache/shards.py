@@ -192,7 +192,8 @@ def fetch_index(remote: str, local: str, *, policy: RetryPolicy | None = None) -
     with file_lock(local, INDEX_FILENAME):
         _check_source(local, marker, mine)
         if not os.path.exists(path):
-            download_file(  # one request, capped: an index larger than any JSON file may be is refused
+            # one request, capped: an index larger than any JSON file may be is refused
+            download_file(
                 join_url(remote, INDEX_FILENAME), path, policy=policy, max_bytes=json_max_bytes(), ranged=None
             )
     return path
@@ -496,10 +497,12 @@ class ShardCache:
         shard, name = self.shards[k], self._lock_name(k)
         tracked = shard.evictable and self.cache_limit is not None
         while True:
+            # a failed pin: evicted since the look; prepare it again
             if self._ready(k) and self._trusted(k) and (not pin or self.pin(k)):
-                return True  # a failed pin: evicted since the look; prepare it again
+                return True
             if self._await_preparer(k):
-                continue  # someone else prepared it meanwhile (or failed): look again
+                # someone else prepared it meanwhile (or failed): look again
+                continue
             need, targets = self._to_create(k)
             token = None
             # the one wait on readers: holding no lock but this thread's own pins
@@ -520,8 +523,10 @@ class ShardCache:
             try:
                 with file_lock(shard.local, prep_lock(name)):
                     if not self._fill(k, reserved=need if tracked else None, on_tmp=on_tmp):
-                        continue  # files vanished meanwhile (evicted): reserve again
-                    if not pin or self.pin(k):  # under the prepare lock: no eviction can come first
+                        # files vanished meanwhile (evicted): reserve again
+                        continue
+                    # under the prepare lock: no eviction can come first
+                    if not pin or self.pin(k):
                         return True
             finally:
                 if token is not None:
@@ -562,7 +567,8 @@ class ShardCache:
         with try_lock(local, name) as free:
             if free:
                 return False
-        with file_lock(local, name, shared=True):  # granted once the preparer is done
+        # granted once the preparer is done
+        with file_lock(local, name, shared=True):
             return True
 
     def _check(self, k: int) -> list[tuple[str, str, str]]:
@@ -583,7 +589,8 @@ class ShardCache:
             try:
                 actual = verify_file(path, self._verdict(k, f, algo), algo, expected)
             except FileNotFoundError:
-                continue  # evicted meanwhile
+                # evicted meanwhile
+                continue
             if actual is None:
                 continue
             if shard.remote is None:
@@ -623,7 +630,8 @@ class ShardCache:
         """Download what is missing, verify, decompress (holding the shard's prepare lock)."""
         shard, algo = self.shards[k], self._algo(k)
         if self._ready(k):
-            return  # only a bad compressed copy was dropped; the raw files passed
+            # only a bad compressed copy was dropped; the raw files passed
+            return
         for info in shard.info.stored_files():
             path = self._path(k, info)
             if os.path.exists(path):
@@ -646,17 +654,18 @@ class ShardCache:
                     ranged=ranged,
                 )
             self.downloads += 1
-            if algo is not None:  # download_file verified it against the index
+            # download_file verified it against the index
+            if algo is not None:
                 record_verdict(path, self._verdict(k, info, algo), algo, info.hashes[algo])
         if shard.info.zip_data is not None:
             decompress_shard(shard.local, shard.info, on_tmp=on_tmp)
-            if (
-                shard.evictable and not shard.keep_zip
-            ):  # the compressed form is only transport once raw is here
+            # the compressed form is only transport once raw is here
+            if shard.evictable and not shard.keep_zip:
                 for packed in (shard.info.zip_data, shard.info.zip_meta):
                     if packed is not None and os.path.exists(self._path(k, packed)):
                         os.remove(self._path(k, packed))
-            bad = self._check(k)  # the raw forms, when the index has their digests
+            # the raw forms, when the index has their digests
+            bad = self._check(k)
             if bad:
                 path, expected, actual = bad[0]
                 raise HashMismatchError(

@@ -40,7 +40,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from stackbase.process import pid_alive  # re-exported: the streaming modules' one liveness probe
+# re-exported: the streaming modules' one liveness probe
+from stackbase.process import pid_alive
 from streaming.cache.locks import file_lock, lock_dir, open_lock, prep_lock, use_lock
 from streaming.util.safepath import refuse_links
 from streaming.util.sizes import format_bytes
@@ -139,7 +140,8 @@ def scan_usage(
                     os.remove(path)
                     continue
                 st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:  # renamed or evicted since the listing
+            except FileNotFoundError:
+                # renamed or evicted since the listing
                 continue
             if match is None:
                 files[path] = st.st_size
@@ -173,7 +175,8 @@ def add_reservation(lock_dir: str, nbytes: int, targets: Sequence[str], *, check
     except FileNotFoundError:
         if not checked:
             raise
-        return add_reservation(lock_dir, nbytes, targets)  # the folder was removed since (by hand)
+        # the folder was removed since (by hand)
+        return add_reservation(lock_dir, nbytes, targets)
     with f:
         json.dump({"pid": os.getpid(), "bytes": int(nbytes), "targets": list(targets)}, f)
     os.replace(tmp, path)
@@ -217,7 +220,8 @@ def read_reservations(
             release_reservation(path)
             continue
         if not name.endswith(".json"):
-            continue  # a '.part' being written by a live process
+            # a '.part' being written by a live process
+            continue
         if known is not None and name in known:
             live.append(known[name])
             continue
@@ -228,10 +232,12 @@ def read_reservations(
                 Reservation(path=path, pid=pid, nbytes=int(obj["bytes"]), targets=tuple(obj["targets"]))
             )
         except (OSError, ValueError, KeyError, TypeError):
-            continue  # released meanwhile, or not ours to judge
+            # released meanwhile, or not ours to judge
+            continue
         if known is not None:
             known[name] = live[-1]
-    if known is not None:  # forget the released ones
+    # forget the released ones
+    if known is not None:
         for gone in set(known) - set(names):
             del known[gone]
     return live
@@ -265,7 +271,8 @@ class _CacheLock:
 
     @contextmanager
     def hold(self) -> Iterator[None]:
-        if self._pid != os.getpid():  # a forked child: nothing of the parent's is ours
+        # a forked child: nothing of the parent's is ours
+        if self._pid != os.getpid():
             self._pid, self._mutex, self._fd = os.getpid(), threading.Lock(), None
         with self._mutex:
             while True:
@@ -287,7 +294,8 @@ class _CacheLock:
         if fd is not None and self._pid == os.getpid():
             try:
                 os.close(fd)
-            except OSError:  # already closed (interpreter shutdown)
+            except OSError:
+                # already closed (interpreter shutdown)
                 pass
 
 
@@ -324,9 +332,11 @@ class SpaceKeeper:
         self.wait_timeout = wait_timeout
         self._lock_dir = lock_dir(root)
         self._by_dir = group_by_folder(p for e in self.entries.values() for p in e.paths)
-        self._owner = {p: k for k, e in self.entries.items() for p in e.paths}  # file -> its shard
+        # file -> its shard
+        self._owner = {p: k for k, e in self.entries.items() for p in e.paths}
         self._lock = _CacheLock(root)
-        self._known: dict[str, Reservation] = {}  # reservation files parsed (under the cache lock)
+        # reservation files parsed (under the cache lock)
+        self._known: dict[str, Reservation] = {}
         # the reservations folder exists and is no link (under the cache lock)
         self._checked = False
 
@@ -449,11 +459,13 @@ class SpaceKeeper:
         # the shards with files on disk (what the scan found, not every shard of the dataset)
         held = {self._owner[p] for p in (*usage.files, *usage.temps) if p in self._owner}
         candidates = [k for k in sorted(held) if k != exclude]
-        candidates.sort(key=lambda k: usage.mtimes.get(self.entries[k].paths[0], 0.0))  # oldest first ...
+        # oldest first; the sort by next use below is stable, so among shards needed equally late the oldest
+        # still go first
+        candidates.sort(key=lambda k: usage.mtimes.get(self.entries[k].paths[0], 0.0))
         if next_use is not None:
             if math.isfinite(horizon):
                 candidates = [k for k in candidates if next_use(k) > horizon]
-            candidates.sort(key=next_use, reverse=True)  # ... among shards needed equally late
+            candidates.sort(key=next_use, reverse=True)
         freed = 0
         for victim in candidates:
             if freed >= excess:
