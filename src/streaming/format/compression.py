@@ -186,8 +186,8 @@ def _brotli_into(brotli: ModuleType, src: BinaryIO, dst: BinaryIO, chunk: int, m
     dec = brotli.Decompressor()
     try:
         dec.process(b"", output_buffer_limit=chunk)
-    except TypeError:  # brotli < 1.2
-
+    except TypeError:
+        # brotli < 1.2
         def step(data: bytes) -> bytes:
             return dec.process(data)
     else:
@@ -199,7 +199,8 @@ def _brotli_into(brotli: ModuleType, src: BinaryIO, dst: BinaryIO, chunk: int, m
     while True:
         piece = src.read(chunk)
         out = step(piece)
-        while out:  # drain what this piece decodes to before feeding more
+        # drain what this piece decodes to before feeding more
+        while out:
             total += len(out)
             _check_total(total, max_bytes)
             dst.write(out)
@@ -233,12 +234,14 @@ def _zstd_one_frame(data: bytes | memoryview, max_bytes: int | None) -> bytes | 
             size = zstandard.frame_content_size(data)
         except zstandard.ZstdError:
             return None
-        if size < 0 or size > max_bytes:  # -1: not stated
+        # -1: the header does not state the size
+        if size < 0 or size > max_bytes:
             return None
     try:
         return zstandard.ZstdDecompressor().decompress(data, allow_extra_data=False)
     except zstandard.ZstdError:
-        return None  # no content size in the header, or several frames
+        # no content size in the header, or several frames
+        return None
 
 
 def _zstd_decompress(data: bytes | memoryview) -> bytes:

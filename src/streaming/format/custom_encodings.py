@@ -25,7 +25,8 @@ _REGISTRY: dict[str, Callable[[], Any]] = {}
 class UserEncoding(Encoding):
     """A registered encoding, adapted to this library's ``Encoding`` interface."""
 
-    def __init__(self, name: str, impl: Any) -> None:  # the user's object
+    # `impl`: the user's object
+    def __init__(self, name: str, impl: Any) -> None:
         super().__init__(name)
         self.impl = impl
         size = getattr(impl, "size", None)

@@ -86,12 +86,12 @@ def _code_table() -> tuple[np.dtype | None, ...]:
     return tuple(table)
 
 
+# dtype code byte -> little-endian dtype (None: invalid code)
 _CODE_DTYPES = _code_table()
 # (dtype.kind, itemsize) -> code: dtype.name is slow (microseconds) and byte-order blind anyway.
-_KIND_SIZE_CODES = {
-    (np.dtype(n).kind, np.dtype(n).itemsize): c for n, c in _DTYPE_CODES.items()
-}  # dtype code byte -> little-endian dtype (None: invalid code)
-_SHAPE_CHARS = "BHIQ"  # shape-header k -> struct code of uint8/16/32/64 dims
+_KIND_SIZE_CODES = {(np.dtype(n).kind, np.dtype(n).itemsize): c for n, c in _DTYPE_CODES.items()}
+# shape-header k -> struct code of uint8/16/32/64 dims
+_SHAPE_CHARS = "BHIQ"
 _MAX_NDIM = 63
 
 
@@ -432,7 +432,8 @@ def encode_value(encoding: Encoding, obj: Any) -> bytes:
         EncodingError: The value does not fit the encoding,
             or a fixed-size column got bytes of another length.
     """
-    passthrough = isinstance(obj, bytes)  # includes subclasses such as numpy.bytes_, as upstream
+    # includes subclasses such as numpy.bytes_, as upstream
+    passthrough = isinstance(obj, bytes)
     data = bytes(obj) if passthrough else encoding.encode(obj)
     size = encoding.size
     if size is not None and len(data) != size:

@@ -109,7 +109,8 @@ class _JPEG(Encoding):
                 with open(filename, "rb") as f:
                     return f.read()
             except FileNotFoundError:
-                pass  # the source file is gone: re-encode from pixels
+                # the source file is gone: re-encode from pixels
+                pass
         return _save(obj, self.name, "JPEG")
 
     def decode(self, data: bytes | memoryview) -> Any:

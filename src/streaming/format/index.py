@@ -93,7 +93,8 @@ _CONFIG_KEYS = {
 }
 
 
-class IndexError_(ValueError):  # avoid shadowing the builtin IndexError
+# avoid shadowing the builtin IndexError
+class IndexError_(ValueError):
     """A malformed ``index.json`` or shard object; the message names the file and the shard."""
 
 
@@ -163,7 +164,8 @@ class FileInfo:
             raise IndexError_(f"{where}: 'hashes' must be an object of algorithm -> hex digest")
         try:
             return cls(basename=obj["basename"], bytes=obj["bytes"], hashes=dict(obj["hashes"]))
-        except UnsafePathError:  # the same check again, only to name the index file and field
+        except UnsafePathError:
+            # the same check again, only to name the index file and field
             safe_relpath(obj["basename"], source=source or where, field=field)
             raise
 
@@ -445,7 +447,8 @@ def load_index(dirname: str, split: str | None = None, *, source: str | None = N
     """
     path = index_path(dirname, split)
     try:
-        raw = read_capped(path, source=source or path)  # FOUNDRY_MAX_JSON_MB
+        # capped at FOUNDRY_MAX_JSON_MB
+        raw = read_capped(path, source=source or path)
     except TooLarge as err:
         raise IndexError_(str(err)) from None
     except FileNotFoundError:

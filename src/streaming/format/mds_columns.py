@@ -54,7 +54,8 @@ def mds_column_sources(buf: memoryview, offsets: memoryview, schema: MDSSchema) 
     pos = 4 * num_var
     for name, enc, size in zip(schema.names, schema.encodings, schema.sizes):
         if size is None:
-            break  # later columns start at a per-sample offset
+            # later columns start at a per-sample offset
+            break
         encoding = get_encoding(enc)
         dtype, shape = getattr(encoding, "dtype", None), getattr(encoding, "shape", None)
         if enc.startswith("ndarray") and dtype is not None and shape is not None:
@@ -126,6 +127,7 @@ def mds_column_reader(
             dec = partial.get(rest) or partial.setdefault(rest, _partial_decoder(schema, set(rest)))
             decoded = [dec(buf[offsets[i] : offsets[i + 1]]) for i in picks]
             out.update({c: [r[c] for r in decoded] for c in rest})
-        return {c: out[c] for c in names}  # in the order asked for
+        # in the order asked for
+        return {c: out[c] for c in names}
 
     return read

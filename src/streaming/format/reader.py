@@ -79,7 +79,8 @@ def _decompress(data: bytes | memoryview, compression: str, where: str, raw: Fil
         return memoryview(get_compression(compression).decompress(data, max_bytes=raw.bytes))
     except SizeLimitExceeded:
         raise _too_large(where, compression, raw) from None
-    except Exception as err:  # any codec failure means a corrupt file
+    except Exception as err:
+        # any codec failure means a corrupt file
         raise ShardFormatError(f"{where}: cannot decompress ({compression}): {err}") from None
 
 
@@ -139,13 +140,15 @@ def _decode_into(codec: Compression, src: BinaryIO, dst: BinaryIO, zip_path: str
     except SizeLimitExceeded:
         raise _too_large(zip_path, codec.spec, raw) from None
     except ImportError:
-        raise  # an optional codec package is missing: its message names what to install
+        # an optional codec package is missing: its message names what to install
+        raise
     except OSError as err:
         # the disk, not the data (codecs raise OSError without errno on bad data)
         if err.errno is not None:
             raise
         raise ShardFormatError(f"{zip_path}: cannot decompress ({codec.spec}): {err}") from None
-    except Exception as err:  # any other codec failure means a corrupt file
+    except Exception as err:
+        # any other codec failure means a corrupt file
         raise ShardFormatError(f"{zip_path}: cannot decompress ({codec.spec}): {err}") from None
 
 
@@ -193,7 +196,8 @@ class ShardReader:
             out = self._column_read(indices, columns)
             if out is not None:
                 return out
-        rows = [self[i] for i in indices.tolist()]  # JSON lines: rows may differ in keys
+        # JSON lines: rows may differ in keys
+        rows = [self[i] for i in indices.tolist()]
         return {c: [r[c] for r in rows] for c in columns if rows and all(c in r for r in rows)}
 
     def __len__(self) -> int:
