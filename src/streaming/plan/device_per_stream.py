@@ -84,7 +84,8 @@ class DevicePerStreamOrder(GlobalOrder):
         self.per_node = c // n
         self.widths = np.array([len(o) // c for o in orders], dtype=np.int64)
         padded = -(-self.widths // r) * r
-        self.counts = self.per_node * padded // b  # complete device batches per node, per stream
+        # complete device batches per node, per stream
+        self.counts = self.per_node * padded // b
         for s, k in enumerate(self.counts.tolist()):
             if k == 0:
                 raise ValueError(
@@ -109,7 +110,8 @@ class DevicePerStreamOrder(GlobalOrder):
             for s in range(len(orders)):
                 where = np.flatnonzero(labels == s)
                 self.occ[p, where] = np.arange(len(where))
-        self.num_global = len(base) // r  # a trailing partial global batch is dropped
+        # a trailing partial global batch is dropped
+        self.num_global = len(base) // r
         self.g = b * n * r
 
     def __len__(self) -> int:
@@ -129,11 +131,13 @@ class DevicePerStreamOrder(GlobalOrder):
         j, o = np.divmod(np.asarray(g, dtype=np.int64), self.g)
         # sample i of device d = rank * N + node (``World.device``)
         i, d = np.divmod(o, self.n * self.r)
-        slot = (d % self.n) * self.r + d // self.n  # upstream's slot: node * R + rank
+        # upstream's slot: node * R + rank
+        slot = (d % self.n) * self.r + d // self.n
         node = slot % self.n
         k = j * self.r + slot // self.n
         stream = self.labels[node, k]
-        x = self.occ[node, k] * self.b + i  # position in the node's sequence of that stream
+        # position in the node's sequence of that stream
+        x = self.occ[node, k] * self.b + i
         block, rest = np.divmod(x, self.per_node * self.r)
         row = node * self.per_node + rest // self.r
         col = block * self.r + rest % self.r

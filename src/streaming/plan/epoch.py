@@ -224,7 +224,8 @@ class WorkerPlan:
         mine = worker_batches(
             num_samples=dev.num_samples, batch_size=b, num_workers=self.num_workers, worker=self.worker
         )
-        per = 1  # start small (fast first batch, e.g. after a resume), then grow to `chunk` samples
+        # start small (fast first batch, e.g. after a resume), then grow to `chunk` samples
+        per = 1
         at = 0
         while at < len(mine):
             group = mine[at : at + per]

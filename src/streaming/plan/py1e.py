@@ -43,10 +43,12 @@ __all__ = ["ExpandingShuffle"]
 TAG_PY1E_DELTA = 42
 TAG_PY1E_BLOCK = 43
 TAG_PY1E_PERM = 44
-_CHUNK = 1 << 19  # slots per vector pass (~40 MB of temporaries)
+# slots per vector pass (~40 MB of temporaries)
+_CHUNK = 1 << 19
 # windows before the full width at most: Wx/128, Wx/128, Wx/64, ..., Wx/2 (they add up to Wx)
 _MAX_RAMP = 8
-_MIN_RAMP = 4  # at least: Wx/8, Wx/8, Wx/4, Wx/2
+# at least: Wx/8, Wx/8, Wx/4, Wx/2
+_MIN_RAMP = 4
 
 
 class ExpandingShuffle(BlockShuffle):
@@ -137,7 +139,8 @@ class ExpandingShuffle(BlockShuffle):
         node_len = int(self.spans.node_len[c])
         v0, v1 = self.window_start(k), min(self.window_start(k + 1), node_len)
         lo, hi = max(0, v0 - self.reach), min(node_len, v1 + self.reach)
-        below = lo  # every key of a slot before `lo` is < v0
+        # every key of a slot before `lo` is < v0
+        below = lo
         bigs, keys = [], []
         for p0 in range(lo, hi, self.chunk):
             pos, span, x = self.slot_keys(c, p0, min(hi, p0 + self.chunk))

@@ -181,7 +181,8 @@ def allocate_shards(
     pick_len = np.minimum(granularity, sizes[owner] - pick_idx * granularity)
     order = rng.permutation(len(owner))
     taken = np.cumsum(pick_len[order])
-    n_full = int(np.searchsorted(taken, rem, side="left"))  # picks order[:n_full+1] cover rem
+    # picks order[:n_full+1] cover rem
+    n_full = int(np.searchsorted(taken, rem, side="left"))
     extra = np.zeros(len(sizes), dtype=np.int64)
     np.add.at(extra, owner[order[:n_full]], pick_len[order[:n_full]])
     extra[owner[order[n_full]]] += rem - (int(taken[n_full - 1]) if n_full else 0)

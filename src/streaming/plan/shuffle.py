@@ -45,7 +45,8 @@ TAG_NAIVE = 31
 TAG_SPAN = 32
 TAG_UNIT = 33
 TAG_BR_BOUNDS = 34
-TAG_BR_PERM = 36  # plan version 2 (35: version 1, one generator per block)
+# plan version 2 (35: version 1, one generator per block)
+TAG_BR_PERM = 36
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -209,7 +210,8 @@ def make_shuffle(
     if algo == "naive":
         return NaiveShuffle(row_start=row_start, total=int(sizes.sum()), seed=seed, epoch=epoch)
     run_order = None
-    if algo == "py2s":  # the per-run unit shuffle is part of the "fixed" pass
+    # the per-run unit shuffle is part of the "fixed" pass
+    if algo == "py2s":
         run_order = span_rng(seed, TAG_UNIT).permutation(len(sizes))
     spans = divide_spans(
         unit_sizes=sizes, num_canonical_nodes=num_canonical_nodes, seed=seed, epoch=epoch, run_order=run_order

@@ -47,7 +47,8 @@ def _divide(
         while i < len(queue):
             begin, stop = queue[i]
             if done + (stop - begin) > end:
-                if done < end:  # split: the first piece stays in this part
+                # split: the first piece stays in this part
+                if done < end:
                     cut = end - done
                     out.append((begin, begin + cut))
                     queue[i] = (begin + cut, stop)
@@ -95,7 +96,8 @@ def upstream_permutation(
         )
     ends = np.cumsum(sizes)
     spans: list[tuple[int, int]] = [(int(e - s), int(e)) for s, e in zip(sizes, ends)]
-    np.random.default_rng(seed).shuffle(spans)  # a list, shuffled in place
+    # a list, shuffled in place
+    np.random.default_rng(seed).shuffle(spans)
     spans, parts = _divide(spans, total, num_canonical_nodes)
     rng = np.random.default_rng(seed + epoch)
     for part in parts:
