@@ -205,7 +205,8 @@ def private_dir(path: str | os.PathLike[str], *, what: str, fix: str, create: bo
     if create and not os.path.lexists(folder):
         try:
             os.makedirs(folder, mode=0o700, exist_ok=True)
-            os.chmod(folder, 0o700)  # the umask may have dropped bits; never widen beyond 0700
+            # the umask may have dropped bits; never widen beyond 0700
+            os.chmod(folder, 0o700)
         except OSError as err:
             raise OSError(f"cannot create {what} {folder} ({err.strerror}); {fix}") from err
     problem = folder_problem(folder)

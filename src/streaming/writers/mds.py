@@ -38,10 +38,12 @@ class MDSWriter(Writer):
         return dict(self._config)
 
     def _shard_overhead(self) -> int:
-        return 8 + self._config_len  # sample count word, offsets[0], embedded config
+        # sample count word, offsets[0], embedded config
+        return 8 + self._config_len
 
     def _sample_overhead(self) -> int:
-        return 4  # its offset entry
+        # its offset entry
+        return 4
 
     def _shard_files(self, samples: list[bytes], basename: str) -> list[tuple[str, bytes]]:
         return [(basename, build_mds_shard(self._config, samples))]

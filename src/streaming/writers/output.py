@@ -104,7 +104,8 @@ def split_out(out: str | tuple[str, str]) -> tuple[str | None, str | None]:
     scheme = urlparse(out).scheme
     if scheme == "file":
         return urlparse(out).path, None
-    if scheme and len(scheme) > 1:  # "C:" style drive letters are not schemes
+    # "C:" style drive letters are not schemes
+    if scheme and len(scheme) > 1:
         return None, out
     return out, None
 
