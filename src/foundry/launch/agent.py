@@ -101,10 +101,12 @@ class Supervisor:
 
     def start(self, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
         """Starts torchrun (`cmd`) with the preemption signals ignored (its worker entry restores them)."""
-        for stale in self.heartbeats.glob("exit-rank*.json"):  # a previous launch's notes
+        # a previous launch's notes
+        for stale in self.heartbeats.glob("exit-rank*.json"):
             stale.unlink()
         previous = {s: signal.signal(s, signal.SIG_IGN) for s in PREEMPTION_SIGNALS}
-        try:  # SIG_IGN is inherited across exec; torchrun installs no handler of its own for these two
+        # SIG_IGN is inherited across exec; torchrun installs no handler of its own for these two
+        try:
             self.proc = subprocess.Popen(cmd, env={**env, "TORCHELASTIC_SIGNALS_TO_HANDLE": TORCHRUN_SIGNALS})
         finally:
             for s, handler in previous.items():
@@ -128,7 +130,8 @@ class Supervisor:
                 now = time.time()
                 self.tick(read_beats(self.heartbeats), now)
                 if self.stop_sent_at is not None and now - self.stop_sent_at > KILL_AFTER_S:
-                    proc.kill()  # torchrun did not stop its ranks in time
+                    # torchrun did not stop its ranks in time
+                    proc.kill()
                 time.sleep(self.poll_s)
         finally:
             for s, handler in previous.items():
@@ -141,7 +144,8 @@ class Supervisor:
         if self.exit_code is not None:
             return
         if not beats:
-            if self.preemption is not None:  # nothing started yet: nothing to checkpoint
+            # nothing started yet: nothing to checkpoint
+            if self.preemption is not None:
                 self._preempted(now, step=None, checkpoint=False)
             return
         attempt = max(b.attempt for b in beats.values())
@@ -225,11 +229,13 @@ class Supervisor:
             self._preempted(now, step=self.final_step, checkpoint=False)
             return True
         stepping = [b for b in beats.values() if b.phase == "step"]
-        if not p.forwarded and stepping:  # the others learn it at the step's all-reduce
+        # the others learn it at the step's all-reduce
+        if not p.forwarded and stepping:
             for b in stepping:
                 _signal(b.pid, signal.Signals[p.signal_name])
             p.forwarded = True
-        return True  # while stopping, dead ranks and stalls are not failures
+        # while stopping, dead ranks and stalls are not failures
+        return True
 
     def _preempted(self, now: float, *, step: int | None, checkpoint: bool) -> None:
         p = self.preemption
@@ -283,7 +289,8 @@ class Supervisor:
         wait_until = time.monotonic() + self.dump_wait_s
         while time.monotonic() < wait_until and not all(_written(p) for p in dumps):
             time.sleep(0.02)
-        time.sleep(0.05)  # the last frames of a dump
+        # the last frames of a dump
+        time.sleep(0.05)
         for b in beats.values():
             _signal(b.pid, signal.SIGKILL)
         stalled = round(now - since, 3)

@@ -99,7 +99,8 @@ def new_run_name(script: str) -> Callable[[list[str]], str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if {"-h", "--help"} & set(argv[: argv.index("--")] if "--" in argv else argv):
-        build_parser().print_help()  # every option; the ones it does not know go to torchrun
+        # every option; the ones it does not know go to torchrun
+        build_parser().print_help()
         return 0
     before, job = split_command(argv)
     args, torchrun_opts = build_parser().parse_known_args(before)
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.executable, "-m", "torch.distributed.run", f"--max-restarts={args.max_restarts}", *torchrun_opts,
         "-m", "foundry.launch.worker", job[0], *overrides,
     ]  # fmt: skip
-    ident = claim(run_dir, "launcher")  # what `runs stop` checks before it signals this process
+    # what `runs stop` checks before it signals this process
+    ident = claim(run_dir, "launcher")
     append_event(run_dir, "start", launch_id=launch_id, run_name=run_name, max_restarts=args.max_restarts,
                  torchrun_options=torchrun_opts, script=job[0], pid=os.getpid(), host=socket.gethostname(),
                  token=ident.token, proof=ident.proof)  # fmt: skip
@@ -137,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         health_defer_s=15.0 if elastic else 0.0,
         max_restarts=args.max_restarts,
     )
+    # a fresh store per rendezvous round: all nodes agree on its keys (health)
     env = {**os.environ, LAUNCH_ENV: json.dumps(asdict(settings)), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    proc = sup.start(cmd, env=env)  # a fresh store per rendezvous round: all nodes agree on its keys (health)
-    guard = NodeGuard(run_dir, launch_id, proc, enabled=elastic).start()  # ...also after it has joined
+    proc = sup.start(cmd, env=env)
+    # with --nnodes=MIN:MAX, a node failing a node-local check also leaves after it has joined
+    guard = NodeGuard(run_dir, launch_id, proc, enabled=elastic).start()
     rc = sup.watch(proc)
     guard.stop()
     rc = NODE_EXCLUDED_EXIT if guard.excluded else rc
@@ -149,8 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         final_step=sup.final_step, time_lost_s=round(sup.time_lost_s, 3),
         wall_s=round(time.time() - started, 3), cause=sup.stop_cause,
     )  # fmt: skip
-    publish_launch_summary(run_dir)  # the same events into the run's W&B run, when it logged to W&B
-    publish_launch_events(run_dir)  # ...and into its MLflow run, when it logged to MLflow
+    # the same events into the run's W&B run and into its MLflow run, each when the run logged there
+    publish_launch_summary(run_dir)
+    publish_launch_events(run_dir)
     return rc
 
 

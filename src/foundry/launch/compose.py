@@ -38,9 +38,12 @@ def compose_run_name(overrides: list[str], conf_dir: Path) -> str:
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-            hydra_config.set_config(cfg)  # the model option goes into the name, as under train.py
+            # the model option goes into the name, as under train.py
+            hydra_config.set_config(cfg)
             return str(cfg.run_name)
-    except (CompactHydraException, OmegaConfBaseException) as err:  # as train.py reports them
+    except (CompactHydraException, OmegaConfBaseException) as err:
+        # as train.py reports them
         raise ConfigError(user_message(err)) from err
     finally:
-        hydra_config.cfg = before  # as Hydra's run_job leaves it: no trace of this compose
+        # as Hydra's run_job leaves it: no trace of this compose
+        hydra_config.cfg = before

@@ -71,7 +71,8 @@ def check_all_reduce(*, attempt: int, timeout_s: float = 60.0) -> dist.Store | N
         group = dist.ProcessGroupGloo(store, rank, world, timeout)
         t = torch.ones(1)
         group.allreduce([t]).wait()  # type: ignore[attr-defined]  # in the C++ binding, not the stub
-    except Exception as e:  # any failure of the collective is the finding
+    except Exception as e:
+        # any failure of the collective is the finding
         raise HealthError("all_reduce", f"{type(e).__name__}: {e}") from e
     if int(t.item()) != world:
         raise HealthError("all_reduce", f"sum of ones was {t.item()}, expected {world}")
@@ -94,5 +95,6 @@ def check_store(url: str) -> None:
         return
     try:
         list_files(url)
-    except Exception as e:  # any failure to list is the finding
+    except Exception as e:
+        # any failure to list is the finding
         raise HealthError("store", f"{url}: listing failed: {type(e).__name__}: {e}") from e

@@ -48,7 +48,8 @@ def load_k8s_config(source: str, overrides: list[str], conf_dir: Path = CONF_DIR
         merged = OmegaConf.merge(
             OmegaConf.structured(K8sConfig), OmegaConf.load(path), OmegaConf.from_dotlist(dotlist)
         )
-    except OmegaConfBaseException as e:  # names the key and the expected type
+    except OmegaConfBaseException as e:
+        # names the key and the expected type
         raise ValueError(f"k8s ({path}): {e}") from e
     missing = sorted(OmegaConf.missing_keys(merged))
     if missing:
@@ -94,7 +95,8 @@ def _container(cfg: K8sConfig, command: list[str]) -> dict[str, Any]:
     limits: dict[str, Any] = {"nvidia.com/gpu": cfg.gpus_per_node} if cfg.gpus_per_node else {}
     limits |= {k: v for k, v in (("cpu", cfg.cpu), ("memory", cfg.memory)) if v is not None}
     container: dict[str, Any] = {
-        "name": "pytorch",  # the operator requires a container of this name
+        # the operator requires a container of this name
+        "name": "pytorch",
         "image": cfg.image,
         "imagePullPolicy": cfg.image_pull_policy,
         "workingDir": cfg.workdir,
@@ -160,7 +162,8 @@ def render(cfg: K8sConfig, overrides: list[str], run_name: str) -> dict[str, Any
 
 def validate_manifest(manifest: dict[str, Any], conf_dir: Path = CONF_DIR) -> None:
     """Checks `manifest` against the schema subset; raises ValueError naming the first bad field."""
-    import jsonschema  # optional (the k8s/dev extras): only this check needs it
+    # optional (the k8s/dev extras): only this check needs it
+    import jsonschema
 
     schema = json.loads((conf_dir / SCHEMA_FILE).read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(manifest), key=lambda e: list(e.path))
@@ -202,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         manifest = render(cfg, train, run_name)
         if not args.no_check:
             validate_manifest(manifest, args.conf_dir)
-    except (ValueError, HydraException, OmegaConfBaseException) as e:  # the user's to fix: print plainly
+    except (ValueError, HydraException, OmegaConfBaseException) as e:
+        # the user's to fix: print plainly
         print(f"error: {e}", file=sys.stderr)
         return 2
     text = yaml.safe_dump(manifest, sort_keys=False, width=1000)

@@ -55,7 +55,8 @@ def _expand_ranges(ranges: str, spec: str) -> list[str]:
 def _expand_host(group: str, spec: str) -> list[str]:
     """One comma-free host pattern, possibly with several bracket groups: `a[1-2]b[3,5]`."""
     m = _GROUP.fullmatch(group)
-    assert m is not None  # the pattern matches any string
+    # the pattern matches any string
+    assert m is not None
     prefix, ranges, rest = m.groups()
     if ranges is None:
         if "]" in group:

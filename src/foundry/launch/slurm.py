@@ -91,7 +91,8 @@ def prepare_params(executor: str, params: dict[str, Any]) -> tuple[dict[str, Any
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), given)
         out = OmegaConf.to_container(merged, resolve=True)
-    except Exception as e:  # omegaconf's ConfigKeyError / ValidationError name the key
+    except Exception as e:
+        # omegaconf's ConfigKeyError / ValidationError name the key
         names = ", ".join(f.name for f in dataclasses.fields(schema))
         raise ValueError(f"hydra.launcher: {e}\n(the {executor} launcher's keys: {names})") from e
     assert isinstance(out, dict)
@@ -104,7 +105,8 @@ def prepare_params(executor: str, params: dict[str, Any]) -> tuple[dict[str, Any
         )
     node.preempt_signal = sig
     sub["setup"] = [f"export {PREEMPT_SIGNAL_ENV}={sig}", *(sub.get("setup") or [])]
-    if executor == "slurm":  # the sbatch `--signal` line (submitit writes USR2@<delay> otherwise)
+    # the sbatch `--signal` line (submitit writes USR2@<delay> otherwise)
+    if executor == "slurm":
         extra = dict(sub.get("additional_parameters") or {})
         # --requeue: eligible for `scontrol requeue` and PreemptMode=REQUEUE even where JobRequeue=0
         sub["additional_parameters"] = {"requeue": True, **extra, "signal": f"{sig}@{sub['signal_delay_s']}"}
@@ -124,7 +126,8 @@ class NodeRunner:
     _proc: subprocess.Popen | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_proc": None}  # a running child is not part of the resubmission
+        # a running child is not part of the resubmission
+        return {**self.__dict__, "_proc": None}
 
     @property
     def stop_signal(self) -> signal.Signals:
@@ -170,7 +173,8 @@ class NodeRunner:
             # not inside a submitit task (no handler): reported as a failure with exit code 75
             return
         print(f"foundry slurm: launcher exited {REQUEUE_EXIT_CODE}; asking submitit to requeue", flush=True)
-        os.kill(os.getpid(), self.stop_signal)  # task 0's handler exits this process (requeue)
+        # task 0's handler exits this process (requeue)
+        os.kill(os.getpid(), self.stop_signal)
         # others wait for the requeue
         time.sleep(1.0 if global_rank == 0 else self.node.stop_grace_s)
 

@@ -184,7 +184,8 @@ def _exit(code: int, note: ExitNote | None, heartbeats: Path, hold_s: float) -> 
         raise SystemExit(code)
     write_exit_note(heartbeats, note)
     deadline = time.monotonic() + hold_s
-    while time.monotonic() < deadline:  # the launcher stops torchrun, which ends this process
+    # the launcher stops torchrun, which ends this process
+    while time.monotonic() < deadline:
         time.sleep(0.5)
     raise SystemExit(code)
 
@@ -225,10 +226,12 @@ def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit("no training script: python -m foundry.launch [options] -- train.py <overrides>")
     sys.argv = list(argv)
-    sys.path.insert(0, str(Path(argv[0]).resolve().parent))  # as `python train.py` would
+    # as `python train.py` would
+    sys.path.insert(0, str(Path(argv[0]).resolve().parent))
     try:
         runpy.run_path(argv[0], run_name="__main__")
-    except Exception as e:  # only a peer's death is handled here; anything else is re-raised
+    except Exception as e:
+        # only a peer's death is handled here; anything else is re-raised
         lost = peer_failure(e)
         if lost is None:
             raise
