@@ -146,7 +146,8 @@ def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpo
             model_config = mpt_model_config(hf["content"])
         except ValueError as err:
             raise ValueError(f"{source}: {err}") from None
-        except (KeyError, TypeError, AttributeError) as err:  # a value of the wrong type in its config
+        except (KeyError, TypeError, AttributeError) as err:
+            # a value of the wrong type in its config
             raise ValueError(
                 f"{source}: state.integrations.huggingface.model.config.content is not an MPT config "
                 f"({type(err).__name__}: {err})"
@@ -156,7 +157,8 @@ def _from_state(obj: Any, *, source: str, weights_only: bool) -> ComposerCheckpo
         source=source, model=model, model_config=model_config, weights_only=True, metadata=dict(metadata)
     )
     try:
-        if state.get("timestamp") is not None:  # (a weights-only Composer file has none)
+        # a weights-only Composer file has none
+        if state.get("timestamp") is not None:
             out.counters = map_timestamp(state["timestamp"])
         if weights_only or "optimizers" not in state:
             return out

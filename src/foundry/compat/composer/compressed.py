@@ -47,7 +47,8 @@ def _reader(kind: str, src: IO[bytes], path: str) -> IO[bytes]:
 
         return zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True)
     try:
-        import lz4.frame  # optional: not a dependency
+        # optional: not a dependency
+        import lz4.frame
     except ImportError:
         raise ValueError(
             f"{path}: an lz4-compressed Composer checkpoint; install the lz4 package to read it "
@@ -82,10 +83,12 @@ def decompressed(path: str, kind: str) -> IO[bytes]:
     except TooLarge:
         out.close()
         raise
-    except Exception as err:  # zstandard.ZstdError, lz4's RuntimeError, a truncated stream's EOFError/OSError
+    except Exception as err:
+        # zstandard.ZstdError, lz4's RuntimeError, a truncated stream's EOFError/OSError
         out.close()
         if isinstance(err, ValueError) and str(err).startswith(path):
-            raise  # lz4 missing: its own message
+            # lz4 missing: its own message
+            raise
         raise ValueError(f"{path}: a damaged {kind} stream ({type(err).__name__}: {err})") from None
     out.seek(0)
     return out
@@ -99,7 +102,8 @@ def fetch_remote(url: str, scratch: str) -> str:
         ValueError: Nothing is at `url`, or a folder without a `.metadata`
             (not a sharded Composer checkpoint).
     """
-    from foundry.checkpoint.store import CheckpointStore  # local: imports the storage layer
+    # local: imports the storage layer
+    from foundry.checkpoint.store import CheckpointStore
 
     url = url.rstrip("/")
     folder = CheckpointStore(url)

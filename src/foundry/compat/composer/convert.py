@@ -29,18 +29,21 @@ from foundry.compat.composer.compressed import fetch_remote
 
 __all__ = ["composer_start", "describe", "to_foundry"]
 
-MODEL_FILE, STATE_FILE = "model.pt", "state.pt"  # foundry.checkpoint.state's names (full format)
+# foundry.checkpoint.state's names (full format)
+MODEL_FILE, STATE_FILE = "model.pt", "state.pt"
 
 
 def _full_model_config(ckpt: ComposerCheckpoint) -> dict[str, Any]:
     """Our complete `model` config (every field, as the trainer records it) for the checkpoint's MPT."""
     if not ckpt.model_config:
         return {}
-    from foundry.models.registry import model_schema_from_dict  # local: imports transformers
+    # local: imports transformers
+    from foundry.models.registry import model_schema_from_dict
 
     try:
         return asdict(model_schema_from_dict(ckpt.model_config, hf=False))
-    except Exception as err:  # omegaconf's validation errors have several types
+    except Exception as err:
+        # omegaconf's validation errors have several types
         raise ValueError(
             f"{ckpt.source}: its llm-foundry model config does not fit this MPT "
             f"({' '.join(str(err).split())})"

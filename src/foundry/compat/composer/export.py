@@ -170,7 +170,8 @@ def _rng(rng: dict[str, Any]) -> dict[str, Any]:
         "torch": rng["torch"],
     }
     cuda = rng.get("cuda")
-    if cuda:  # ours: one state per visible device; Composer: the rank's own device
+    # ours: one state per visible device; Composer: the rank's own device
+    if cuda:
         out["cuda"] = cuda[0] if isinstance(cuda, list | tuple) else cuda
     return out
 
@@ -179,7 +180,8 @@ def _hf_config(manifest: Manifest) -> dict[str, Any]:
     mc = manifest.model_config or {}
     if not mc or "d_model" not in mc:
         return {}
-    from foundry.models.config import MPTModelConfig  # local: imports transformers
+    # local: imports transformers
+    from foundry.models.config import MPTModelConfig
 
     fields = set(MPTModelConfig.__dataclass_fields__) - {"peft_config"}
     content = {k: v for k, v in mc.items() if k in fields}
@@ -202,7 +204,8 @@ def _read_ours(src: str, tmp: str) -> tuple[Manifest, dict[str, Any], dict[str, 
     (local or URL; a sharded one made full first)."""
     info = open_checkpoint(src, scratch=tmp)
     if info.manifest.format != "full":
-        from foundry.checkpoint.convert import convert_checkpoint  # local: the sharded -> full path
+        # local: the sharded -> full path
+        from foundry.checkpoint.convert import convert_checkpoint
 
         src = convert_checkpoint(src, os.path.join(tmp, "full"), to="full", work_dir=tmp)
         info = open_checkpoint(src, scratch=tmp)
@@ -277,6 +280,7 @@ def to_composer(src: str, out: str, *, work_dir: str | None = None) -> str:
         os.makedirs(parent, exist_ok=True)
         partial = out + ".partial"
         torch.save({"state": composer, "rng": rngs}, partial)
-        os.replace(partial, out)  # a crash leaves no half-written checkpoint under the final name
+        # a crash leaves no half-written checkpoint under the final name
+        os.replace(partial, out)
     step = composer["timestamp"]["Timestamp"]["batch"]
     return f"step {step}; " + ", ".join(what)

@@ -73,7 +73,8 @@ _NEUTRAL: dict[str, Any] = {
     "head_dim": None,
     "use_pad_tok_in_ffn": True,
     "fc_type": {"name": "torch"},
-    "attention_bias": None,  # HF alias of `not no_bias` (checked below)
+    # HF alias of `not no_bias` (checked below)
+    "attention_bias": None,
 }
 _NEUTRAL_ATTN: dict[str, Any] = {
     "attn_logit_softcapping": None,
@@ -127,7 +128,8 @@ def map_optimizer(optimizers: Any, *, param_names: list[str]) -> tuple[str, dict
         raise ValueError(f"state.optimizers.{name} is not an optimizer state dict")
 
     def key(p: Any) -> str:
-        if isinstance(p, int):  # old Composer: optimizer.state_dict() keyed by position
+        # old Composer: optimizer.state_dict() keyed by position
+        if isinstance(p, int):
             return param_names[p]
         return _strip(str(p))
 

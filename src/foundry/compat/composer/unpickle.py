@@ -54,8 +54,10 @@ class _Plain(dict[str, Any]):
 
     kind = "object"
 
-    def __setstate__(self, state: Any) -> None:  # what BUILD passes
-        if isinstance(state, tuple) and len(state) == 2:  # (dict, slots)
+    # `state`: what BUILD passes
+    def __setstate__(self, state: Any) -> None:
+        # (dict, slots)
+        if isinstance(state, tuple) and len(state) == 2:
             state = {**(state[0] or {}), **(state[1] or {})}
         if not isinstance(state, dict):
             raise pickle.UnpicklingError(
@@ -82,7 +84,8 @@ class _Timestamp(_Plain):
                 self[key] = value.get("value")
 
 
-def _enum_value(value: Any) -> Any:  # an enum member pickled by value (`TimeUnit('ba')`)
+# an enum member pickled by value (`TimeUnit('ba')`)
+def _enum_value(value: Any) -> Any:
     if not isinstance(value, str | int | float | bool):
         raise pickle.UnpicklingError(f"unexpected enum value {value!r}")
     return value
@@ -146,7 +149,8 @@ def _np_reconstruct(cls: Any, shape: Any, typecode: Any) -> _Array:
     return np.ndarray.__new__(_Array, (0,), dtype=np.uint8)
 
 
-def _numpy_scalar(dtype: Any, raw: Any = None) -> Any:  # numpy.core.multiarray.scalar
+# stands in for numpy.core.multiarray.scalar
+def _numpy_scalar(dtype: Any, raw: Any = None) -> Any:
     if not isinstance(dtype, _DType) or not isinstance(raw, bytes):
         raise pickle.UnpicklingError("numpy scalar of a non-numeric dtype refused")
     return np.frombuffer(raw, dtype=dtype.resolve())[0].item()
@@ -299,7 +303,8 @@ def load_torch_bytes(data: IO[bytes], *, source: str) -> Any:
     """
     try:
         archive = zipfile.ZipFile(data)
-    except (ValueError, EOFError, NotImplementedError, OverflowError) as err:  # a damaged central directory
+    except (ValueError, EOFError, NotImplementedError, OverflowError) as err:
+        # a damaged central directory
         raise ValueError(f"{source}: a damaged zip file ({type(err).__name__}: {err})") from None
     except zipfile.BadZipFile:
         raise ValueError(
@@ -333,11 +338,13 @@ def load_torch_bytes(data: IO[bytes], *, source: str) -> Any:
             raise
         except ValueError as err:
             if str(err).startswith(source):
-                raise  # a record's own error, naming the file
+                # a record's own error, naming the file
+                raise
             raise ValueError(f"{source}: not a readable torch checkpoint ({err})") from None
         except (pickle.UnpicklingError, EOFError, TypeError, RuntimeError, AttributeError) as err:
             raise ValueError(f"{source}: not a readable torch checkpoint ({err})") from None
-        except (OverflowError, KeyError, IndexError) as err:  # a crafted pickle's memo, offsets or sizes
+        except (OverflowError, KeyError, IndexError) as err:
+            # a crafted pickle's memo, offsets or sizes
             raise ValueError(
                 f"{source}: not a readable torch checkpoint ({type(err).__name__}: {err})"
             ) from None
@@ -351,7 +358,8 @@ def read_pt_bytes(path: str) -> IO[bytes]:
     if is_torch_zip(head):
         return open(path, "rb")
     kind = compression_of(head)
-    if kind is not None:  # Composer's `.pt.zst` / `.pt.lz4`: a torch zip inside (bounded inflation)
+    # Composer's `.pt.zst` / `.pt.lz4`: a torch zip inside (bounded inflation)
+    if kind is not None:
         inner = decompressed(path, kind)
         if not is_torch_zip(inner.read(4)):
             inner.close()
@@ -373,7 +381,8 @@ def read_pt_bytes(path: str) -> IO[bytes]:
                         "a truncated or crafted tar"
                     )
                 blob = tar.extractfile(member)
-                assert blob is not None  # a regular file member
+                # a regular file member
+                assert blob is not None
                 return io.BytesIO(blob.read())
         except (tarfile.TarError, EOFError, zlib.error) as err:
             raise ValueError(f"{path}: not a readable tar file ({err})") from None

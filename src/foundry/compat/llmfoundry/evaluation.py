@@ -62,14 +62,16 @@ def _find(out: Out, key: str, path: str, hint: str) -> str:
     if not p.is_absolute():
         here = Path(out.source).resolve().parent if Path(out.source).is_file() else None
         tries = [base / p for base in ([here, *here.parents] if here else [])]
-        tries += [here / p.name] if here else []  # llm-foundry's YAMLs copied into one folder
+        # llm-foundry's YAMLs copied into one folder
+        tries += [here / p.name] if here else []
         for candidate in tries:
             if candidate.is_file():
                 return str(candidate.resolve())
     raise out.fail(key, f"{path!r}: no such file (looked in the cwd and the YAML's folders); {hint}")
 
 
-def _tasks(out: Out, value: Any) -> None:  # a path or a list of task mappings
+# `value`: a path or a list of task mappings
+def _tasks(out: Out, value: Any) -> None:
     if isinstance(value, str):
         path = _find(
             out, "icl_tasks", value, "give the path of a task yaml, e.g. ours: evals/tasks_v0.3.yaml"
@@ -96,7 +98,8 @@ def _tasks(out: Out, value: Any) -> None:  # a path or a list of task mappings
     out.set("eval.icl_tasks", value)
 
 
-def _gauntlet(out: Out, key: str, value: Any) -> None:  # a path or the mapping
+# `value`: a path or the mapping
+def _gauntlet(out: Out, key: str, value: Any) -> None:
     if value is None:
         return
     try:
@@ -174,7 +177,8 @@ def translate_eval(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translati
         if key in ("max_seq_len", "icl_seq_len"):
             out.set("eval.max_seq_len", value)
         elif key == "device_eval_batch_size":
-            continue  # in eval_section
+            # handled in eval_section
+            continue
         elif key == "precision":
             if value not in _EVAL_PRECISIONS:
                 known = [p for p in PRECISIONS if p in _EVAL_PRECISIONS]

@@ -85,7 +85,8 @@ def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any]
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}): not an llm-foundry YAML") from None
-    try:  # a YAML bomb (anchors x aliases) is refused before OmegaConf expands it
+    # a YAML bomb (anchors x aliases) is refused before OmegaConf expands it
+    try:
         check_yaml_expansion(text, source=str(path))
     except TooLarge as err:
         raise ConfigError(str(err)) from None
@@ -103,7 +104,8 @@ def load_yaml(path: Path, overrides: Sequence[str] = ()) -> tuple[dict[str, Any]
         raise ConfigError(
             f"{path}: {key[:200] or 'config'}: {' '.join(str(err).splitlines()[0].split())[:300]}"
         ) from None
-    except RecursionError:  # an interpolation that refers to itself, through others
+    except RecursionError:
+        # an interpolation that refers to itself, through others
         raise ConfigError(f"{path}: its interpolations refer to each other in a loop") from None
     assert isinstance(plain, dict)
     return {str(k): v for k, v in plain.items()}, ours, from_env
@@ -117,9 +119,10 @@ def _number(text: str) -> bool:
     return True
 
 
-def format_value(value: Any, env: Mapping[str, str] | None = None) -> str:  # plain YAML
-    """`value` in Hydra's override grammar (`null`, `true`, `6e-4`, `[0.9,0.95]`, `{a:1}`, `"./{run_name}"`).
-    A string in `env` (resolved value -> its `${oc.env:...}` text) is written as that live interpolation."""
+def format_value(value: Any, env: Mapping[str, str] | None = None) -> str:
+    """`value` (plain YAML) in Hydra's override grammar (`null`, `true`, `6e-4`, `[0.9,0.95]`, `{a:1}`,
+    `"./{run_name}"`). A string in `env` (resolved value -> its `${oc.env:...}` text) is written as that live
+    interpolation."""
     if isinstance(value, str) and env and value in env:
         return _quoted(env[value], live=True)
     if value is None:
@@ -155,9 +158,9 @@ def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _represent_str)
 
 
-def _literal(value: Any, env: Mapping[str, str] | None = None) -> Any:  # plain YAML
-    """`value` with every `${` in its strings escaped for OmegaConf (a YAML value that was literal stays so);
-    a string in `env` becomes its live `${oc.env:...}` text."""
+def _literal(value: Any, env: Mapping[str, str] | None = None) -> Any:
+    """`value` (plain YAML) with every `${` in its strings escaped for OmegaConf (a YAML value that was
+    literal stays so); a string in `env` becomes its live `${oc.env:...}` text."""
     if isinstance(value, str):
         if env and value in env:
             return env[value]

@@ -51,10 +51,12 @@ class Out:
         self.source = source
         self.tr = Translation()
 
-    def choose(self, group: str, option: Any) -> None:  # an option name or a list of them
+    # `option`: an option name or a list of them
+    def choose(self, group: str, option: Any) -> None:
         self.tr.choices[group] = option
 
-    def set(self, key: str, value: Any) -> None:  # any plain YAML value
+    # `value`: any plain YAML value
+    def set(self, key: str, value: Any) -> None:
         self.tr.values[key] = value
 
     def note(self, key: str, rule: Rule) -> None:
@@ -73,7 +75,7 @@ class Out:
         return ConfigError(f"{self.source}: {key}: {message}")
 
 
-def duration(out: Out, key: str, value: Any) -> str:  # str or int from YAML
+def duration(out: Out, key: str, value: Any) -> str:
     """A Composer time (`4800ba`, `1ep`, or a bare int meaning epochs) as our duration string."""
     try:
         d = parse_duration(value, default_unit=TimeUnit.EPOCH)

@@ -139,8 +139,10 @@ def loaders(out: Out, train: Mapping[str, Any], evaluation: Mapping[str, Any] | 
     out.choose("data", "_text" if text else "_finetune")
     table = keys.TEXT_DATASET if text else keys.FINETUNE_DATASET
     if text:
-        out.set("data.shuffle", False)  # llm-foundry's text dataset default
-        out.set("data.shuffle_seed", 9176)  # streaming's default seed
+        # llm-foundry's text dataset default
+        out.set("data.shuffle", False)
+        # streaming's default seed
+        out.set("data.shuffle_seed", 9176)
     for key, value in train.items():
         where = f"train_loader.{key}"
         if key == "dataset":

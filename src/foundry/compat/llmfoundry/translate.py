@@ -221,7 +221,8 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
         ConfigError: A key or value the run cannot do without (an unknown model option, an optimizer or
             scheduler we lack, a missing mandatory key), naming it and the fix.
     """
-    if is_eval_yaml(cfg):  # a YAML for llm-foundry's eval entry (`models:`) -> task=eval
+    # a YAML for llm-foundry's eval entry (`models:`) -> task=eval
+    if is_eval_yaml(cfg):
         try:
             return translate_eval(cfg, source=source)
         except (AttributeError, TypeError, KeyError, IndexError, ArithmeticError) as err:
@@ -255,7 +256,8 @@ def translate(cfg: Mapping[str, Any], *, source: str = "YAML") -> Translation:
         KeyError,
         IndexError,
         ArithmeticError,
-    ) as err:  # a value no table expects
+    ) as err:
+        # a value no table expects
         raise out.fail(
             where[0],
             "holds a value of a type llm-foundry does not take here "
@@ -286,7 +288,8 @@ def _translate(out: Out, cfg: Mapping[str, Any], where: list[str]) -> None:
         elif key == "train_loader":
             sections.loaders(out, value, cfg.get("eval_loader"))
         elif key in ("eval_loader", "variables", "icl_tasks", "eval_gauntlet"):
-            continue  # with train_loader; resolved; in _eval
+            # with train_loader; resolved; in _eval
+            continue
         elif key in ("optimizer", "scheduler"):
             table, schemas = (
                 (keys.OPTIMIZERS, OPTIMIZER_SCHEMAS)
