@@ -264,7 +264,8 @@ class GauntletConfig:
         return {DEFAULT_AVERAGE: [c.name for c in self.categories]}
 
 
-def _to_plain(value: Any) -> Any:  # OmegaConf containers or plain data
+# `value`: OmegaConf containers or plain data
+def _to_plain(value: Any) -> Any:
     try:
         from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -294,8 +295,9 @@ def read_yaml_key(path: str | Path, key: str) -> Any:
     return doc.get(key, doc) if isinstance(doc, dict) else doc
 
 
-def task_config(item: Any, *, where: str) -> ICLTaskConfig:  # a mapping or an ICLTaskConfig
-    """`item` as a validated `ICLTaskConfig` (`where` names its source in errors)."""
+def task_config(item: Any, *, where: str) -> ICLTaskConfig:
+    """`item` (a mapping or an `ICLTaskConfig`) as a validated `ICLTaskConfig` (`where` names its source in
+    errors)."""
     if isinstance(item, ICLTaskConfig):
         return item
     item = _to_plain(item)
@@ -328,6 +330,6 @@ def load_task_configs(cfg: EvalConfig) -> list[ICLTaskConfig]:
     return out
 
 
-def register_eval_configs(cs: Any) -> None:  # hydra's ConfigStore
+def register_eval_configs(cs: Any) -> None:
     """Stores the `eval` group schema node `_eval` in a Hydra `ConfigStore`."""
     cs.store(group="eval", name="_eval", node=EvalConfig)

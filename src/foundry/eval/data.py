@@ -56,7 +56,8 @@ def resolve_local(uri: str, data_root: str | Path) -> Path:
             uri = uri[len(prefix) :]
     root = Path(data_root).expanduser()
     if not root.is_absolute() and not root.is_dir() and (_REPO / root).is_dir():
-        root = _REPO / root  # a repo-relative default (evals/data) when run from elsewhere
+        # a repo-relative default (evals/data) when run from elsewhere
+        root = _REPO / root
     return root / uri
 
 
@@ -65,7 +66,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     # a line over 16 MiB: refused, not read whole
     for n, line in enumerate(read_text_lines(path), 1):
         if line.strip():
-            try:  # nesting capped: a deep value is one error, not a RecursionError
+            # nesting capped: a deep value is one error, not a RecursionError
+            try:
                 rows.append(parse_json(line, source=f"{path}:{n}"))
             except NotJSON as err:
                 raise ValueError(str(err).replace(": not valid JSON", ": not a JSON line", 1)) from None
@@ -141,7 +143,8 @@ def row_fields(task: ICLTaskConfig) -> tuple[dict[str, str], dict[str, str]]:
     return {context: _TEXT, answer: _TEXT}, {**optional, "aliases": _LIST, "chain_of_thought": _TEXT}
 
 
-def _fits(value: Any, kind: str) -> bool:  # a JSON value
+# `value`: a JSON value
+def _fits(value: Any, kind: str) -> bool:
     if kind == _TEXT:
         return isinstance(value, str)
     if kind in (_TEXTS, _LIST):
@@ -150,7 +153,8 @@ def _fits(value: Any, kind: str) -> bool:  # a JSON value
             and all(isinstance(v, str) for v in value)
             and (kind == _LIST or bool(value))
         )
-    return True  # gold: checked against its options below
+    # gold: checked against its options below
+    return True
 
 
 def check_rows(rows: list[Any], task: ICLTaskConfig, *, source: str) -> list[dict[str, Any]]:

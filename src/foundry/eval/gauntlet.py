@@ -44,7 +44,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def gauntlet_config(cfg: Any) -> GauntletConfig:  # dict, DictConfig or GauntletConfig
+def gauntlet_config(cfg: Any) -> GauntletConfig:
     """A `GauntletConfig` from a dict / OmegaConf node (an `eval_gauntlet:` key is unwrapped)."""
     if isinstance(cfg, GauntletConfig):
         return cfg
@@ -88,7 +88,8 @@ def _entry(label: str, value: Any) -> tuple[float, int | None]:
     if isinstance(value, int | float):
         return float(value), None
     n = None
-    if not isinstance(value, Mapping):  # a TaskResult: .metrics (+ .examples)
+    # a TaskResult: .metrics (+ .examples)
+    if not isinstance(value, Mapping):
         examples = getattr(value, "examples", None)
         n = getattr(value, "num_samples", None) or (len(examples) if examples is not None else None)
         value = value.metrics
@@ -106,7 +107,8 @@ def _collect(results: Mapping[str, Any]) -> dict[str, tuple[float, int | None]]:
         label = key.removeprefix("icl/metrics/")
         parts = label.split("/")
         if len(parts) < 2 or not parts[1].endswith("-shot"):
-            continue  # not an ICL evaluator label (e.g. a gauntlet entry already in the dict)
+            # not an ICL evaluator label (e.g. a gauntlet entry already in the dict)
+            continue
         groups.setdefault("/".join(parts[:2]), []).append(_entry(label, value))
     out = {}
     for label, entries in groups.items():

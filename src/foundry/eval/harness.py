@@ -68,7 +68,8 @@ class FoundryLM(TemplateLM):
     def __init__(
         self,
         model: torch.nn.Module | None = None,
-        tokenizer: Any = None,  # a transformers tokenizer, or its path with model args
+        # a transformers tokenizer, or its path with model args
+        tokenizer: Any = None,
         *,
         pretrained: str | None = None,
         config: str | None = None,
@@ -79,7 +80,8 @@ class FoundryLM(TemplateLM):
         device: str | None = None,
         max_length: int | None = None,
         max_gen_toks: int = 256,
-        **unused: Any,  # lm-eval passes extra generic keys
+        # lm-eval passes extra generic keys
+        **unused: Any,
     ) -> None:
         super().__init__()
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -133,7 +135,8 @@ class FoundryLM(TemplateLM):
         return getattr(self.tokenizer, "name_or_path", "foundry").replace("/", "__")
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
-        if add_special_tokens is None:  # like lm-eval's hf backend: tokenizer default, no BOS twice
+        # like lm-eval's hf backend: tokenizer default, no BOS twice
+        if add_special_tokens is None:
             bos = self.tokenizer.bos_token
             add_special_tokens = not (bos and string.startswith(bos))
         return self.tokenizer.encode(string, add_special_tokens=add_special_tokens)
@@ -238,7 +241,8 @@ class FoundryLM(TemplateLM):
                 width = max(len(encoded[i]) for i in idx)
                 ids = torch.full((len(idx), width), pad, dtype=torch.long)
                 mask = torch.zeros((len(idx), width), dtype=torch.long)
-                for row, i in enumerate(idx):  # left padding
+                # left padding
+                for row, i in enumerate(idx):
                     ids[row, width - len(encoded[i]) :] = torch.tensor(encoded[i])
                     mask[row, width - len(encoded[i]) :] = 1
                 stop = StoppingCriteriaList([_StopOnStrings(self.tokenizer, until, width)])

@@ -48,8 +48,9 @@ def _has_tokenizer(path: Path) -> bool:
     return path.is_dir() and any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
 
 
-def model_schema(config: str) -> Any:  # MPTModelConfig | HFCausalLMConfig
-    """The typed model schema from a yaml path or a `conf/model/<name>.yaml` name (e.g. `mpt-tiny`)."""
+def model_schema(config: str) -> Any:
+    """The typed model schema (`MPTModelConfig` or `HFCausalLMConfig`) from a yaml path or a
+    `conf/model/<name>.yaml` name (e.g. `mpt-tiny`)."""
     import yaml
 
     path = Path(config).expanduser()
@@ -68,7 +69,8 @@ def _load_state_file(model: nn.Module, path: Path) -> None:
     """A plain weights file (.pt/.bin/.safetensors; `{'model': ...}` wrappers and `model.` prefixes
     accepted)."""
     missing, unexpected = model.load_state_dict(load_state_dict_file(path), strict=False)
-    missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied embeddings
+    # lm_head.weight is absent where the embeddings are tied
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]
     if missing or unexpected:
         raise ValueError(
             f"checkpoint={str(path)!r} does not match the model: missing={missing} unexpected={unexpected}"

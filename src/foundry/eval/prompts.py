@@ -89,7 +89,8 @@ class Prompts:
     """Rows skipped because their continuation leaves no room for context within max_seq_len."""
 
 
-def needs_prefix_space(tokenizer: Any) -> bool:  # a transformers tokenizer
+# `tokenizer`: a transformers tokenizer
+def needs_prefix_space(tokenizer: Any) -> bool:
     """True for GPT-2-style BPE, which encodes " a" as a single token."""
     return len(tokenizer(" a", add_special_tokens=False)["input_ids"]) == 1
 
@@ -141,7 +142,8 @@ class _Builder:
         ids = list(self.tok(text)["input_ids"])
         eos = self.tok.eos_token_id
         if eos is not None and len(ids) > 1 and ids[-1] == eos:
-            ids = ids[:-1]  # some tokenizers append EOS; the preamble continues
+            # some tokenizers append EOS; the preamble continues
+            ids = ids[:-1]
         return ids
 
     def continuation(self, text: str) -> list[int]:
@@ -249,7 +251,8 @@ def _example(
 def build_prompts(
     cfg: ICLTaskConfig,
     rows: list[dict[str, Any]],
-    tokenizer: Any,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any,
     *,
     num_fewshot: int,
     max_seq_len: int,

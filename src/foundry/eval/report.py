@@ -17,7 +17,8 @@ def _fmt(v: float) -> str:
     return "n/a" if isinstance(v, float) and math.isnan(v) else f"{v:.4f}"
 
 
-def results_markdown(results: list[Any]) -> str:  # TaskResult
+# `results`: TaskResult objects
+def results_markdown(results: list[Any]) -> str:
     """One row per task (and category): label, type, examples, every metric."""
     lines = ["| task | type | n | metrics |", "|---|---|---|---|"]
     for r in results:
@@ -34,7 +35,8 @@ def results_markdown(results: list[Any]) -> str:  # TaskResult
 
 def write_report(
     out: Path,
-    results: list[Any],  # TaskResult
+    # TaskResult objects
+    results: list[Any],
     *,
     flat: dict[str, Any],
     skipped: list[str],

@@ -124,7 +124,8 @@ def _outcomes(
     for n, ex in enumerate(examples):
         rec: dict[str, Any] = {"index": ex.index, "prompt": ex.prompt}
         if ex.shots:
-            rec["shots"] = ex.shots  # row indices of the few-shot examples, in prompt order
+            # row indices of the few-shot examples, in prompt order
+            rec["shots"] = ex.shots
         if ex.category is not None:
             rec["category"] = ex.category
         if kind == "generation_task_with_answers":
@@ -182,7 +183,8 @@ def _metrics(kind: str, records: list[dict[str, Any]]) -> dict[str, float]:
 
 def evaluate_task(
     model: nn.Module,
-    tokenizer: Any,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any,
     task: ICLTask,
     *,
     device: torch.device | str,
@@ -230,7 +232,8 @@ def evaluate_task(
     outputs: list[str] = []
     if kind == "generation_task_with_answers":
         by_len: dict[tuple[int, tuple[str, ...]], list[int]] = {}
-        for i, ex in enumerate(examples):  # generation stops at max_seq_len tokens in total
+        # generation stops at max_seq_len tokens in total
+        for i, ex in enumerate(examples):
             new = min(ex.max_new_tokens, max_len - len(ex.requests[0].context))
             by_len.setdefault((new, tuple(ex.stop)), []).append(i)
         outputs = [""] * len(examples)
@@ -290,7 +293,8 @@ def _gauntlet(cfg: EvalConfig, results: list[TaskResult]) -> dict[str, Any] | No
     )
     entries: dict[str, Any] = {}
     for r in results:
-        if r.categories:  # llm-foundry: sub-category evaluators, averaged with equal weight
+        # llm-foundry: sub-category evaluators, averaged with equal weight
+        if r.categories:
             counts = {c: sum(1 for e in r.examples if str(e.get("category")) == c) for c in r.categories}
             for cat, metrics in r.categories.items():
                 entries[f"{r.label}/{cat}"] = {"metrics": metrics, "num_samples": counts[cat]}
@@ -322,7 +326,8 @@ def run_icl_eval(
     cfg: EvalConfig,
     *,
     model: nn.Module,
-    tokenizer: Any,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any,
     device: torch.device | str,
     output_dir: str | Path | None = None,
     emit: Callable[[str], None] | None = None,

@@ -90,7 +90,8 @@ def logit_head(model: nn.Module, device: torch.device) -> Callable[[torch.Tensor
         with torch.no_grad():
             full = model(input_ids=ids, use_cache=False).logits.float()
             mine = fn(_base_model(model)(input_ids=ids, use_cache=False).last_hidden_state).float()
-    except Exception:  # any mismatch in the interface: use full forwards
+    except Exception:
+        # any mismatch in the interface: use full forwards
         return None
     finally:
         model.train(was_training)
@@ -103,7 +104,8 @@ def _forward_scores(
     ids: torch.Tensor,
     targets: Sequence[Sequence[int]],
     starts: Sequence[int],
-    **kwargs: Any,  # attention_mask, position_ids, the cache (`cache_field`)
+    # attention_mask, position_ids, the cache (`cache_field`)
+    **kwargs: Any,
 ) -> list[RowScore]:
     """One forward; row i's `targets[i]` are predicted at positions starts[i] .. starts[i]+len-1."""
     lens = [len(t) for t in targets]
@@ -244,7 +246,8 @@ def _score_cached(
                 input_ids=p_ids, attention_mask=p_mask, position_ids=_positions(p_mask), use_cache=True
             )
         cache = output_cache(prefix_out)
-        assert cache is not None  # use_cache=True
+        # the prefix forward ran with use_cache=True
+        assert cache is not None
         owner = [gi for gi, g in enumerate(batch) for _ in g]
         flat = [i for g in batch for i in g]
         cut = [shared[gi] for gi in owner]
@@ -317,7 +320,8 @@ def score_requests(
         "progress": progress,
     }
     try:
-        if pad_to_max_seq_len is not None:  # the reference: full logits over every padded position
+        # the reference: full logits over every padded position
+        if pad_to_max_seq_len is not None:
             everything = list(range(len(requests)))
             scores = _score_full(model, requests, everything, pad_to=pad_to_max_seq_len, head=None, **common)
         else:
@@ -340,7 +344,8 @@ def generate_greedy(
     model: nn.Module,
     contexts: Sequence[Sequence[int]],
     *,
-    tokenizer: Any,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any,
     device: torch.device,
     batch_size: int,
     max_new_tokens: int,
@@ -387,7 +392,8 @@ def generate_greedy(
                     if head is None:
                         res = model(input_ids=step_ids, **kwargs)
                         last = res.logits[:, -1]
-                    else:  # unembed only the last position
+                    else:
+                        # unembed only the last position
                         res = _base_model(model)(input_ids=step_ids, **kwargs)
                         last = head(res.last_hidden_state[:, -1])
                 cache = output_cache(res)
