@@ -88,4 +88,5 @@ def publish_once(root: Path, name: str, *, build: Callable[[Path], None], what: 
                 shutil.rmtree(tmp, ignore_errors=True)
         return final, True
     finally:
-        os.close(fd)  # releases the lock
+        # releases the lock
+        os.close(fd)

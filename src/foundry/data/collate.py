@@ -93,7 +93,8 @@ class PackedRows(WorkerBatch):
             batch["labels"] = filled(ids)
             batch["labels"].numpy()[~mask] = IGNORE_INDEX
             batch["attention_mask"] = filled(mask)
-        else:  # one tensor: nothing writes into a batch (the model shifts labels into a new tensor)
+        else:
+            # one tensor: nothing writes into a batch (the model shifts labels into a new tensor)
             batch["labels"] = batch["input_ids"]
         if self.sequence_id is not None:
             batch["sequence_id"] = filled(self.sequence_id)
@@ -129,7 +130,8 @@ class TextCollator(SplitCollator):
         max_seq_len: int,
         pad_token_id: int,
         token_encoding_type: str = "int64",
-        tokenizer: Any = None,  # a transformers tokenizer, only for text rows
+        # a transformers tokenizer, only for text rows
+        tokenizer: Any = None,
         vocab_size: int | None = None,
         documents: DocumentRule | None = None,
         stream_map: Sequence[int] | None = None,
@@ -228,7 +230,8 @@ class TextCollator(SplitCollator):
         lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
         seq = int(lengths.max()) if all(checked) else self.max_seq_len
         if not (lengths != seq).any():
-            return np.stack(rows), lengths, np.asarray(checked)  # (B, S) in the rows' common dtype
+            # (B, S) in the rows' common dtype
+            return np.stack(rows), lengths, np.asarray(checked)
         dtype = np.promote_types(
             np.result_type(*{r.dtype for r in rows}), np.min_scalar_type(self.pad_token_id)
         )
@@ -240,7 +243,8 @@ class TextCollator(SplitCollator):
     def _check_vocab(self, ids: np.ndarray, lengths: np.ndarray, checked: np.ndarray) -> None:
         """Raises naming the largest id of the first `tokens` row with an id >= `vocab_size`."""
         assert self.vocab_size is not None
-        if ids.size == 0 or ids.max() < self.vocab_size:  # one reduction in the common case
+        # one reduction in the common case
+        if ids.size == 0 or ids.max() < self.vocab_size:
             return
         real = np.arange(ids.shape[1])[None, :] < lengths[:, None]
         maxes = np.where(real, ids, 0).max(axis=1) if (lengths < ids.shape[1]).any() else ids.max(axis=1)
@@ -278,7 +282,8 @@ def _sequence_ids(
             "separates documents), or convert the data with --record_documents"
         )
     out = sequence_ids_from_tokens(ids, rule=rule, lengths=lengths)
-    if recorded.any():  # a mixture of streams converted with and without --record_documents
+    # a mixture of streams converted with and without --record_documents
+    if recorded.any():
         which = np.flatnonzero(recorded)
         docs = [samples[i][DOCUMENT_LENGTHS_COLUMN] for i in which.tolist()]
         sub_len = None if lengths is None else lengths[which]

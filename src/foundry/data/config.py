@@ -379,7 +379,8 @@ def _target_policy(target_prompts: str, target_responses: str) -> TargetPolicy:
     return TargetPolicy.parse(target_prompts, target_responses)
 
 
-def _packing_ratio(value: Any) -> float | str | None:  # whatever the YAML held
+# `value`: whatever the YAML held
+def _packing_ratio(value: Any) -> float | str | None:
     if value is None or value == "auto":
         return value
     try:

@@ -51,7 +51,7 @@ class DocumentRule:
     bos_id: int | None = None
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any) -> DocumentRule:  # a transformers tokenizer or None
+    def from_tokenizer(cls, tokenizer: Any) -> DocumentRule:
         """The tokenizer's EOS and BOS ids (None without a tokenizer: rows then need `document_lengths`)."""
         if tokenizer is None:
             return cls()
@@ -79,7 +79,8 @@ def sequence_ids_from_tokens(
     """
     tokens = np.asarray(tokens)
     bsz, seq = tokens.shape
-    starts = np.zeros((bsz, seq), dtype=bool)  # starts[:, t]: token t opens a new document (t > 0)
+    # starts[:, t]: token t opens a new document (t > 0)
+    starts = np.zeros((bsz, seq), dtype=bool)
     if rule.eos_id is not None:
         starts[:, 1:] |= tokens[:, :-1] == rule.eos_id
     if rule.bos_id is not None and rule.bos_id != rule.eos_id:
@@ -87,7 +88,8 @@ def sequence_ids_from_tokens(
     if lengths is None:
         return np.cumsum(starts, axis=1, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
-    real = np.arange(seq)[None, :] < lengths[:, None]  # (B, S)
+    # (B, S)
+    real = np.arange(seq)[None, :] < lengths[:, None]
     ids = np.cumsum(starts & real, axis=1, dtype=np.int64)
     last = ids[np.arange(bsz), np.clip(lengths - 1, 0, None)] if seq else np.zeros(bsz, np.int64)
     pad_id = np.where(lengths > 0, last + 1, 0)
@@ -128,5 +130,6 @@ def sequence_ids_from_lengths(
     keep = cols < real_len[rows]
     starts = np.zeros((bsz, seq + 1), dtype=bool)
     starts[rows[keep], cols[keep]] = True
-    starts[np.arange(bsz), real_len] |= real_len > 0  # padding (or nothing, at column S)
+    # padding (or nothing, at column S)
+    starts[np.arange(bsz), real_len] |= real_len > 0
     return np.cumsum(starts[:, :seq], axis=1, dtype=np.int64)

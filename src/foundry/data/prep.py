@@ -119,8 +119,10 @@ class ConvertStats:
 _WORKER_TOKENIZER: Any = None
 
 
-def _init_worker(tokenizer: Any) -> None:  # a transformers tokenizer
-    global _WORKER_TOKENIZER  # one tokenizer per pool process (process-local, set once)
+# `tokenizer`: a transformers tokenizer
+def _init_worker(tokenizer: Any) -> None:
+    # one tokenizer per pool process (process-local, set once)
+    global _WORKER_TOKENIZER
     _WORKER_TOKENIZER = tokenizer
 
 
@@ -159,7 +161,7 @@ def _encoded_docs(
 def convert_texts(
     texts: Iterable[str],
     *,
-    tokenizer: Any,  # a transformers tokenizer
+    tokenizer: Any,
     out: str,
     max_seq_len: int,
     bos_text: str = "",
@@ -168,7 +170,7 @@ def convert_texts(
     compression: str | None = None,
     num_workers: int = 1,
     batch_docs: int = 256,
-    progress: Any = None,  # a tqdm bar (updated with documents) or None
+    progress: Any = None,
     record_documents: bool = False,
 ) -> ConvertStats:
     """Tokenize `texts`, pack them into rows and write an MDS dataset with one `tokens` column.

@@ -58,8 +58,10 @@ def read_stream_layouts(conf_dir: Path, *, train_split: str = "train") -> dict[s
 def _rows(key: str, *, samples: int, seq_len: int, vocab_size: int, doc_len: int, seed: int) -> np.ndarray:
     digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
-    rows = rng.integers(1, vocab_size, size=(samples, seq_len), dtype=np.int64)  # (N, S)
-    rows[:, doc_len - 1 :: doc_len] = 0  # EOS closes each document
+    # (N, S)
+    rows = rng.integers(1, vocab_size, size=(samples, seq_len), dtype=np.int64)
+    # EOS closes each document
+    rows[:, doc_len - 1 :: doc_len] = 0
     return rows.astype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 

@@ -86,7 +86,7 @@ def missing_data(cfg: TextDataConfig) -> str | None:
 def build_text_dataloader(
     cfg: TextDataConfig,
     *,
-    tokenizer: Any,  # a transformers tokenizer, or None for rows of token ids
+    tokenizer: Any,
     device_batch_size: int,
     world: World,
     max_seq_len: int,
@@ -98,13 +98,15 @@ def build_text_dataloader(
     vocab_size: int | None = None,
     documents: DocumentRule | None = None,
     device_type: str = "cpu",
-) -> Any:  # foundry.data.loader.TextLoader (a streaming.StreamingDataLoader)
-    """Builds the training or the eval loader: a `StreamingDataLoader` over a `StreamingDataset`.
+) -> Any:
+    """Builds the training or the eval loader: a `StreamingDataLoader` (`foundry.data.loader.TextLoader`)
+    over a `StreamingDataset`.
 
     Args:
         cfg: The data config.
-        tokenizer: Gives the pad id (eos when there is no pad token) and tokenizes `text` rows; None for
-            datasets of token ids (pad id 0: padded positions are masked out of the loss anyway).
+        tokenizer: A transformers tokenizer. Gives the pad id (eos when there is no pad token) and
+            tokenizes `text` rows; None for datasets of token ids (pad id 0: padded positions are masked out
+            of the loss anyway).
         device_batch_size: Samples per batch on this rank.
         world: This rank's place in the training world (built once by the task from its process group); the
             dataset partitions samples over it.
@@ -182,7 +184,7 @@ def _dataset(
     world: World,
     seed: int,
     shuffle: bool | None,
-) -> Any:  # streaming.StreamingDataset
+) -> Any:
     """The `StreamingDataset` of one loader: every knob from `cfg`
     (the epoch-shaping ones for training only)."""
     from streaming import StreamingDataset

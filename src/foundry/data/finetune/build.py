@@ -65,7 +65,7 @@ def _profile_size(cfg: FinetuneDataConfig, *, device_batch_size: int, max_seq_le
 def build_finetune_dataloader(
     cfg: FinetuneDataConfig,
     *,
-    tokenizer: Any,  # a transformers tokenizer
+    tokenizer: Any,
     device_batch_size: int,
     world: World,
     split: str,
@@ -78,8 +78,8 @@ def build_finetune_dataloader(
 
     Args:
         cfg: The data config.
-        tokenizer: Tokenizes raw rows; gives the EOS id (appended to final responses) and the pad id (eos
-            when there is no pad token).
+        tokenizer: A transformers tokenizer. Tokenizes raw rows; gives the EOS id (appended to final
+            responses) and the pad id (eos when there is no pad token).
         device_batch_size: Rows per batch on this rank (B).
         world: This rank's place in the training world.
         split: Which split.

@@ -28,7 +28,8 @@ CHATML_TEMPLATE = (
 
 
 def _render(
-    tokenizer: Any,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any,
     messages: Sequence[Mapping[str, Any]],
     *,
     generation_prompt: bool,
@@ -39,14 +40,16 @@ def _render(
         text = tokenizer.apply_chat_template(
             list(messages), tokenize=False, add_generation_prompt=generation_prompt, chat_template=template
         )
-    except Exception as err:  # a user template can raise anything (jinja errors, raise_exception(...))
+    except Exception as err:
+        # a user template can raise anything (jinja errors, raise_exception(...))
         raise ExampleError(index, f"the chat template failed on this conversation: {err}") from err
     return str(text)
 
 
 def chat_turns(
     messages: Sequence[Mapping[str, Any]],
-    tokenizer: Any,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any,
     index: int | None = None,
 ) -> list[tuple[str, str]]:
     """Templated (prompt, response) strings, one pair per assistant message (see the module note)."""

@@ -33,7 +33,8 @@ class ConvertSummary:
     dropped: dict[str, int]
 
 
-def _raw_record(row: Any, index: int) -> tuple[dict[str, Any], dict[str, str]]:  # a decoded row
+# `row`: a decoded row
+def _raw_record(row: Any, index: int) -> tuple[dict[str, Any], dict[str, str]]:
     if example_format(row, index) == CHAT:
         return {"messages": list(validate_messages(row, index))}, {"messages": "json"}
     prompt, response = prompt_response(row, index)
@@ -47,7 +48,7 @@ def convert_finetuning_dataset(
     out: str,
     preprocessing_fn: str | None = None,
     hf_kwargs: dict[str, Any] | None = None,
-    tokenizer: Any = None,  # a transformers tokenizer; None writes raw rows
+    tokenizer: Any = None,
     max_seq_len: int = 2048,
     target_prompts: str = "none",
     target_responses: str = "last",
@@ -63,13 +64,15 @@ def convert_finetuning_dataset(
         out: Output root (local folder or store URL).
         preprocessing_fn: A registered name or `module:function`.
         hf_kwargs: Extra `datasets.load_dataset` arguments.
-        tokenizer: When given, rows are tokenized into `turns` (llm-foundry's pre-tokenized format).
+        tokenizer: A transformers tokenizer. When given, rows are tokenized into `turns` (llm-foundry's
+            pre-tokenized format); None writes raw rows.
         max_seq_len, target_prompts, target_responses: Tokenized output only: rows with no loss token within
             `max_seq_len` under these settings are dropped.
         compression: MDS shard compression (e.g. `zstd`).
         progress: Show a progress bar per split.
     """
-    from streaming import MDSWriter  # keeps `import foundry.data.finetune` free of the writers
+    # keeps `import foundry.data.finetune` free of the writers
+    from streaming import MDSWriter
 
     policy = TargetPolicy.parse(target_prompts, target_responses)
     preprocess = resolve_preprocessing_fn(preprocessing_fn, dataset=dataset)

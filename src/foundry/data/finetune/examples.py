@@ -38,7 +38,8 @@ class ExampleError(ValueError):
         self.row = row
 
 
-def example_format(row: Any, index: int | None = None) -> str:  # any decoded dataset row
+# `row`: any decoded dataset row
+def example_format(row: Any, index: int | None = None) -> str:
     """Returns `PROMPT_RESPONSE` or `CHAT`; raises `ExampleError` naming `index` otherwise."""
     if not isinstance(row, Mapping):
         raise ExampleError(index, f"expected a mapping (dict), got {type(row).__name__}")

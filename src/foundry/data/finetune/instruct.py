@@ -72,7 +72,8 @@ def instruction_pairs(
         a, b = rng.randrange(50), rng.randrange(50)
         sums.append((f"What is {a} plus {b}?", f"{a} plus {b} is {a + b}."))
     pairs = _builtin_pairs() + _module_pairs(max_modules) + sums
-    return list(dict(pairs).items())  # one answer per question (later duplicates win), order kept
+    # one answer per question (later duplicates win), order kept
+    return list(dict(pairs).items())
 
 
 def _row(question: str, answer: str, *, chat: bool) -> dict[str, Any]:

@@ -115,7 +115,8 @@ class StreamedExamples:
 
     def __init__(
         self,
-        loader: Any,  # streaming.StreamingDataLoader
+        # streaming.StreamingDataLoader
+        loader: Any,
         *,
         step: int,
         min_step: int,
@@ -148,7 +149,8 @@ class StreamedExamples:
 
     def _filled(self) -> Iterator[list[Example]]:
         while self.steps_done < self.steps_per_epoch:
-            empty_passes = 0  # consecutive stream passes without a kept example (2: a whole epoch)
+            # consecutive stream passes without a kept example (2: a whole epoch)
+            empty_passes = 0
             while len(self.carry) < self.step:
                 if self._batches is None:
                     self._batches, self._pass_kept = iter(self.loader), 0
@@ -156,7 +158,8 @@ class StreamedExamples:
                 if batch is not None:
                     self._pass_kept += self._take(batch)
                     continue
-                self._batches = None  # the stream's epoch ended: read on into its next one
+                # the stream's epoch ended: read on into its next one
+                self._batches = None
                 empty_passes = empty_passes + 1 if self._pass_kept == 0 else 0
                 if empty_passes >= 2:
                     raise ValueError(

@@ -95,7 +95,8 @@ def _load_hf(
 ) -> list[dict[str, Any]]:
     try:
         import datasets
-    except ImportError as err:  # optional dependency
+    except ImportError as err:
+        # optional dependency
         raise ImportError(
             "HF dataset sources need the `datasets` package: pip install 'foundry-stack[hf]'"
         ) from err

@@ -27,13 +27,15 @@ from foundry.data.finetune.preprocess import Preprocessor
 __all__ = ["ExampleBuilder", "tokenize_row", "turns_from_tokenized"]
 
 
-def _ids(tokenizer: Any, text: str, *, special: bool) -> list[int]:  # transformers tokenizer
+# `tokenizer`: a transformers tokenizer
+def _ids(tokenizer: Any, text: str, *, special: bool) -> list[int]:
     return list(tokenizer(text, add_special_tokens=special)["input_ids"])
 
 
 def tokenize_row(
     row: Mapping[str, Any],
-    tokenizer: Any,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any,
     index: int | None = None,
 ) -> list[Turn]:
     """The turns of a prompt/response or chat row as token ids (validated; errors name `index`)."""
@@ -78,7 +80,8 @@ class ExampleBuilder:
     def __init__(
         self,
         *,
-        tokenizer: Any,  # a transformers tokenizer
+        # a transformers tokenizer
+        tokenizer: Any,
         policy: TargetPolicy,
         max_seq_len: int,
         preprocess: Preprocessor | None = None,
@@ -95,7 +98,8 @@ class ExampleBuilder:
         if self.preprocess is not None:
             try:
                 row = self.preprocess(row)
-            except Exception as err:  # user code: report the row, keep the cause
+            except Exception as err:
+                # user code: report the row, keep the cause
                 raise ExampleError(index, f"preprocessing_fn failed: {err}") from err
         return tokenize_row(row, self.tokenizer, index)
 
