@@ -353,6 +353,9 @@ class ShardAccess:
         if not backend.ranged_reads:
             return None
         timeout = stream.retry_policy().timeout
+        quick = backend.quick_reader(url, timeout=timeout)
+        if quick is not None:
+            return quick
 
         def read(start: int, end: int) -> bytes | None:
             try:

@@ -241,3 +241,24 @@ def test_clients_share_one_parsed_service_model(s3_env):
     assert a.meta.service_model._service_description is b.meta.service_model._service_description
     paths = _data_loader().search_paths
     assert len(paths) == len(set(paths))
+
+
+def test_quick_reader_reads_exact_ranges_or_gives_none(s3_bucket, s3_env, monkeypatch):
+    """``quick_reader`` (a presigned URL on a plain pool, for a first batch's samples): exactly the bytes
+    asked, None for anything else (a missing object, a range past the end), and no quick reader at all where a
+    proxy is configured (botocore would use it; the plain pool would not)."""
+    import boto3
+
+    from streaming.storage.backends.s3 import S3Backend
+
+    payload = os.urandom(50_000)
+    boto3.client("s3", endpoint_url=s3_env).put_object(Bucket=s3_bucket[5:], Key="q.bin", Body=payload)
+    backend = S3Backend()
+    read = backend.quick_reader(f"{s3_bucket}/q.bin", timeout=30)
+    assert read is not None
+    assert read(0, 10) == payload[:10] and read(49_000, 50_000) == payload[49_000:]
+    assert read(49_000, 50_001) is None  # short: not what was asked
+    missing = backend.quick_reader(f"{s3_bucket}/nope.bin", timeout=30)
+    assert missing is not None and missing(0, 10) is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    assert backend.quick_reader(f"{s3_bucket}/q.bin", timeout=30) is None

@@ -88,6 +88,11 @@ class Backend(ABC):
         range or cannot satisfy it. None: this backend has no range reads (``ranged_reads`` is False)."""
         return None
 
+    def quick_reader(self, url: str, *, timeout: float) -> Callable[[int, int], bytes | None] | None:
+        """A cheaper way to read small ranges of ``url``, best effort: ``read(start, end)`` gives exactly
+        those bytes or None (any error); None where this backend has none (use ``read_range``)."""
+        return None
+
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         raise PermissionError(f"{redact(url)}: this backend is read-only")
 

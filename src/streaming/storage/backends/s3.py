@@ -5,6 +5,13 @@ and cached on the backend, so each store a run touches keeps its own endpoint an
 retries are off (``total_max_attempts=1``): ``streaming.storage.transfer`` decides and logs every retry.
 ``client`` is public so that ``streaming.storage.whole_file`` reads through smart_open with the same client.
 
+``quick_reader`` reads small ranges (a batch's samples read before their shards arrive) through a presigned
+URL on a plain urllib3 pool: ~1.4 ms of CPU a request where botocore's request, signing and response parsing
+take ~3.4 ms, which at 8 DataLoader workers on 2 cores was most of the CPU before the first batch. It is best
+effort (any failure: None, and the caller reads the downloaded shard), and is not used where a proxy is set in
+the environment (botocore would route through it). A presigned URL is made once per object and reused for
+``_PRESIGN_REUSE_S`` (it is valid twice as long); it carries a signature, so it is never logged.
+
 Every client's session shares one botocore data loader (``_data_loader``: the parsed service model, endpoint
 rules and partitions, read-only once loaded). Building a client from a fresh session parses them again (~0.1 s
 of CPU); a forked DataLoader worker inherits the parent's loaded copy, so its clients cost ~0.02 s each.
@@ -14,7 +21,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from typing import Any
@@ -39,6 +47,12 @@ def _data_loader() -> Any:  # a botocore.loaders.Loader
     return create_loader()
 
 
+_PRESIGN_REUSE_S = 300.0
+"""Seconds one presigned URL is reused by ``quick_reader`` (it is made valid for twice as long)."""
+
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
 class S3Backend(Backend):
     """AWS S3 and S3-compatible stores (R2, B2, CoreWeave, MinIO, ...) through boto3.
 
@@ -60,6 +74,8 @@ class S3Backend(Backend):
         self._boto3, self._unsigned, self._config = boto3, UNSIGNED, Config
         self._clients: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()  # one build per key when parallel range reads ask at once
+        self._presigned: dict[tuple[str, float], tuple[str, float]] = {}
+        self._http: Any = None  # the urllib3 pool of quick_reader, built on first use
 
     def client(
         self,
@@ -194,6 +210,51 @@ class S3Backend(Backend):
 
         result: tuple[bytes, int | None] = self._call(url, get)
         return result
+
+    def quick_reader(self, url: str, *, timeout: float) -> Callable[[int, int], bytes | None] | None:
+        if any(os.environ.get(k) for k in _PROXY_VARS):
+            return None
+        try:
+            presigned, http = self._presign(url, timeout), self._pool()
+        except Exception:  # no credentials, a bad profile...: the caller uses read_range
+            return None
+
+        def read(start: int, end: int) -> bytes | None:
+            try:
+                resp = http.request(
+                    "GET",
+                    presigned,
+                    headers={"Range": f"bytes={start}-{end - 1}"},
+                    retries=False,
+                    timeout=timeout,
+                )
+            except Exception:
+                return None
+            return resp.data if resp.status == 206 and len(resp.data) == end - start else None
+
+        return read
+
+    def _presign(self, url: str, timeout: float) -> str:
+        key, now = (url, timeout), time.monotonic()
+        with self._lock:
+            got = self._presigned.get(key)
+        if got is not None and now - got[1] < _PRESIGN_REUSE_S:
+            return got[0]
+        bucket, name = split_bucket(url)
+        presigned = self._client(url, timeout, write=False).generate_presigned_url(
+            "get_object", Params={"Bucket": bucket, "Key": name}, ExpiresIn=int(2 * _PRESIGN_REUSE_S)
+        )
+        with self._lock:
+            self._presigned[key] = (presigned, now)
+        return str(presigned)
+
+    def _pool(self) -> Any:  # a urllib3.PoolManager
+        with self._lock:
+            if self._http is None:
+                import urllib3
+
+                self._http = urllib3.PoolManager(maxsize=_POOL, ca_certs=os.environ.get("AWS_CA_BUNDLE"))
+            return self._http
 
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         bucket, key = split_bucket(url)
