@@ -38,7 +38,7 @@ COMPILE_MODES = ("none", "model", "blocks")
 _CACHE_KWARGS = ("cache", "past_key_values", "past_key_value", "layer_past")
 
 
-def normalize_compile(value: Any) -> str:  # bool or str from YAML
+def normalize_compile(value: Any) -> str:
     """`trainer.compile` as one of `COMPILE_MODES`: false/None -> none, true -> model (as before)."""
     if value is None or value is False:
         return "none"
@@ -69,7 +69,8 @@ def compile_blocks(model: nn.Module, *, dynamic: bool | None = None, backend: An
     blocks = transformer_blocks(model)
     for block in blocks:
         if hasattr(block.forward, "__wrapped__"):
-            continue  # already compiled
+            # already compiled
+            continue
         eager = block.forward
         block.forward = _block_forward(eager, torch.compile(eager, dynamic=dynamic, backend=backend))
     return len(blocks)

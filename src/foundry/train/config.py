@@ -29,7 +29,8 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 TOKEN_COUNTING = ("padded", "non_pad")
 
 
-def _check_duration(name: str, value: Any) -> None:  # str or int from YAML
+# `value`: str or int from YAML
+def _check_duration(name: str, value: Any) -> None:
     try:
         parse_duration(value)
     except ValueError as e:

@@ -68,7 +68,8 @@ def eval_pass(
         on_device = {key: v.to(device) for key, v in batch.items()}
         _add_batch(model, forward, on_device, totals, precision=precision, device=device, names=stream_names)
     model.train()
-    values = all_reduce_sum(totals).tolist()  # over every rank's share of the eval split
+    # over every rank's share of the eval split
+    values = all_reduce_sum(totals).tolist()
     loss_sum, count = values[:2]
     if count == 0:
         return {}

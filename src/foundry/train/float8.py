@@ -45,7 +45,7 @@ TORCHAO_SPEC = "torchao>=0.17"
 """What to install (0.17 and later are ABI-stable against torch >= 2.11)."""
 
 
-def _torchao_float8() -> Any:  # the torchao.float8 module
+def _torchao_float8() -> Any:
     try:
         import torchao.float8 as float8
     except ImportError:

@@ -82,8 +82,10 @@ class Trainer:
         *,
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
-        scheduler: Any,  # an LR scheduler or None
-        train_loader: Any,  # an iterable of batches with state_dict()
+        # an LR scheduler or None
+        scheduler: Any,
+        # an iterable of batches with state_dict()
+        train_loader: Any,
         eval_loader: Any,
         cfg: TrainerConfig,
         plan: BatchPlan,
@@ -247,7 +249,8 @@ class Trainer:
             except RuntimeError as err:
                 if not (self.plan.auto_microbatch and is_oom(err)):
                     raise
-                if world_size() > 1:  # ranks would disagree on the retry and deadlock
+                # ranks would disagree on the retry and deadlock
+                if world_size() > 1:
                     raise RuntimeError(
                         f"out of memory with {world_size()} ranks: device_train_microbatch_size=auto cannot "
                         "retry across ranks; set trainer.device_train_microbatch_size to an int"
@@ -341,8 +344,9 @@ class Trainer:
                 start = time.perf_counter()
                 try:
                     metrics = self.train_step(self._next_batch())
-                except _Spike as spike:  # only raised with a guard
-                    at = self.state.step  # the event is logged at the last step logged so far
+                except _Spike as spike:
+                    # only raised with a guard; the event is logged at the last step logged so far
+                    at = self.state.step
                     self._log(spike.guard.rollback(self, spike.reason), step=at)
                     continue
                 seconds = time.perf_counter() - start

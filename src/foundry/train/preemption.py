@@ -181,7 +181,8 @@ def _ignore_preemption_signals(worker_id: int, *, previous: Callable[[int], None
         previous(worker_id)
 
 
-def shield_workers(*loaders: Any) -> None:  # torch DataLoaders (or any iterables, or None)
+# `loaders`: torch DataLoaders (or any iterables, or None)
+def shield_workers(*loaders: Any) -> None:
     """Makes the loaders' worker processes ignore SIGTERM/SIGUSR1/SIGINT
     (chained before their `worker_init_fn`).
 

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["SpikeGuard", "SpikeGuardConfig", "SpikeGuardError", "robust_z", "spike_reason"]
 
 _MAD_TO_SIGMA = 1.4826
-_MIN_SCALE = 1e-3  # x |median|: the floor of the robust scale
+# the floor of the robust scale, as a multiple of |median|
+_MIN_SCALE = 1e-3
 
 
 class SpikeGuardError(RuntimeError):
@@ -176,7 +177,8 @@ class SpikeGuard:
 
     def _restore(self, trainer: Trainer, snap: _Snapshot) -> None:
         trainer.optimizer.zero_grad(set_to_none=True)
-        trainer.model.load_state_dict(snap.model)  # copies into the live parameters
+        # copies into the live parameters
+        trainer.model.load_state_dict(snap.model)
         # may keep the tensors it is given
         trainer.optimizer.load_state_dict(snapshot(snap.optimizer))
         run = snap.run
@@ -189,7 +191,8 @@ class SpikeGuard:
             fresh.load_state_dict(run["scaler"])
             trainer.scaler = fresh
         s = trainer.state
-        data_position = (s.epoch, s.step_in_epoch)  # the data is not rolled back
+        # the data is not rolled back
+        data_position = (s.epoch, s.step_in_epoch)
         s.load_state_dict(run["state"])
         s.epoch, s.step_in_epoch = data_position
         if trainer.streams is not None and run["streams"] is not None:
