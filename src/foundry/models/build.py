@@ -100,7 +100,8 @@ def build_model_on(
     cfg: ModelConfig,
     *,
     device: torch.device | str,
-    tokenizer: Any | None = None,  # a transformers tokenizer (only len() is used)
+    # a transformers tokenizer (only len() is used)
+    tokenizer: Any | None = None,
     init_device: str | None = None,
     defer_init: bool = False,
     state_dict: Mapping[str, torch.Tensor] | None = None,
@@ -183,8 +184,10 @@ def materialize_(model: nn.Module, *, device: str | torch.device) -> nn.Module:
     Call after sharding wrappers are applied if you want per-shard allocation; the model module is returned.
     """
     model.to_empty(device=device)
-    cfg: Any = model.config  # an MPTConfig (nn.Module.__getattr__ is typed Tensor | Module)
-    init = model.__dict__.get("_init_weights")  # set by LoRA injection: adapters get their own init
+    # an MPTConfig (nn.Module.__getattr__ is typed Tensor | Module)
+    cfg: Any = model.config
+    # set by LoRA injection: adapters get their own init
+    init = model.__dict__.get("_init_weights")
     if callable(init):
         # the order `foundry.parallel.meta_init` uses: same weights sharded
         for module in model.modules():

@@ -46,6 +46,7 @@ def cache_field(cache: Cache | None) -> dict[str, Any]:
     return {CACHE_NAME: cache}
 
 
-def output_cache(output: Any) -> Cache | None:  # any transformers ModelOutput
+# `output`: any transformers ModelOutput
+def output_cache(output: Any) -> Cache | None:
     """The cache a model output carries, read without the deprecation warning of newer transformers."""
     return getattr(output, CACHE_NAME, None)

@@ -236,7 +236,7 @@ class MPTModelConfig(ModelConfig):
         return self.attn_config.attn_uses_sequence_id
 
 
-def validate_mpt_fields(cfg: Any) -> None:  # MPTModelConfig or MPTConfig (same field names)
+def validate_mpt_fields(cfg: Any) -> None:
     """Checks the top-level MPT fields shared by the Hydra schema and the transformers config.
 
     Args:

@@ -49,5 +49,6 @@ def document_causal_mask(sequence_id: torch.Tensor) -> torch.Tensor:
     """
     seq = sequence_id.shape[-1]
     causal = torch.ones(seq, seq, dtype=torch.bool, device=sequence_id.device).tril()
-    same = sequence_id[:, :, None] == sequence_id[:, None, :]  # (B, S, S)
+    # (B, S, S)
+    same = sequence_id[:, :, None] == sequence_id[:, None, :]
     return (same & causal)[:, None]

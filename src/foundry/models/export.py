@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 FORMATS = ("auto", "hf_mpt", "foundry")
-_MANIFEST = "manifest.json"  # what marks a checkpoint written by the trainer (foundry.checkpoint)
+# what marks a checkpoint written by the trainer (foundry.checkpoint)
+_MANIFEST = "manifest.json"
 
 
 def is_trainer_checkpoint(src: str | Path) -> bool:
@@ -75,7 +76,7 @@ def hf_mpt_incompatibilities(config: MPTConfig) -> list[str]:
     return [why for ok, why in checks if not ok]
 
 
-def to_hf_mpt_config(config: MPTConfig) -> Any:  # transformers.MptConfig
+def to_hf_mpt_config(config: MPTConfig) -> Any:
     """Our config as transformers' `MptConfig`.
 
     Raises:
@@ -125,7 +126,8 @@ def export_hf(
     model: MPTForCausalLM,
     out_dir: str | Path,
     *,
-    tokenizer: Any | None = None,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any | None = None,
     fmt: str = "auto",
     dtype: torch.dtype = torch.float32,
 ) -> str:

@@ -71,7 +71,8 @@ def build_hf_causal_lm(cfg: HFCausalLMConfig, *, vocab_size: int | None = None) 
     else:
         with torch.device(cfg.init_device):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
-        if cfg.pretrained:  # loaded when materialised: after sharding (FSDP) or by build_model_on
+        # loaded when materialised: after sharding (FSDP) or by build_model_on
+        if cfg.pretrained:
             mark_pretrained(model, resolve_weights_folder(name, local_files_only=cfg.local_files_only))
     if vocab_size is not None:
         weight = model.get_input_embeddings().weight
@@ -120,10 +121,12 @@ class DocumentMasking:
         if padding is not None:
             if padding.dim() != 2:
                 raise ValueError("sequence_id cannot be combined with a custom 4D attention_mask")
-            sequence_id = sequence_id.masked_fill(padding == 0, -1)  # padding: its own document
+            # padding: its own document
+            sequence_id = sequence_id.masked_fill(padding == 0, -1)
         if kwargs.get("position_ids") is None:
             kwargs["position_ids"] = document_positions(sequence_id)
-        mask = document_causal_mask(sequence_id)  # (B, 1, S, S)
+        # (B, 1, S, S)
+        mask = document_causal_mask(sequence_id)
         if self.eager:
             dtype = _compute_dtype(module)
             mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(

@@ -19,7 +19,8 @@ MODEL_SCHEMAS: dict[str, type[ModelConfig]] = {"_mpt": MPTModelConfig, "_hf_caus
 """The `model` group's schema nodes: node name -> schema class."""
 
 
-def register_model_configs(cs: Any) -> None:  # hydra's ConfigStore (not imported here)
+# `cs`: hydra's ConfigStore (not imported here)
+def register_model_configs(cs: Any) -> None:
     """Stores the `model` group schema nodes (`MODEL_SCHEMAS`) in a Hydra `ConfigStore`."""
     for name, schema in MODEL_SCHEMAS.items():
         cs.store(group="model", name=name, node=schema)

@@ -122,10 +122,12 @@ def build_attn_mask(
             return None, False
     q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]
     k_pos = torch.arange(k_len, device=device)[None, :]
-    allowed = k_pos <= q_pos  # (S_q, S_k)
+    # (S_q, S_k)
+    allowed = k_pos <= q_pos
     if windowed:
         allowed = allowed & (k_pos >= q_pos - sliding_window)
-    allowed = allowed[None, None]  # (1, 1, S_q, S_k)
+    # (1, 1, S_q, S_k)
+    allowed = allowed[None, None]
     if sequence_id is not None:
         if q_len != k_len:
             raise ValueError("sequence_id masking needs the whole sequence (no KV cache); drop sequence_id")
@@ -261,14 +263,16 @@ class GroupedQueryAttention(nn.Module):
         if self.clip_qkv is not None:
             qkv = qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)
         q, k, v = qkv.split([d_model, self.kv_dim, self.kv_dim], dim=-1)
-        q_ln, k_ln = self.q_ln, self.k_ln  # both set, or both None
+        # both set, or both None
+        q_ln, k_ln = self.q_ln, self.k_ln
         if q_ln is not None and k_ln is not None and not self.per_head_norm:
             q, k = q_ln(q), k_ln(k)
         q = q.view(bsz, seq, self.n_heads, self.head_dim)
         k = k.view(bsz, seq, self.kv_n_heads, self.head_dim)
         if q_ln is not None and k_ln is not None and self.per_head_norm:
             q, k = q_ln(q), k_ln(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)  # (B, H, S, hd), (B, Hk, S, hd)
+        # (B, H, S, hd), (B, Hk, S, hd)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(bsz, seq, self.kv_n_heads, self.head_dim).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)

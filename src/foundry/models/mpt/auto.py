@@ -20,7 +20,8 @@ def register_auto_classes() -> None:
     """Registers `foundry_mpt` with AutoConfig / AutoModel / AutoModelForCausalLM (idempotent, offline)."""
     try:
         AutoConfig.register(MODEL_TYPE, MPTConfig)
-    except ValueError:  # already registered (by us)
+    except ValueError:
+        # already registered (by us)
         pass
     for auto, cls in ((AutoModel, MPTModel), (AutoModelForCausalLM, MPTForCausalLM)):
         try:

@@ -125,7 +125,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any,  # autograd's context
+        ctx: Any,
         hidden: torch.Tensor,
         weight: torch.Tensor,
         targets: torch.Tensor,

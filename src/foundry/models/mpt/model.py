@@ -119,7 +119,8 @@ class MPTModel(MPTPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         use_cache: bool | None = None,
         past_key_values: Cache | None = None,
-        **kwargs: Any,  # transformers passes e.g. cache_position, return_dict
+        # transformers passes e.g. cache_position, return_dict
+        **kwargs: Any,
     ) -> BaseModelOutputWithPast:
         """Runs the stack.
 
@@ -152,7 +153,8 @@ class MPTModel(MPTPreTrainedModel):
         if sequence_id is not None and not self.uses_sequence_id:
             sequence_id = None
         if position_ids is None and (self.wpe is not None or self.pos.attn.rope):
-            if sequence_id is not None:  # packed row: each document starts at position 0
+            # packed row: each document starts at position 0
+            if sequence_id is not None:
                 position_ids = document_positions(sequence_id)
             else:
                 position_ids = self._positions(attention_mask, past=past, seq=seq, device=x.device)
@@ -179,7 +181,8 @@ class MPTModel(MPTPreTrainedModel):
         )
         rope = None
         if self.pos.attn.rope:
-            assert position_ids is not None  # derived above whenever RoPE is on
+            # derived above whenever RoPE is on
+            assert position_ids is not None
             rope = self.pos.rope(position_ids, dtype)
         for block in self.blocks:
             x = block(x, rope=rope, attn_mask=attn_mask, is_causal=is_causal, cache=cache)

@@ -27,7 +27,8 @@ __all__ = ["ADAPTER", "apply_peft", "has_adapters", "lora_config", "merge_adapte
 
 ADAPTER = "default"
 """The adapter name inside every LoRA layer (one adapter per model)."""
-_ROLE = "_foundry_lora"  # marks an adapter's Linear: "A" or "B"
+# marks an adapter's Linear: "A" or "B"
+_ROLE = "_foundry_lora"
 
 
 def lora_config(cfg: PeftConfig, model: nn.Module) -> LoraConfig:
@@ -68,7 +69,8 @@ def apply_peft(model: nn.Module, cfg: PeftConfig) -> nn.Module:
         setattr(layer.lora_A[ADAPTER], _ROLE, "A")
         setattr(layer.lora_B[ADAPTER], _ROLE, "B")
     base_init = getattr(model, "_init_weights", None)
-    if callable(base_init):  # an instance attribute: this model only
+    # an instance attribute: this model only
+    if callable(base_init):
         model.__dict__["_init_weights"] = _adapter_aware_init(base_init)
     return model
 
@@ -86,7 +88,8 @@ def _adapter_aware_init(base: Callable[[nn.Module], None]) -> Callable[[nn.Modul
             base(module)
         elif not weight.is_meta:
             if role == "A":
-                nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # peft's default for lora_A
+                # peft's default for lora_A
+                nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
             else:
                 nn.init.zeros_(weight)
 
