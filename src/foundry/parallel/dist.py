@@ -178,7 +178,8 @@ def init_distributed(
     kwargs: dict[str, Any] = {"backend": backend, "timeout": timedelta(seconds=timeout_s)}
     if device.type == "cuda":
         kwargs["device_id"] = device
-    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":  # torchrun's agent store outlives a group restart:
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's agent store outlives a group restart:
         # keys per restart, or restarted ranks read the dead group's addresses (gloo: connection refused)
         if local_world < world_size and _env_int(env, "TORCHELASTIC_MAX_RESTARTS", 0) > 0:
             warnings.warn(SHARED_STORE_WARNING, stacklevel=2)
@@ -187,9 +188,11 @@ def init_distributed(
         )
         store = dist.PrefixStore(f"foundry/restart{env.get('TORCHELASTIC_RESTART_COUNT', '0')}", agent)
         dist.init_process_group(store=store, rank=rank, world_size=world_size, **kwargs)
-    elif "MASTER_ADDR" in env:  # torchrun: env:// rendezvous (multi-node through c10d)
+    elif "MASTER_ADDR" in env:
+        # torchrun: env:// rendezvous (multi-node through c10d)
         dist.init_process_group(init_method="env://", rank=rank, world_size=world_size, **kwargs)
-    else:  # a DDP/FSDP config in a plain single process: a 1-rank group on an in-memory store
+    else:
+        # a DDP/FSDP config in a plain single process: a 1-rank group on an in-memory store
         if world_size != 1:
             raise ValueError(f"WORLD_SIZE={world_size} but MASTER_ADDR is unset; launch with torchrun")
         dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1, **kwargs)
@@ -226,8 +229,8 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def broadcast_object(obj: Any, *, src: int = 0) -> Any:  # any picklable value
-    """Rank `src`'s `obj` on every rank (unchanged without a multi-rank group)."""
+def broadcast_object(obj: Any, *, src: int = 0) -> Any:
+    """Rank `src`'s `obj` (any picklable value) on every rank (unchanged without a multi-rank group)."""
     if not _active():
         return obj
     box = [obj]

@@ -58,6 +58,7 @@ def clip_grad_norm_(parameters: list[torch.Tensor], max_norm: float) -> torch.Te
         return torch.zeros(())
     total = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
     if isinstance(total, DTensor):
-        total = total.full_tensor()  # Partial(sum of squares) -> the global norm on every rank
+        # Partial(sum of squares) -> the global norm on every rank
+        total = total.full_tensor()
     torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
     return total

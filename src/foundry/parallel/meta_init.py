@@ -43,7 +43,8 @@ def init_sharded_module_(module: nn.Module, init: Callable[[nn.Module], None]) -
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     sharded = {n: p for n, p in module.named_parameters(recurse=False) if isinstance(p, DTensor)}
-    for name, param in sharded.items():  # stand-ins: full-size plain tensors
+    # stand-ins: full-size plain tensors
+    for name, param in sharded.items():
         full = torch.empty(param.shape, dtype=param.dtype, device=param.to_local().device)
         module._parameters[name] = nn.Parameter(full, requires_grad=param.requires_grad)
     try:

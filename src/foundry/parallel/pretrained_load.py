@@ -101,12 +101,14 @@ def resolve_weights_folder(name: str, *, local_files_only: bool) -> Path:
                     name, local_files_only=local_files_only, allow_patterns=["*.safetensors", "*.json"]
                 )
             )
-        except Exception as err:  # hub errors have many types; all mean "not available"
+        except Exception as err:
+            # hub errors have many types; all mean "not available"
             raise ValueError(
                 f"model.pretrained_model_name_or_path={name!r}: no local weights ({err}); pass a folder with "
                 "*.safetensors, or set model.local_files_only=false to allow a hub download"
             ) from err
-    safetensors_files(folder, name=name)  # fail now, not after the model is sharded
+    # fail now, not after the model is sharded
+    safetensors_files(folder, name=name)
     return folder
 
 

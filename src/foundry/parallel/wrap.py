@@ -31,7 +31,8 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
         for module in model.modules()
         if isinstance(module, nn.ModuleList)
         for child in module
-        if not names or any(c.__name__ in names for c in type(child).__mro__)  # FSDP subclasses too
+        # FSDP subclasses too
+        if not names or any(c.__name__ in names for c in type(child).__mro__)
     ]
     if not blocks:
         raise ValueError(
@@ -49,7 +50,7 @@ def apply_activation_checkpointing(model: nn.Module) -> None:
         checkpoint(block)
 
 
-def mp_policy(cfg: ParallelismConfig, *, precision: str) -> Any:  # MixedPrecisionPolicy
+def mp_policy(cfg: ParallelismConfig, *, precision: str) -> Any:
     """FSDP2 mixed precision from `cfg.mixed_precision` and the trainer precision's dtype (fp32 -> none)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
@@ -60,7 +61,7 @@ def mp_policy(cfg: ParallelismConfig, *, precision: str) -> Any:  # MixedPrecisi
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=reduce)
 
 
-def build_mesh(cfg: ParallelismConfig, *, ctx: DistContext) -> Any:  # a DeviceMesh
+def build_mesh(cfg: ParallelismConfig, *, ctx: DistContext) -> Any:
     """1-D mesh over all ranks, or for HYBRID_SHARD a 2-D
     (replicate, shard) mesh with `shard_size` columns."""
     from torch.distributed.device_mesh import init_device_mesh
