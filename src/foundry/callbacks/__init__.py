@@ -44,8 +44,10 @@ def build_callbacks(
     cfg: CallbacksConfig,
     *,
     world_size: int,
-    model_config: ModelConfig | None = None,  # the run's `model` schema
-    tokenizer: Any = None,  # a transformers tokenizer
+    # the run's `model` schema
+    model_config: ModelConfig | None = None,
+    # a transformers tokenizer
+    tokenizer: Any = None,
     run_dir: str | Path = ".",
 ) -> list[Callback]:
     """The callbacks `cfg` enables, in a fixed order

@@ -56,7 +56,8 @@ def read_beats(directory: str | Path) -> dict[int, Beat]:
         try:
             beat = Beat(**json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
-            continue  # removed between glob and read
+            # removed between glob and read
+            continue
         out[beat.rank] = beat
     return out
 

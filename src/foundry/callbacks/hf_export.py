@@ -53,7 +53,8 @@ class HFExport(Callback):
         cfg: HFExportConfig,
         *,
         model_config: ModelConfig,
-        tokenizer: Any,  # a transformers tokenizer or None
+        # a transformers tokenizer or None
+        tokenizer: Any,
         run_dir: str | Path,
     ) -> None:
         self.cfg = cfg
@@ -101,7 +102,8 @@ class HFExport(Callback):
             Path(tmp, DONE_FILE).write_text(
                 json.dumps({"step": step, "format": fmt, "files": files}, indent=2)
             )
-            for f in [*files, DONE_FILE]:  # the marker last: a folder without it is torn
+            # the marker last: a folder without it is torn
+            for f in [*files, DONE_FILE]:
                 _put(os.path.join(tmp, f), _join(url, f))
         print(f"[foundry] hf export: {redact(url)} ({fmt}, step {step})", flush=True)
         return url
@@ -137,7 +139,8 @@ def _save(
     from foundry.models import build_model_on
     from foundry.models.export import export_hf
 
-    if adapters and model_config.peft_config is not None:  # (`adapters` implies a peft_config)
+    # `adapters` implies a peft_config
+    if adapters and model_config.peft_config is not None:
         from foundry.models.peft.folder import save_adapter
 
         # the base stays on meta: only the (assigned) adapter tensors are read
@@ -147,9 +150,8 @@ def _save(
         if tokenizer is not None:
             tokenizer.save_pretrained(out)
         return "peft"
-    model: Any = build_model_on(
-        model_config, device="cpu", state_dict=weights
-    ).eval()  # export_hf: any causal LM
+    # Any: export_hf takes any causal LM
+    model: Any = build_model_on(model_config, device="cpu", state_dict=weights).eval()
     mpt = getattr(model.config, "model_type", None) == "foundry_mpt"
     fmt = export_hf(
         model, out, tokenizer=tokenizer, fmt=cfg.format if mpt else "foundry", dtype=_DTYPES[cfg.dtype]

@@ -71,7 +71,8 @@ class Liveness(Callback):
 
     def on_step_end(self, trainer: Trainer, *, step_seconds: float) -> dict[str, float]:
         if getattr(trainer, "stop_requested", False):
-            self._write(trainer, "preempted")  # the checkpoint follows; then the process exits 75
+            # the checkpoint follows; then the process exits 75
+            self._write(trainer, "preempted")
         elif time.time() - self.last_write >= self.interval_s:
             self._write(trainer, "step")
         return {}
