@@ -159,7 +159,8 @@ class MLflowLogger:
 
     def _experiment(self, name: str) -> str:
         """The id of experiment `name`, created if absent (a concurrent creator wins the race harmlessly)."""
-        from mlflow.exceptions import MlflowException  # optional dependency (see `_client`)
+        # optional dependency (see `_client`)
+        from mlflow.exceptions import MlflowException
 
         found = self.client.get_experiment_by_name(name)
         if found is not None:
@@ -185,7 +186,8 @@ class MLflowLogger:
     def log_hyperparameters(self, params: dict[str, Any]) -> None:
         """Flat params of the redacted tree (new keys only on resume; changed values as `resumed.<key>`
         tags)."""
-        from mlflow.entities import Param, RunTag  # optional dependency (see `_client`)
+        # optional dependency (see `_client`)
+        from mlflow.entities import Param, RunTag
 
         tree = redact_value(params)
         flat = flatten_params(tree)
@@ -201,7 +203,8 @@ class MLflowLogger:
     def log_metrics(self, metrics: dict[str, float], *, step: int) -> None:
         """One `log_batch` with every metric at `step` (NaN and infinities are stored as MLflow stores
         them)."""
-        from mlflow.entities import Metric  # optional dependency (see `_client`)
+        # optional dependency (see `_client`)
+        from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         metrics = {**metrics, **self._unlogged, **self._events.changed_counters()}
@@ -287,7 +290,8 @@ def publish_launch_events(run_dir: str | Path) -> str | None:
         counters = launch_counters(read_events(run_dir))
         client.log_batch(info["run_id"], metrics=[Metric(k, v, now, step) for k, v in counters.items()])
         client.log_artifact(info["run_id"], str(events))
-    except Exception as e:  # MLflow unreachable: the run's outcome and exit code stand
+    except Exception as e:
+        # MLflow unreachable: the run's outcome and exit code stand
         print(
             f"[foundry.launch] MLflow run {info['run_id']}: could not add the launch events: {e}",
             file=sys.stderr,

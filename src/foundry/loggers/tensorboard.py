@@ -32,7 +32,7 @@ def event_dir(cfg: TensorBoardConfig, run_dir: Path) -> Path:
     return run_dir / "tensorboard" if cfg.log_dir is None else Path(cfg.log_dir) / run_dir.name
 
 
-def as_markdown(value: Any) -> str:  # any config value
+def as_markdown(value: Any) -> str:
     """`value` as indented JSON in a Markdown code block (TensorBoard's text tab renders Markdown)."""
     text = json.dumps(value, indent=2, default=str, sort_keys=True)
     return "\n".join("    " + line for line in text.splitlines())

@@ -77,7 +77,8 @@ class WandbLogger:
             )
         self._launch = LaunchEvents(run_dir)
         self._unlogged: dict[str, float] = {}
-        if self.run is not None and self._launch.active:  # under the launcher
+        # under the launcher
+        if self.run is not None and self._launch.active:
             _write_launch_run(Path(run_dir), self.run)
             self._sync_events()
 
@@ -129,7 +130,8 @@ def publish_launch_summary(run_dir: str | Path) -> str | None:
     info = json.loads(path.read_text())
     if info.get("mode") == "disabled":
         return None
-    import wandb  # optional dependency, present when the training run wrote launch-run.json
+    # optional dependency, present when the training run wrote launch-run.json
+    import wandb
 
     events = read_events(run_dir)
     summary: dict[str, Any] = next((e for e in reversed(events) if e.get("event") == "summary"), {})
@@ -144,7 +146,8 @@ def publish_launch_summary(run_dir: str | Path) -> str | None:
             )
         finally:
             run.finish()
-    except Exception as e:  # W&B unreachable: the run's outcome and exit code stand
+    except Exception as e:
+        # W&B unreachable: the run's outcome and exit code stand
         print(
             f"[foundry.launch] W&B run {info['id']}: could not add the launch summary: {e}", file=sys.stderr
         )
