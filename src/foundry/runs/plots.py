@@ -91,7 +91,8 @@ def line_chart(chart: Chart) -> str:
             f'data-steps="{",".join(str(s) for s, _ in pts)}" '
             f'data-values="{",".join(repr(v) for _, v in pts)}" points="{coords}"/>'
         )
-        if len(pts) == 1:  # a lone point draws no line: mark it
+        # a lone point draws no line: mark it
+        if len(pts) == 1:
             cx, cy = coords.split(",")
             parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>')
     parts.append("</svg>")

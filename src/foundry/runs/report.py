@@ -109,7 +109,8 @@ def _clipped(shorts: dict[str, str], width: int = 48) -> dict[str, str]:
     values = list(shorts.values())
     head = len(os.path.commonprefix(values)) if len(values) > 1 else 0
     tail = len(os.path.commonprefix([v[::-1] for v in values])) if len(values) > 1 else 0
-    room = width - 6  # two "..."
+    # room for two "..."
+    room = width - 6
     out = {}
     for name, short in shorts.items():
         if len(short) <= width:
@@ -137,7 +138,8 @@ def _table(head: list[str], rows: list[list[str]], *, cls: str = "") -> str:
     return f'<table class="{cls}"><tr>{th}</tr>{body}</table>'
 
 
-def _num(v: Any) -> str:  # any JSON value
+# `v`: any JSON value
+def _num(v: Any) -> str:
     if isinstance(v, float):
         return "nan" if math.isnan(v) else f"{v:.5g}"
     return "-" if v is None else str(v)
@@ -198,7 +200,8 @@ def build_report(root: RunRoot, names: list[str], *, title: str) -> str:
             if pts:
                 chart.series[r.name] = pts
                 data[r.name][pattern] = [(s, v) for s, v in pts if math.isfinite(v)]
-        if chart.series:  # no run logged it (e.g. MFU on a CPU): no empty plot
+        # no run logged it (e.g. MFU on a CPU): no empty plot
+        if chart.series:
             charts.append(line_chart(chart))
     overridden = {
         o.split("=", 1)[0].lstrip("+~") for n in names for o in (run_overrides(root, n) or []) if "=" in o

@@ -41,7 +41,7 @@ CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 """The repository's Hydra config folder (an editable install: src/foundry/runs -> repo/conf)."""
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:  # a JSON value
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts as `{"a.b.c": leaf}` (lists and scalars are leaves)."""
     if not isinstance(tree, dict):
         return {prefix: tree}
@@ -160,7 +160,8 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _fmt(v: Any) -> str:  # any JSON value
+# `v`: any JSON value
+def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     return json.dumps(v) if isinstance(v, list | dict) else str(v)

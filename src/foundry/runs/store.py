@@ -139,7 +139,8 @@ def resolve_run(arg: str, *, root: str) -> tuple[RunRoot, str]:
     close = difflib.get_close_matches(rel, runs, n=1, cutoff=0.6) or difflib.get_close_matches(
         rel, [r.rsplit("/", 1)[-1] for r in runs], n=1, cutoff=0.6
     )
-    if close:  # issue 40: `runs show quickstrat` listed every run instead of naming the one meant
+    # issue 40: `runs show quickstrat` listed every run instead of naming the one meant
+    if close:
         raise FileNotFoundError(f"no run {arg!r} under {root}: did you mean {close[0]!r}?")
     known = ", ".join(runs[:20]) or "none"
     raise FileNotFoundError(
