@@ -60,7 +60,8 @@ def _record(cfg: DictConfig, run_dir: Path, *, main: bool) -> RunRecord:
     """The job's `RunRecord`: on `open()` rank 0 writes `config.yaml` and, under Hydra, `.hydra/rank<R>/`."""
 
     def write_files() -> None:
-        write_text_atomic(run_dir / layout.CONFIG, redacted_yaml(record_container(cfg)))  # ${oc.env:} kept
+        # ${oc.env:} interpolations kept as written
+        write_text_atomic(run_dir / layout.CONFIG, redacted_yaml(record_container(cfg)))
         if HydraConfig.initialized():
             write_hydra_files(layout.RunDir(run_dir).hydra(process_world().rank), cfg)
 
@@ -93,7 +94,8 @@ def run_task(cfg: DictConfig) -> float | None:
         if main:
             lock = RunLock(run_dir, run_name=train_cfg.run_name)
             lock.acquire()
-        apply_storage(train_cfg.storage)  # before anything opens a URL: data, checkpoints, workers
+        # before anything opens a URL: data, checkpoints, workers
+        apply_storage(train_cfg.storage)
         if train_cfg.task == "eval" and train_cfg.eval is not None:
             # no data for any task: refused before anything is written
             check_task_data(train_cfg.eval)

@@ -53,7 +53,8 @@ def eval_task(cfg: TrainConfig, run_dir: Path, *, record: RunRecord | None = Non
     if isinstance(data, QuickstartDataConfig) and cfg.tokenizer.name == quickstart_tokenizer_path(
         data.local, data.corpus_mb, data.vocab_size
     ):
-        prepare_quickstart_tokenizer(data)  # the quick-start tokenizer: built once, then reused
+        # the quick-start tokenizer: built once, then reused
+        prepare_quickstart_tokenizer(data)
     device = resolve_device(cfg.trainer.device)
     tokenizer = build_tokenizer(cfg.tokenizer)
     model = build_model_on(cfg.model, device=device, tokenizer=tokenizer)

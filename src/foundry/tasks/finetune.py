@@ -205,7 +205,8 @@ def build_finetune_data(cfg: TrainConfig, *, world: World, is_main: bool) -> Run
     return RunData(tokenizer=tokenizer, train=train, eval=eval_loader)
 
 
-def _tokenizer(cfg: TrainConfig) -> Any:  # a transformers tokenizer
+# returns a transformers tokenizer
+def _tokenizer(cfg: TrainConfig) -> Any:
     if cfg.tokenizer.name is None:
         raise ConfigError(
             "task=finetune tokenizes prompt/response or chat rows: set tokenizer.name (tokenizer=none is for "

@@ -138,7 +138,8 @@ def _pretrain(
     if cfg.trainer.deterministic:
         set_deterministic()
     precision = resolve_precision(cfg.trainer.precision, device=ctx.device)
-    if precision == "amp_fp8":  # no FP8 hardware or no torchao: refused before anything is built
+    # no FP8 hardware or no torchao: refused before anything is built
+    if precision == "amp_fp8":
         check_float8_device(ctx.device)
     # a model that cannot fit is refused before the data is built or anything allocated
     check_memory(cfg, device=ctx.device, world=world, precision=precision)
@@ -166,7 +167,8 @@ def _pretrain(
     # every check of the checkpoint against this config, before the run is accepted
     if start is not None:
         _resume(trainer, cfg, start=start, run_dir=run_dir, ctx=ctx, named=record.named)
-    record.open()  # accepted: from here on the run's files are written
+    # accepted: from here on the run's files are written
+    record.open()
     loggers = build_observers(
         cfg, plan, model=stack.model, start=start, run_dir=run_dir, ctx=ctx, record=record
     )
@@ -232,7 +234,8 @@ def build_data(cfg: TrainConfig, *, world: World, is_main: bool) -> RunData:
     batches = batch_plan(cfg, world)
     if isinstance(data, QuickstartDataConfig):
         if not is_main:
-            barrier()  # rank 0 builds the shared cache first; the others then find it complete
+            # rank 0 builds the shared cache first; the others then find it complete
+            barrier()
         built = prepare_quickstart(data, max_seq_len=max_seq_len)
         if is_main:
             barrier()

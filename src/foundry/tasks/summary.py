@@ -60,7 +60,8 @@ class MultirunSummary(HydraCallback):
             try:
                 out_dir = Path(job_return.hydra_cfg.hydra.runtime.output_dir)
                 values = {**json.loads((out_dir / layout.FINAL_METRICS).read_text()), "status": "ok"}
-            except (OSError, ValueError, AttributeError) as err:  # a job without metrics still gets a row
+            except (OSError, ValueError, AttributeError) as err:
+                # a job without metrics still gets a row
                 values = {"status": f"no final_metrics.json ({type(err).__name__})"}
         self.rows.append((overrides, values))
         if self.path is not None:
