@@ -100,7 +100,8 @@ def user_message(err: BaseException) -> str:
             given = _APPEND_ADVICE.search(str(err))
             return f"{unknown_key_message(key, schema, given.group(1) if given else None)}\n{KEY_RULE}"
     if isinstance(err, InterpolationResolutionError) and (own := _resolver_error(err)) is not None:
-        return str(own).strip()  # a resolver's own user error (`run_name=..`): its message alone
+        # a resolver's own user error (`run_name=..`): its message alone
+        return str(own).strip()
     text = str(err).strip()
     if isinstance(err, CompactHydraException) and isinstance(cause, OmegaConfBaseException):
         text += "\n" + str(cause).strip()
@@ -129,7 +130,8 @@ def run_cli(main: Callable[[], Any]) -> int:
             print(masked_traceback(err), end="", file=sys.stderr)
         print(f"error: {redact_text(message or user_message(err))}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:  # Ctrl-C outside training steps (those stop with a checkpoint: preemption.py)
+    except KeyboardInterrupt:
+        # Ctrl-C outside training steps (those stop with a checkpoint: preemption.py)
         print(
             "\n[foundry] interrupted (Ctrl-C); a rerun with the same run_name= resumes from the run's last "
             "complete checkpoint, if it has one",

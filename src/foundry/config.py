@@ -310,7 +310,8 @@ def check_group_choices() -> None:
     for group, choice in hc.runtime.choices.items():
         if group not in given or not isinstance(choice, str):
             continue
-        folder, _, name = choice.rpartition("/")  # data=finetune/instruct-cpu: conf/data/finetune/
+        # data=finetune/instruct-cpu: conf/data/finetune/
+        folder, _, name = choice.rpartition("/")
         options = loader.get_group_options(f"{group}/{folder}" if folder else group)
         if name not in options:
             prefix = f"{folder}/" if folder else ""
@@ -335,7 +336,8 @@ def to_train_config(cfg: DictConfig) -> TrainConfig:
         obj = OmegaConf.to_object(cfg)
     except ConfigError:
         raise
-    except (ValueError, OmegaConfBaseException) as err:  # a schema check, or an unresolvable interpolation
+    except (ValueError, OmegaConfBaseException) as err:
+        # a schema check, or an unresolvable interpolation
         raise ConfigError(str(err)) from err
     if not isinstance(obj, TrainConfig):
         raise TypeError(

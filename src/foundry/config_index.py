@@ -24,7 +24,7 @@ INDEX_NAME = "_keys.json"
 """The index's file name in the config folder (`conf/_keys.json`; Hydra reads only `.yaml` files there)."""
 
 
-def _schemas_for(kind: Any) -> list[type]:  # a type annotation
+def _schemas_for(kind: Any) -> list[type]:
     """The dataclasses a field of type `kind` may hold (a base schema's subclasses too), else []."""
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
@@ -62,7 +62,8 @@ def _walk(schema: type, prefix: str, keys: dict[str, str], seen: set[tuple[type,
     for f in dataclasses.fields(schema):
         key, kind = f"{prefix}{f.name}", hints.get(f.name, Any)
         name = _type_name(kind)
-        if keys.get(key, name) != name:  # two schemas give the key different types: check none
+        # two schemas give the key different types: check none
+        if keys.get(key, name) != name:
             name = "any"
         keys[key] = name
         for sub in _schemas_for(kind):
@@ -81,7 +82,8 @@ def build_index() -> dict[str, Any]:
     )
     from foundry.data.config import FinetuneDataConfig, TextDataConfig
 
-    register_configs()  # the registries of model/optimizer/... schemas are filled on registration
+    # the registries of model/optimizer/... schemas are filled on registration
+    register_configs()
     keys: dict[str, str] = {}
     _walk(TrainConfig, "", keys, set())
     for schema in (*_schemas_for(TextDataConfig), *_schemas_for(FinetuneDataConfig)):

@@ -30,7 +30,7 @@ _LIVE_ENV = re.compile(r"(?<!\\)((?:\\\\)*)\$\{oc\.env:")
 _ENV_NAME = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
 
 
-def escape_env(value: Any) -> Any:  # a config tree
+def escape_env(value: Any) -> Any:
     """`value` (a plain container from `OmegaConf.to_container(resolve=False)`) with every live `${oc.env:`
     made literal."""
     if isinstance(value, str):
@@ -42,7 +42,8 @@ def escape_env(value: Any) -> Any:  # a config tree
     return value
 
 
-def record_container(cfg: DictConfig | ListConfig) -> Any:  # a plain container
+# returns a plain container
+def record_container(cfg: DictConfig | ListConfig) -> Any:
     """`cfg` resolved for a record: every interpolation but `${oc.env:...}`, which stays as written.
 
     A resolver that reads its argument again (`${oc.decode:${oc.env:X}}`) would still see the value, so every
@@ -54,7 +55,8 @@ def record_container(cfg: DictConfig | ListConfig) -> Any:  # a plain container
         return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     try:
         rec = OmegaConf.to_container(OmegaConf.create(escape_env(raw)), resolve=True, enum_to_str=True)
-    except Exception:  # any resolver's error: resolve as the run does, then scrub below
+    except Exception:
+        # any resolver's error: resolve as the run does, then scrub below
         rec = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     values = [v for n in names if (v := os.environ.get(n))]
     return _scrub(rec, raw, values)
@@ -122,7 +124,7 @@ def _keep(tree: Any, refs: Mapping[str, tuple[Any, str]], prefix: str) -> Any:
     return tree
 
 
-def resolve_recorded(value: Any) -> Any:  # a value read back from a record
+def resolve_recorded(value: Any) -> Any:
     """A value read back from a record (`run.json`'s tokenizer path, for a later `generate.py` or export) with
     its `${oc.env:...}` interpolations resolved in the current environment; other values unchanged.
 
@@ -137,5 +139,6 @@ def resolve_recorded(value: Any) -> Any:  # a value read back from a record
         return value
     try:
         return OmegaConf.create({"v": value}).v
-    except Exception as err:  # OmegaConf's resolution errors
+    except Exception as err:
+        # OmegaConf's resolution errors
         raise ValueError(f"{value!r}: cannot be resolved here ({' '.join(str(err).split()[:20])})") from None

@@ -104,7 +104,8 @@ def run_tool(main: Callable[[], int | None]) -> int:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             print(masked_traceback(err), end="", file=sys.stderr)
 
-        message = os_error_message(err) or " ".join(str(err).split()) or type(err).__name__  # one line
+        # one line (runs of whitespace collapsed)
+        message = os_error_message(err) or " ".join(str(err).split()) or type(err).__name__
         print(f"error: {redact_text(message)}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
 

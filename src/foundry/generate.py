@@ -114,7 +114,8 @@ def read_prompts(path: str | Path) -> list[str | list[dict[str, str]]]:
 @torch.no_grad()
 def generate(
     model: nn.Module,
-    tokenizer: Any,  # a transformers tokenizer
+    # a transformers tokenizer
+    tokenizer: Any,
     prompts: Sequence[str | list[dict[str, str]]],
     cfg: SamplingConfig,
 ) -> list[str]:

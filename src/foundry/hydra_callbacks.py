@@ -38,8 +38,9 @@ __all__ = [
 REDACT_RESOLVER = "foundry.redact"
 
 
-def redacted_yaml(cfg: Any, *, resolve: bool = False) -> str:  # DictConfig, ListConfig or plain
-    """`OmegaConf.to_yaml` of `cfg` with every credential masked (`cfg` itself is not changed).
+def redacted_yaml(cfg: Any, *, resolve: bool = False) -> str:
+    """`OmegaConf.to_yaml` of `cfg` (a DictConfig, ListConfig or plain container) with every credential
+    masked (`cfg` itself is not changed).
 
     Args:
         cfg: A `DictConfig`/`ListConfig` or a plain dict/list.

@@ -57,7 +57,8 @@ def read_live(text: str) -> Live | None:
     field of the wrong type (a run folder is untrusted input: `foundry.runs.records`)."""
     try:
         data = parse_json(text, source=LIVE_FILE) if len(text) < 65536 else None
-    except ValueError:  # not JSON, or nested past the limit (stackbase.bounded)
+    except ValueError:
+        # not JSON, or nested past the limit (stackbase.bounded)
         return None
     if not isinstance(data, dict) or set(data) - set(_TYPES):
         return None
@@ -66,9 +67,11 @@ def read_live(text: str) -> Live | None:
         ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
         if isinstance(value, bool) or not (ok or (value is None and key in ("token", "proof"))):
             return None
-        if isinstance(value, float) and value != value:  # NaN
+        # value != value: NaN
+        if isinstance(value, float) and value != value:
             return None
     try:
         return Live(**data)
-    except TypeError:  # a required field missing
+    except TypeError:
+        # a required field missing
         return None

@@ -59,10 +59,12 @@ def _key_problem(index: dict[str, Any], key: str, value: str) -> str | None:
     parts = key.split(".")
     for i in range(1, len(parts)):
         if keys.get(".".join(parts[:i]), "").rstrip("?") in ("dict", "any"):
-            return None  # a free mapping (variables.*) or a node no schema types
+            # a free mapping (variables.*) or a node no schema types
+            return None
     parent, _, name = key.rpartition(".")
     if parent and parent not in keys:
-        return _key_problem(index, parent, "")  # the first unknown part is the one to name
+        # the first unknown part is the one to name
+        return _key_problem(index, parent, "")
     head = f"unknown config key '{key}'"
     if not parent and name in index.get("llm_foundry", {}):
         return f"{head}: that is an llm-foundry key; here it is {index['llm_foundry'][name]}"
@@ -115,7 +117,8 @@ def _run_name_problem(args: list[str]) -> str | None:
 def check_overrides(args: list[str], *, conf: Path) -> str | None:
     """The first problem among `train.py`'s overrides `args` (see the module note), or None."""
     if any(a.startswith(("--config", "-cp", "-cd", "-cn", "llmfoundry=")) for a in args):
-        return None  # another config folder (its own keys and options), or a YAML translated later
+        # another config folder (its own keys and options), or a YAML translated later
+        return None
     if (problem := _run_name_problem(args)) is not None:
         return problem
     index = _load(conf)

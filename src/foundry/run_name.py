@@ -96,7 +96,8 @@ def default_run_name(task: str, *, environ: Mapping[str, str] | None = None) -> 
         return env["RUN_NAME"]
     model = _model_choice()
     job = _job_id(env)
-    if job is not None:  # the same on every rank and every restart of this torchrun launch
+    # the same on every rank and every restart of this torchrun launch
+    if job is not None:
         return fresh_run_name(task, model, stamp=job, taken=lambda name: False)
     if int(env.get("WORLD_SIZE", "1") or 1) > 1:
         raise ConfigError(

@@ -21,7 +21,7 @@ def load_file(
     allow_pickle: bool,
     opt_in: str | None = "set checkpoint.allow_pickle=true",
     mmap: bool = False,
-) -> Any:  # whatever the file holds
+) -> Any:
     """`torch.load` to CPU (memory-mapped with `mmap`), refusing pickled objects unless `allow_pickle`.
 
     Raises:
@@ -31,7 +31,8 @@ def load_file(
     """
     try:
         return torch.load(path, map_location="cpu", weights_only=not allow_pickle, mmap=mmap)
-    except Exception as e:  # the unpickler's error type varies between torch versions
+    except Exception as e:
+        # the unpickler's error type varies between torch versions
         if allow_pickle or "weights_only" not in str(e):
             raise
         found = re.search(r"GLOBAL (\S+)", str(e)) or re.search(r"Unsupported global: (\S+)", str(e))

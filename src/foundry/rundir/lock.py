@@ -57,7 +57,8 @@ class RunLock:
                 f"run {self.run_name!r} is already running ({holder}; {self.path}): wait for it to finish, "
                 f"stop it (python -m foundry.runs stop {self.run_name}), or choose another run_name"
             ) from None
-        except OSError as err:  # no flock on this file system
+        except OSError as err:
+            # no flock on this file system
             os.close(fd)
             print(
                 f"[foundry] warning: cannot lock {self.path} ({err}); the run goes on unlocked",
@@ -74,7 +75,8 @@ class RunLock:
     def release(self) -> None:
         """Releases the lock (idempotent)."""
         if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
+            # closing the descriptor drops the flock
+            os.close(self._fd)
             self._fd = None
 
 

@@ -62,7 +62,8 @@ def _assign_roles(tok: Any, cfg: TokenizerConfig, *, source: str) -> None:
         else:
             missing.append(f"tokenizer.pad_token={cfg.pad_token!r}")
     if tok.pad_token is None and tok.eos_token is not None:
-        tok.pad_token = tok.eos_token  # MPT/NeoX have no pad token
+        # MPT/NeoX have no pad token
+        tok.pad_token = tok.eos_token
     if missing:
         specials = sorted({t.content for t in getattr(tok, "added_tokens_decoder", {}).values()})
         log.warning(
@@ -75,8 +76,8 @@ def _assign_roles(tok: Any, cfg: TokenizerConfig, *, source: str) -> None:
         )
 
 
-def build_tokenizer(cfg: TokenizerConfig) -> Any:  # transformers.PreTrainedTokenizerFast
-    """Loads the tokenizer `cfg` names.
+def build_tokenizer(cfg: TokenizerConfig) -> Any:
+    """Loads the tokenizer `cfg` names (a `transformers.PreTrainedTokenizerFast`).
 
     Returns:
         A `PreTrainedTokenizerFast` with eos/bos/unk/pad set where the tokenizer has the configured tokens
@@ -140,7 +141,8 @@ def run_tokenizer_config(checkpoint: str) -> TokenizerConfig | None:
             tok = (json.loads(run.read_text()).get("config") or {}).get("tokenizer") or {}
             if not isinstance(tok, dict) or not tok.get("name"):
                 return None
-            tok = resolve_recorded(tok)  # run.json keeps `${oc.env:...}` as written (issue 39)
+            # run.json keeps `${oc.env:...}` as written (issue 39)
+            tok = resolve_recorded(tok)
             known = {f.name for f in fields(TokenizerConfig)}
             return TokenizerConfig(**{k: v for k, v in tok.items() if k in known})
     return None

@@ -39,6 +39,6 @@ class TokenizerConfig:
             raise ValueError(f"tokenizer.padding_side={self.padding_side!r}: use left or right")
 
 
-def register_tokenizer_configs(cs: Any) -> None:  # hydra's ConfigStore
+def register_tokenizer_configs(cs: Any) -> None:
     """Stores the `tokenizer` group schema node `_tokenizer` in a Hydra `ConfigStore`."""
     cs.store(group="tokenizer", name="_tokenizer", node=TokenizerConfig)
