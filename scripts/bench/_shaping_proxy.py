@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 CHUNK = 64 * 1024
 """Bytes relayed between two pacing checks."""
@@ -52,6 +52,20 @@ def pace_delay(sent: int, elapsed_s: float, bytes_per_s: float) -> float:
 def transfer_time(nbytes: int, latency_s: float, bytes_per_s: float) -> float:
     """The least time one request for ``nbytes`` takes through the proxy (latency, then paced body)."""
     return latency_s + (nbytes / bytes_per_s if bytes_per_s > 0 else 0.0)
+
+
+_SIGNATURE_PARAMS = frozenset(
+    {"AWSAccessKeyId", "Signature", "Expires", "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date",
+     "X-Amz-Expires", "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"}
+)  # fmt: skip
+"""Query parameters of a presigned URL (SigV2 and SigV4): they sign a request, they do not change it."""
+
+
+def is_plain_get(query: str) -> bool:
+    """Whether a GET/HEAD with this query string reads the object itself (no query, botocore's
+    ``x-id=GetObject``, or a presigned URL's signature), not a sub-resource (``?tagging``, ``?list-type=2``)."""
+    params = parse_qs(query, keep_blank_values=True)
+    return all(k in _SIGNATURE_PARAMS or (k == "x-id" and v == ["GetObject"]) for k, v in params.items())
 
 
 def byte_range(header: str | None, total: int) -> tuple[int, int] | None:
@@ -138,7 +152,7 @@ class ShapingProxy:
             if command not in ("GET", "HEAD"):
                 self._held.clear()
                 return None
-            return self._held.get(path) if query in ("", "x-id=GetObject") else None
+            return self._held.get(path) if is_plain_get(query) else None
 
     def __enter__(self) -> ShapingProxy:
         self._thread.start()

@@ -97,6 +97,17 @@ def test_byte_range_reads_single_ranges_as_http_does():
     assert m.byte_range("items=0-1", 100) is None
 
 
+def test_only_reads_of_the_object_itself_are_held():
+    m = _proxy_module()
+    assert m.is_plain_get("") and m.is_plain_get("x-id=GetObject")
+    assert m.is_plain_get("AWSAccessKeyId=a&Signature=b%2F&Expires=1")  # a presigned URL (SigV2)
+    assert m.is_plain_get(
+        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=c&X-Amz-Signature=d&x-id=GetObject"
+    )
+    assert not m.is_plain_get("tagging") and not m.is_plain_get("list-type=2&prefix=a")
+    assert not m.is_plain_get("x-id=ListObjects")
+
+
 def test_a_held_object_is_answered_by_the_proxy_with_ranges_paced_and_counted(tmp_path):
     """``hold``: given whole once, then GETs (ranges included) and HEADs are answered from memory with the
     origin's headers, counted like forwarded ones; a write drops what is held."""
