@@ -292,4 +292,6 @@ def test_a_manifest_over_the_json_cap_is_refused(tmp_path, monkeypatch):
     manifest.write_text(manifest.read_text() + " " * (1 << 20))
     monkeypatch.setenv("FOUNDRY_MAX_JSON_MB", "1")
     with pytest.raises(TooLarge, match=r"manifest.json: over 1,048,576 bytes"):
-        CheckpointStore(str(tmp_path / "ckpts")).read_text("ep0-ba1/manifest.json", scratch=str(tmp_path / "s"))
+        CheckpointStore(str(tmp_path / "ckpts")).read_text(
+            "ep0-ba1/manifest.json", scratch=str(tmp_path / "s")
+        )
