@@ -124,12 +124,15 @@ class S3Backend(Backend):
                 profile_name=profile.aws_profile,
                 botocore_session=core,
             )
+            core.get_scoped_config()  # reads the profile: an unknown one shows here, not at the first request
+            credentials = None if unsigned else session.get_credentials()
         except ProfileNotFound:
             raise PermissionError(
-                f"storage profile {profile.prefix!r}: AWS profile {profile.aws_profile!r} is not in "
+                f"storage profile {profile.prefix!r}: AWS profile "
+                f"{profile.aws_profile or os.environ.get('AWS_PROFILE')!r} is not in "
                 "~/.aws/config or ~/.aws/credentials (AWS_CONFIG_FILE / AWS_SHARED_CREDENTIALS_FILE)"
             ) from None
-        if not unsigned and session.get_credentials() is None:
+        if not unsigned and credentials is None:
             unsigned = True  # no credentials at all: a public bucket
         config = self._config(
             connect_timeout=timeout,
