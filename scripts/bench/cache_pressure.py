@@ -23,8 +23,16 @@ Passes over the same data, each into a fresh cache folder:
 Targets in every limited pass: max disk / limit <= 1.0, no hang (a job still running after `--job-timeout` is
 killed and counted), no crash (a non-zero exit), no sample wrong or missing.
 
-Usage: `python scripts/bench/cache_pressure.py [--jobs 3] [--workers 2] [--samples 6000] [--epochs 2]`.
-Prints one JSON line per pass and a summary line with the machine and its load average.
+The jobs reach the store through the benchmark's proxy (`_shaping_proxy`), which counts the GETs of each pass
+(`gets`: shard downloads, direct range reads of a first batch and the jobs' index.json) and serves the
+uploaded objects from memory, as a real store costs this machine no CPU per request (moto, on the same two
+cores, took ~5 ms of CPU a GET); `--latency-ms` and `--mb-per-s` add a round trip per request and a
+bandwidth cap per connection (the remote benchmark's conditions: `--latency-ms 30 --mb-per-s 50`).
+`--repeats N` runs the passes N times, alternating, and the summary takes each pass's medians.
+
+Usage: `python scripts/bench/cache_pressure.py [--jobs 3] [--workers 2] [--samples 6000] [--epochs 2]
+[--latency-ms 0] [--mb-per-s 0] [--repeats 1]`. Prints one JSON line per pass and round, and a summary line with
+the machine and its load average.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +53,7 @@ from typing import Any
 
 import numpy as np
 from _common import machine
+from _shaping_proxy import ShapingProxy
 from streaming_remote import start_moto
 
 SAMPLE_BYTES = 1000
@@ -189,12 +199,13 @@ class Sampler(threading.Thread):
 
 
 def run_pass(
-    name: str, args: argparse.Namespace, remote: str, scratch: str, limit: int | None
+    name: str, args: argparse.Namespace, remote: str, scratch: str, limit: int | None, proxy: ShapingProxy
 ) -> dict[str, Any]:
     cache = os.path.realpath(os.path.join(scratch, f"cache-{name}"))
     os.makedirs(cache)
     private = name == "unlimited_private"  # each job its own folder under `cache` (lock folders skipped too)
     procs, outs = [], []
+    proxy.reset()
     start = time.perf_counter()
     for j in range(args.jobs):
         out = os.path.join(scratch, f"{name}-{j}.json")
@@ -226,6 +237,7 @@ def run_pass(
             crashes += 1
             errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}")
     wall = time.perf_counter() - start
+    seen = proxy.reset()
     sampler.stop.set()
     sampler.join()
     results = [json.loads(Path(o).read_text()) for o in outs if os.path.exists(o)]
@@ -251,6 +263,8 @@ def run_pass(
         + (expected - samples if len(results) < args.jobs else 0),
         "duplicates": sum(r["duplicates"] for r in results),
         "max_shards_per_batch": max((r["shards_per_batch"] for r in results), default=0),
+        "gets": seen.gets,
+        "fetched_bytes": seen.body_bytes,
     }
     if errors:
         row["errors"] = errors[:3]
@@ -278,6 +292,13 @@ def main() -> None:
         "--job-timeout", type=float, default=300.0, help="a job still running after this is a hang"
     )
     p.add_argument("--passes", nargs="+", default=["unlimited", "unlimited_private", "two_batches", "tight"])
+    p.add_argument("--latency-ms", type=float, default=0.0, help="added before each request (30: remote)")
+    p.add_argument(
+        "--mb-per-s", type=float, default=0.0, help="cap per connection, 1e6 B/s (0: none; 50: remote)"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=1, help="rounds of the passes, alternating; medians reported"
+    )
     # job mode (internal)
     p.add_argument("--job", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--remote", help=argparse.SUPPRESS)
@@ -298,56 +319,83 @@ def main() -> None:
     try:
         import boto3
 
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket="bench")
         os.environ["S3_ENDPOINT_URL"] = endpoint
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
         remote = "s3://bench/pressure"
         write_dataset(remote, args.samples, args.shard_bytes)
-        index = json.loads(
-            boto3.client("s3", endpoint_url=endpoint)
-            .get_object(Bucket="bench", Key="pressure/index.json")["Body"]
-            .read()
-        )
+        index = json.loads(s3.get_object(Bucket="bench", Key="pressure/index.json")["Body"].read())
         shard = max(s["raw_data"]["bytes"] for s in index["shards"])
         per_batch = max(1, math.ceil(args.batch_size * SAMPLE_BYTES / shard))  # refined by the unlimited pass
-        for name in args.passes:
-            if name in ("unlimited", "unlimited_private"):
-                limit = None
-            elif name == "two_batches":
-                limit = max(4, 2 * per_batch * args.jobs) * shard
-            elif name == "tight":
-                limit = 4 * shard
-            else:
-                raise SystemExit(f"error: unknown pass {name!r}")
-            row = run_pass(name, args, remote, scratch, limit)
-            if name == "unlimited":
-                per_batch = max(per_batch, row["max_shards_per_batch"])
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        with ShapingProxy(endpoint, latency_s=args.latency_ms / 1e3, mb_per_s=args.mb_per_s) as proxy:
+            for name in ["index.json", *(s["raw_data"]["basename"] for s in index["shards"])]:
+                got = s3.get_object(Bucket="bench", Key=f"pressure/{name}")
+                proxy.hold(
+                    f"/bench/pressure/{name}",
+                    got["Body"].read(),
+                    got["ResponseMetadata"]["HTTPHeaders"].items(),
+                )
+            os.environ["S3_ENDPOINT_URL"] = proxy.url
+            for round_ in range(args.repeats):
+                for name in args.passes:
+                    if name in ("unlimited", "unlimited_private"):
+                        limit = None
+                    elif name == "two_batches":
+                        limit = max(4, 2 * per_batch * args.jobs) * shard
+                    elif name == "tight":
+                        limit = 4 * shard
+                    else:
+                        raise SystemExit(f"error: unknown pass {name!r}")
+                    row = run_pass(name, args, remote, scratch, limit, proxy)
+                    row["round"] = round_
+                    if name == "unlimited":
+                        per_batch = max(per_batch, row["max_shards_per_batch"])
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     finally:
         moto.kill()
         shutil.rmtree(scratch, ignore_errors=True)
-    by = {r["pass"]: r for r in rows}
-    summary: dict[str, Any] = {"bench": "cache_pressure", "summary": True, "shard_bytes": shard}
-    if "unlimited" in by and "two_batches" in by and by["unlimited"]["samples_per_s"]:
-        summary["two_batches_cost"] = round(
-            1 - by["two_batches"]["samples_per_s"] / by["unlimited"]["samples_per_s"], 3
-        )
-        if by["unlimited"]["iter_samples_per_s"]:  # the same, without the jobs' start-up (imports, index)
-            summary["two_batches_iter_cost"] = round(
-                1 - by["two_batches"]["iter_samples_per_s"] / by["unlimited"]["iter_samples_per_s"], 3
-            )
-    if "unlimited_private" in by and "two_batches" in by and by["unlimited_private"]["iter_samples_per_s"]:
-        # against jobs that share nothing: what is left once the lost sharing of downloads is set aside
-        summary["two_batches_iter_cost_vs_private"] = round(
-            1 - by["two_batches"]["iter_samples_per_s"] / by["unlimited_private"]["iter_samples_per_s"], 3
-        )
+    summary = summarize(rows, shard=shard, shards=len(index["shards"]))
+    summary["latency_ms"], summary["mb_per_s"] = args.latency_ms, args.mb_per_s
+    summary["load_avg"] = [round(x, 2) for x in os.getloadavg()]
+    summary["machine"] = machine()
+    print(json.dumps(summary), flush=True)
+
+
+def summarize(rows: list[dict[str, Any]], *, shard: int, shards: int) -> dict[str, Any]:
+    """The summary line: each pass's medians over its rounds (samples/s, GETs), the two-batches costs against
+    both baselines, and the worst of every limited pass (disk over the limit, hangs, crashes, wrong samples)."""
+    by: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(r["pass"] for r in rows):
+        mine = [r for r in rows if r["pass"] == name]
+        by[name] = {
+            key: statistics.median(r[key] for r in mine)
+            for key in ("samples_per_s", "iter_samples_per_s", "gets")
+        }
+    summary: dict[str, Any] = {
+        "bench": "cache_pressure",
+        "summary": True,
+        "shard_bytes": shard,
+        "shards": shards,
+    }
+    summary["rounds"] = max((r["round"] for r in rows), default=0) + 1
+    summary["medians"] = by
+
+    def cost(key: str, limited: str, baseline: str) -> float | None:
+        if limited in by and baseline in by and by[baseline][key]:
+            return round(1 - by[limited][key] / by[baseline][key], 3)
+        return None
+
+    for key, label in (("samples_per_s", ""), ("iter_samples_per_s", "_iter")):
+        for baseline, suffix in (("unlimited", ""), ("unlimited_private", "_vs_private")):
+            got = cost(key, "two_batches", baseline)
+            if got is not None:
+                summary[f"two_batches{label}_cost{suffix}"] = got
     limited = [r for r in rows if r["limit_bytes"]]
     summary["max_disk_over_limit"] = max((r["max_disk_over_limit"] for r in limited), default=None)
     for key in ("hangs", "crashes", "wrong", "missing", "duplicates"):
         summary[key] = sum(r[key] for r in rows)
-    summary["load_avg"] = [round(x, 2) for x in os.getloadavg()]
-    summary["machine"] = machine()
-    print(json.dumps(summary), flush=True)
+    return summary
 
 
 if __name__ == "__main__":

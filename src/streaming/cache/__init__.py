@@ -4,6 +4,7 @@
 - ``locks``: ``fcntl`` file locks in the cache folder's lock folder (a hidden sibling, ``locks.lock_dir``)
   (released by the kernel when a process dies).
 - ``pins``: the pins one process holds on shards (counted; released with the last view of a mapped file).
+- ``demand``: each reader's upcoming shards, published for the others' evictions (cross-job next use).
 - ``space``: disk accounting (files on disk plus reservations, both read from the disk) and eviction targets.
 - ``verify``: hash checks of cached files, the verdict remembered on disk.
 

@@ -6,7 +6,8 @@ holder dies), so any number of threads, processes and jobs sharing a cache direc
 memory or clean-up. Files appear under their real names only complete (temp + rename). ``cache_limit``: bytes
 are reserved before any file is created and idle shards evicted until disk plus live reservations fit
 (``streaming.cache.space``); the first use by a process brings a cache left over the limit by a crash back
-under it. Victims: farthest next use in the plan, then the oldest; never a shard whose only copy is local.
+under it. Victims: farthest next use by any reader of the folder (this reader's plan and the demand boards
+the others publish, ``streaming.cache.demand``), then the oldest; never a shard whose only copy is local.
 Shard files whose index entry records digests are verified (by default with the fastest one; ``validate_hash``
 picks one or turns it off) on download and before this process first uses a cached copy, the verdict
 remembered on disk (``streaming.cache.verify``); a mismatch downloads it again or, with no remote, raises
@@ -75,7 +76,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -359,6 +360,18 @@ class ShardCache:
         """Delete shard ``shard_id``'s files now unless it is read (pinned) or prepared, or its only copy is
         local; returns the bytes freed."""
         return self._space.evict(shard_id) if shard_id in self._space.entries else 0
+
+    def publish_demand(self, uses: Mapping[int, int]) -> None:
+        """Tell the other readers of this cache folder which shards this one reads next (shard -> samples
+        before its first use), so their evictions keep them (``streaming.cache.demand``); only with a
+        ``cache_limit``."""
+        if self.cache_limit is not None:
+            entries = self._space.entries
+            self._space.demand.publish({k: p for k, p in uses.items() if k in entries})
+
+    def withdraw_demand(self) -> None:
+        """This reader reads nothing more for now: delete its demand board."""
+        self._space.demand.close()
 
     def drain(self) -> None:
         """Undo the pins whose owners went (``pin_while_alive``)."""

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 # re-exported: the streaming modules' one liveness probe
 from stackbase.process import pid_alive
+from streaming.cache.demand import DemandBoard
 from streaming.cache.locks import file_lock, lock_dir, open_lock, prep_lock, use_lock
 from streaming.util.safepath import refuse_links
 from streaming.util.sizes import format_bytes
@@ -339,10 +340,14 @@ class SpaceKeeper:
         self._known: dict[str, Reservation] = {}
         # the reservations folder exists and is no link (under the cache lock)
         self._checked = False
+        # what the other readers sharing the folder will read next (streaming.cache.demand)
+        self.demand = DemandBoard(self._lock_dir)
 
     def close(self) -> None:
-        """Close this process's descriptor of the cache lock (taken again, reopened, if used after)."""
+        """Close this process's descriptor of the cache lock (taken again, reopened, if used after) and delete
+        its demand board."""
         self._lock.close()
+        self.demand.close()
 
     def usage(self) -> int:
         """Bytes of shard files and their temp files on disk now."""
@@ -454,18 +459,23 @@ class SpaceKeeper:
     ) -> int:
         """Evict idle shards (under the cache lock) until ``excess`` bytes are freed; returns bytes freed.
 
-        Farthest ``next_use`` first; with a finite ``horizon`` (the next use of a shard prepared ahead), only
-        shards needed after it: a prefetch never evicts what the reader needs first (it gives up instead)."""
+        Farthest next use first, by this reader's plan (``next_use``) and every other reader's demand board
+        (``streaming.cache.demand``): a shard another job is about to open is kept over one nobody needs.
+        With a finite ``horizon`` (the next use of a shard prepared ahead), only shards needed by no one
+        before it: a prefetch never evicts what a reader needs first (it gives up instead)."""
         # the shards with files on disk (what the scan found, not every shard of the dataset)
         held = {self._owner[p] for p in (*usage.files, *usage.temps) if p in self._owner}
         candidates = [k for k in sorted(held) if k != exclude]
         # oldest first; the sort by next use below is stable, so among shards needed equally late the oldest
         # still go first
         candidates.sort(key=lambda k: usage.mtimes.get(self.entries[k].paths[0], 0.0))
-        if next_use is not None:
+        others = self.demand.others() if candidates else {}
+        if next_use is not None or others:
+            own = next_use or (lambda k: math.inf)
+            uses = {k: min(own(k), others.get(k, math.inf)) for k in candidates}
             if math.isfinite(horizon):
-                candidates = [k for k in candidates if next_use(k) > horizon]
-            candidates.sort(key=next_use, reverse=True)
+                candidates = [k for k in candidates if uses[k] > horizon]
+            candidates.sort(key=uses.__getitem__, reverse=True)
         freed = 0
         for victim in candidates:
             if freed >= excess:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -44,19 +45,24 @@ from streaming.storage.ranged import RangeBudget
 from streaming.storage.transfer import DEFAULT_RANGED
 from streaming.storage.url import join_url
 
-__all__ = ["ShardAccess", "first_positions"]
+__all__ = ["ShardAccess", "plan_uses"]
 
 _DIRECT_THREADS = 16
 """Range requests in flight at once for an iteration's directly read samples (two round trips for a batch)."""
 
+_DEMAND_CHUNKS = 8
+"""With a ``cache_limit``, how many chunks past the current one the plan is looked at: their shards' next uses
+order eviction here and are published to the other readers of the cache (``streaming.cache.demand``)."""
 
-def first_positions(shard_per_sample: Sequence[int], *, offset: int = 0) -> dict[int, int]:
-    """Each shard's first position in ``shard_per_sample`` (the shard of each sample of a chunk), plus
-    ``offset``."""
-    first: dict[int, int] = {}
-    for position, shard in enumerate(shard_per_sample):
-        first.setdefault(shard, offset + position)
-    return first
+
+def plan_uses(shard_ends: np.ndarray, chunks: Sequence[np.ndarray]) -> dict[int, int]:
+    """Each shard's first position in the samples of ``chunks`` (sample ids, in order), counted from the start
+    of the first chunk (``shard_ends``: cumulative samples at the end of each shard)."""
+    if not chunks:
+        return {}
+    per_sample = np.searchsorted(shard_ends, np.concatenate(chunks), side="right")
+    shards, first = np.unique(per_sample, return_index=True)
+    return dict(zip(shards.tolist(), first.tolist()))
 
 
 class ShardAccess:
@@ -101,10 +107,8 @@ class ShardAccess:
         self.prepared: set[int] = set()
         self.cache: ShardCache | None = None
         self.active_shards: set[int] = set()
-        # shard -> position of its first sample in the chunk being read
-        self._uses_now: dict[int, int] = {}
-        # the same for the next chunk, after the current one's samples
-        self._uses_next: dict[int, int] = {}
+        # shard -> position of its first sample in the chunk being read and the chunks looked at after it
+        self._uses: dict[int, int] = {}
         self._ends: list[int] | None = None
 
     def shard_cache(self) -> ShardCache:
@@ -167,10 +171,11 @@ class ShardAccess:
         return hash_to_check(stream.validate_hash, recorded_digests(self.shards[shard_id])) is not None
 
     def _next_use(self, k: int) -> float:
-        """Eviction order for this worker's view of the plan: the position of shard ``k``'s next sample in the
-        chunk being read, or after it in the next chunk; shards needed by neither go first (least recently
-        used first). A prefetch evicts only shards needed later than the one it fetches."""
-        return self._uses_now.get(k, self._uses_next.get(k, float("inf")))
+        """Eviction order for this worker's view of the plan: the position of shard ``k``'s next sample from
+        the start of the chunk being read (up to ``_DEMAND_CHUNKS`` chunks after it); shards needed by no
+        reader go first (least recently used first). A prefetch evicts only shards needed later than the one
+        it fetches."""
+        return self._uses.get(k, float("inf"))
 
     def _on_full(self, reader: bool) -> Callable[[], None] | None:
         return (lambda: self.release(set())) if reader else None
@@ -261,10 +266,18 @@ class ShardAccess:
         # position in the first chunk -> its sample's bytes
         direct: dict[int, Future[bytes | None]] = {}
         reads: DirectReads | None = None
+        # the chunks after the current one this process has looked at (one, or with a cache_limit, once the
+        # first sample is out, up to _DEMAND_CHUNKS)
+        window: deque[np.ndarray] = deque()
+        demand = self.cache_limit is not None and any(s.is_remote for s in self.streams)
+        later = False  # past the first chunk
         try:
             current = next(chunks, None)
             while current is not None:
-                upcoming = next(chunks, None)
+                depth = _DEMAND_CHUNKS if self.cache_limit is not None and later else 1
+                while len(window) < depth and (got := next(chunks, None)) is not None:
+                    window.append(got)
+                upcoming = window[0] if window else None
                 per_sample = np.searchsorted(self.shard_ends, current, side="right")
                 shards = list(dict.fromkeys(per_sample.tolist()))  # in order of first use
                 per_next: list[int] = []
@@ -273,8 +286,9 @@ class ShardAccess:
                 nxt = set(per_next)
                 self.active_shards = set(shards)
                 if self.cache_limit is not None:
-                    self._uses_now = first_positions(per_sample.tolist())
-                    self._uses_next = first_positions(per_next, offset=len(current))
+                    self._uses = plan_uses(self.shard_ends, [current, *window])
+                    if demand:
+                        self.shard_cache().publish_demand(self._uses)
                     self.release(self.active_shards)
                 if pool is None:  # local raw shards: a cheap check each
                     for shard in shards:
@@ -311,8 +325,11 @@ class ShardAccess:
                         if not started:
                             started = True
                             self._prepare_ahead(pool, pending, ahead)
-                current = upcoming
+                later = True
+                current = window.popleft() if window else None
         finally:
+            if demand and self.cache is not None:
+                self.cache.withdraw_demand()
             if reads is not None:
                 reads.close()
             if pool is not None:

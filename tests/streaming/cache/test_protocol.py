@@ -20,13 +20,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streaming import MDSWriter, StreamingDataset
 from streaming.cache import CachedShard, ShardCache
 from streaming.cache.space import SpaceEntry, SpaceKeeper
 from streaming.format.index import load_index
 from streaming.format.reader import open_shard
-from streaming.reader.shard_access import first_positions
+from streaming.reader.shard_access import plan_uses
 
 _JOB = """
 import json, sys
@@ -316,9 +318,20 @@ def _evictor(remote: str, local: str) -> SpaceKeeper:
     return SpaceKeeper(local, entries, None, 1.0)
 
 
-def test_first_positions():
-    assert first_positions([3, 3, 1, 3, 2, 1]) == {3: 0, 1: 2, 2: 4}
-    assert first_positions([5, 4], offset=10) == {5: 10, 4: 11} and first_positions([]) == {}
+def test_plan_uses_is_each_shards_first_position_across_chunks():
+    ends = np.array([2, 5, 9])  # shard 0: samples 0-1, shard 1: 2-4, shard 2: 5-8
+    assert plan_uses(ends, [np.array([6, 6, 0]), np.array([3, 7, 1])]) == {2: 0, 0: 2, 1: 3}
+    assert plan_uses(ends, []) == {}
+
+
+@given(st.lists(st.lists(st.integers(0, 99), max_size=20), max_size=5))
+def test_plan_uses_equals_a_first_seen_scan(chunks):
+    ends = np.arange(10, 101, 10)
+    ids = [i for chunk in chunks for i in chunk]
+    expected: dict[int, int] = {}
+    for position, i in enumerate(ids):
+        expected.setdefault(i // 10, position)
+    assert plan_uses(ends, [np.array(c, dtype=np.int64) for c in chunks]) == expected
 
 
 def test_a_limit_too_small_is_refused_at_start_with_the_minimum(tmp_path):
