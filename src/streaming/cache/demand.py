@@ -3,36 +3,47 @@
 Several jobs (and each job's ranks and DataLoader workers) stream through one cache folder in different
 orders. When a reservation must evict, the best victim is the shard whose next use by *any* reader is the
 farthest (Belady's rule); a reader that knows only its own plan evicts shards that another job is about to
-open, and that job downloads them again. So every reader with a ``cache_limit`` publishes its *demand*: the
-shards of its next chunks with, for each, how many of its samples come before that shard's first one
-(``DemandBoard.publish``, at each chunk). Eviction (``SpaceKeeper``) merges the others' boards with the
-reader's own plan: a shard's next use is the smallest position any reader gave it. Positions count samples,
-so boards of jobs at similar speeds compare; a board is at most one chunk stale.
+open, and that job downloads them again. So every reader with a ``cache_limit`` publishes its *demand*: for
+each shard of its next samples, the positions of its first and last sample there, counted in samples from
+what the reader had read when it published (``DemandBoard.publish``, every few hundred samples), and, at every
+chunk, how many samples it has read since (``DemandBoard.progress``: a store into a shared memory map, no
+system call). A reader evicting (``SpaceKeeper``) merges the others' boards, each shifted by its reader's
+progress (a shard whose last listed sample is behind its reader is dropped: a board never claims shards
+already read), with its own plan: a shard's next use is the smallest position any reader gives it. Positions
+count samples, so boards of jobs at similar speeds compare.
 
-Files. One file per reader, ``<lock folder>/demand/<pid>-<token>.json``: ``{"uses": [shard, position, ...]}``,
-at most ``MAX_SHARDS`` pairs, written to a temp name and renamed (a reader never sees half a file; no lock is
-needed: a board is advice, a stale or missing one only makes eviction less informed). A board is parsed again
-only when its modification time or size changed. A board whose pid is dead is deleted by whoever reads it;
-a reader deletes its own on ``close``. A board that cannot be parsed (or is over ``MAX_BYTES``) is skipped:
-the lock folder is this user's (``streaming.cache.locks``), but nothing read from it is trusted to be well
-formed.
+Files. Per reader, in ``<lock folder>/demand/``: ``<pid>-<token>.json``, ``{"base": read, "uses": [shard,
+first, last, ...], "version": n}`` for at most ``MAX_SHARDS`` shards (the nearest), written to a temp name and
+renamed (a reader never sees half a board), and ``<pid>-<token>.pos``, 16 bytes (samples read, then the
+version of the board last published; little-endian; 0: none), mapped by its writer. No lock is needed: one
+writer per file, and a board is advice (a stale, torn or missing one makes eviction less informed, never wrong
+about what is on disk). A follower keeps each other reader's ``.pos`` open and reads its 16 bytes at each
+eviction (one system call), the board only when its version changed, and lists the folder every
+``RELIST_S`` seconds (new readers; the files of a dead pid are deleted then). A reader that stops zeroes its
+``.pos`` and deletes both files (``close``). A board that cannot be parsed (or is over ``MAX_BYTES``) is
+skipped: the lock folder is this user's (``streaming.cache.locks``), but nothing read from it is trusted to
+be well formed.
 
 Concurrency: a ``DemandBoard`` is used by one process; publishing takes no lock (one writer per file, an
-atomic rename), reading happens under the caller's cache lock but waits for nothing, so it adds no wait to the
+atomic rename), and readers read the boards before taking the cache lock, so this adds no wait to the
 protocol of ``streaming.cache.shards``. A forked child publishes under its own pid and token.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import struct
+import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from stackbase.process import pid_alive
 from streaming.util.safepath import refuse_links
 
-__all__ = ["DEMAND", "MAX_SHARDS", "DemandBoard", "merge_demand"]
+__all__ = ["DEMAND", "MAX_SHARDS", "Board", "DemandBoard", "merge_demand", "parse_board", "shifted"]
 
 DEMAND = "demand"
 """The folder of the boards, in the cache's lock folder."""
@@ -42,6 +53,10 @@ MAX_SHARDS = 512
 
 MAX_BYTES = 64 * 1024
 """A board larger than this is not read (``MAX_SHARDS`` pairs take under 16 KiB)."""
+
+RELIST_S = 0.5
+"""How often the folder of boards is listed again (readers come and go rarely; their progress is read at
+every eviction)."""
 
 
 def merge_demand(boards: Mapping[str, Mapping[int, int]]) -> dict[int, int]:
@@ -54,17 +69,54 @@ def merge_demand(boards: Mapping[str, Mapping[int, int]]) -> dict[int, int]:
     return merged
 
 
-def _parse(raw: bytes) -> dict[int, int] | None:
-    """A board's ``shard -> position``, or None when it is not one."""
+def shifted(uses: Sequence[tuple[int, int, int]], behind: int) -> dict[int, int]:
+    """A board's ``(shard, first, last)`` positions once its reader has read ``behind`` more samples: each
+    shard's next position from there, without the shards whose last listed sample is behind."""
+    out: dict[int, int] = {}
+    for shard, first, last in uses:
+        if last >= behind:
+            position = max(0, first - behind)
+            out[shard] = min(position, out.get(shard, position))
+    return out
+
+
+@dataclass(frozen=True)
+class Board:
+    """A parsed board: samples its reader had read when publishing, ``(shard, first, last)`` positions, and
+    the board's version (the writer's publish count)."""
+
+    base: int
+    uses: tuple[tuple[int, int, int], ...]
+    version: int = 0
+
+
+def parse_board(raw: bytes) -> Board | None:
+    """A board file's content, or None when it is not one."""
     try:
-        flat = json.loads(raw)["uses"]
-    except (ValueError, KeyError, TypeError):
+        obj = json.loads(raw)
+        base, flat, version = obj["base"], obj["uses"], obj.get("version", 0)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    if not isinstance(flat, list) or len(flat) % 2 or len(flat) > 2 * MAX_SHARDS:
+    if type(base) is not int or type(version) is not int or base < 0 or not isinstance(flat, list):
         return None
-    if not all(type(x) is int and x >= 0 for x in flat):
+    if len(flat) % 3 or len(flat) > 3 * MAX_SHARDS or not all(type(x) is int and x >= 0 for x in flat):
         return None
-    return dict(zip(flat[0::2], flat[1::2]))
+    uses = tuple(zip(flat[0::3], flat[1::3], flat[2::3]))
+    if any(first > last for _, first, last in uses):
+        return None
+    return Board(base, uses, version)
+
+
+_POS = struct.Struct("<QQ")
+"""A ``.pos`` file: samples read, then the version of the board last published."""
+
+
+@dataclass
+class _Other:
+    """Another reader's files as this process follows them: its ``.pos`` descriptor and its board."""
+
+    fd: int
+    board: Board | None = None
 
 
 class DemandBoard:
@@ -75,84 +127,136 @@ class DemandBoard:
         self._lock_dir = lock_dir
         self._pid = -1
         self._name = ""
-        self._published = False
-        # other boards parsed: name -> ((mtime_ns, size), shard -> position)
-        self._seen: dict[str, tuple[tuple[int, int], dict[int, int]]] = {}
+        self._published = 0  # boards published (the version of the last one)
+        self._progress: mmap.mmap | None = None
+        # the other readers by file stem, and when (time.monotonic) the folder was last listed
+        self._others: dict[str, _Other] = {}
+        self._listed_at = -float("inf")
 
     def _own_name(self) -> str:
+        """This process's board name, without its suffix (a forked child takes a new one)."""
         if self._pid != os.getpid():
-            # a forked child: the parent's board is not ours
-            self._pid, self._published, self._seen = os.getpid(), False, {}
-            self._name = f"{self._pid}-{uuid.uuid4().hex}.json"
+            for other in self._others.values():
+                _close(other.fd)
+            self._pid, self._published, self._progress, self._others = os.getpid(), 0, None, {}
+            self._listed_at = -float("inf")
+            self._name = f"{self._pid}-{uuid.uuid4().hex}"
         return self._name
 
-    def publish(self, uses: Mapping[int, int]) -> None:
-        """Publish ``uses`` (shard -> samples before its first use) as this process's board: the
-        ``MAX_SHARDS`` nearest. Best effort: a board that cannot be written only makes eviction less
-        informed."""
-        name = self._own_name()
-        nearest = sorted(uses.items(), key=lambda item: item[1])[:MAX_SHARDS]
-        flat = [int(x) for pair in nearest for x in pair]
-        path = os.path.join(self.folder, name)
-        tmp = f"{path}.part"
+    def publish(self, spans: Mapping[int, tuple[int, int]], read: int) -> None:
+        """Publish ``spans`` (shard -> positions of its first and last upcoming sample, counted from ``read``,
+        the samples this reader has read) as this process's board: the ``MAX_SHARDS`` nearest. Best effort:
+        a board that cannot be written only makes eviction less informed."""
+        path = os.path.join(self.folder, self._own_name())
+        nearest = sorted(spans.items(), key=lambda item: item[1][0])[:MAX_SHARDS]
+        flat = [int(x) for shard, (first, last) in nearest for x in (shard, first, last)]
         try:
-            if not self._published:
+            if self._progress is None:
                 parent = os.path.dirname(self._lock_dir)
                 refuse_links(parent, self.folder, doing="publish a cache demand board in")
                 os.makedirs(self.folder, exist_ok=True)
-            with open(tmp, "w") as f:
-                json.dump({"uses": flat}, f, separators=(",", ":"))
-            os.replace(tmp, path)
-            self._published = True
+                fd = os.open(f"{path}.pos", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                try:
+                    os.ftruncate(fd, _POS.size)
+                    self._progress = mmap.mmap(fd, _POS.size)
+                finally:
+                    os.close(fd)
+            version = self._published + 1
+            with open(f"{path}.part", "w") as f:
+                json.dump({"base": int(read), "uses": flat, "version": version}, f, separators=(",", ":"))
+            os.replace(f"{path}.part", f"{path}.json")
+            self._published = version
+            _POS.pack_into(self._progress, 0, int(read), version)
         except OSError:
             return
 
-    def others(self, alive: Callable[[int], bool] = pid_alive) -> dict[int, int]:
-        """Each shard's nearest use on the other live boards (deleting the boards of dead processes)."""
+    def progress(self, read: int) -> None:
+        """Record that this reader has read ``read`` samples (a store into the mapped ``.pos`` file)."""
+        if self._progress is not None and self._pid == os.getpid():
+            struct.pack_into("<Q", self._progress, 0, read)
+
+    def others(self, alive: Callable[[int], bool] = pid_alive, *, relist: float = 0.0) -> dict[int, int]:
+        """Each shard's nearest use on the other live boards, from where their readers are now. The folder is
+        listed again (and the files of dead processes deleted) when the last listing is ``relist`` seconds
+        old; in between, each known reader costs one ``pread`` of its progress, and its board is read again
+        only when it published a new one."""
         own = self._own_name()
+        now = time.monotonic()
+        if now - self._listed_at >= relist:
+            self._listed_at = now
+            self._relist(own, alive)
+        boards: dict[str, dict[int, int]] = {}
+        for stem, other in self._others.items():
+            try:
+                raw = os.pread(other.fd, _POS.size, 0)
+            except OSError:
+                continue
+            if len(raw) != _POS.size:
+                continue
+            read, version = _POS.unpack(raw)
+            if not version:
+                continue  # nothing published, or withdrawn
+            if other.board is None or other.board.version != version:
+                other.board = self._read(os.path.join(self.folder, f"{stem}.json")) or other.board
+            if other.board is not None:
+                boards[stem] = shifted(other.board.uses, max(0, read - other.board.base))
+        return merge_demand(boards)
+
+    def _relist(self, own: str, alive: Callable[[int], bool]) -> None:
+        """List the folder: follow new readers' ``.pos`` files, forget gone ones, delete dead ones' files."""
         try:
             names = os.listdir(self.folder)
         except OSError:
-            return {}
-        boards: dict[str, dict[int, int]] = {}
+            names = []
+        live: set[str] = set()
         for name in names:
-            if name == own or not name.endswith(".json"):
-                continue
-            head = name.split("-", 1)[0]
-            path = os.path.join(self.folder, name)
+            stem, _, suffix = name.rpartition(".")
+            head = stem.split("-", 1)[0]
             if not head.isdigit() or not alive(int(head)):
-                _remove(path)
+                _remove(os.path.join(self.folder, name))
                 continue
-            got = self._read(name, path)
-            if got is not None:
-                boards[name] = got
-        for gone in set(self._seen) - set(names):
-            del self._seen[gone]
-        return merge_demand(boards)
+            if stem != own and suffix == "pos":
+                live.add(stem)
+        for stem in set(self._others) - live:
+            _close(self._others.pop(stem).fd)
+        for stem in live - set(self._others):
+            try:
+                fd = os.open(os.path.join(self.folder, f"{stem}.pos"), os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            self._others[stem] = _Other(fd)
 
-    def _read(self, name: str, path: str) -> dict[int, int] | None:
+    @staticmethod
+    def _read(path: str) -> Board | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            stamp = (st.st_mtime_ns, st.st_size)
-            seen = self._seen.get(name)
-            if seen is not None and seen[0] == stamp:
-                return seen[1]
-            if st.st_size > MAX_BYTES:
+            if os.fstat(f.fileno()).st_size > MAX_BYTES:
                 return None
-            uses = _parse(f.read(MAX_BYTES + 1))
-        if uses is not None:
-            self._seen[name] = (stamp, uses)
-        return uses
+            return parse_board(f.read(MAX_BYTES + 1))
 
     def close(self) -> None:
-        """Delete this process's board (it reads no more)."""
-        if self._published and self._pid == os.getpid():
-            _remove(os.path.join(self.folder, self._name))
-            self._published = False
+        """Delete this process's board (it reads no more) and stop following the others."""
+        if self._pid != os.getpid():
+            return
+        if self._progress is not None:
+            _POS.pack_into(self._progress, 0, 0, 0)
+            self._progress.close()
+            self._progress = None
+            for suffix in ("json", "pos"):
+                _remove(os.path.join(self.folder, f"{self._name}.{suffix}"))
+        for other in self._others.values():
+            _close(other.fd)
+        self._others, self._listed_at = {}, -float("inf")
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _remove(path: str) -> None:

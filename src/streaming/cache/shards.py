@@ -361,13 +361,17 @@ class ShardCache:
         local; returns the bytes freed."""
         return self._space.evict(shard_id) if shard_id in self._space.entries else 0
 
-    def publish_demand(self, uses: Mapping[int, int]) -> None:
-        """Tell the other readers of this cache folder which shards this one reads next (shard -> samples
-        before its first use), so their evictions keep them (``streaming.cache.demand``); only with a
-        ``cache_limit``."""
+    def publish_demand(self, spans: Mapping[int, tuple[int, int]], read: int) -> None:
+        """Tell the other readers of this cache folder which shards this one reads next (shard -> positions of
+        its first and last upcoming sample, counted from ``read``, the samples read so far), so their
+        evictions keep them (``streaming.cache.demand``); only with a ``cache_limit``."""
         if self.cache_limit is not None:
             entries = self._space.entries
-            self._space.demand.publish({k: p for k, p in uses.items() if k in entries})
+            self._space.demand.publish({k: span for k, span in spans.items() if k in entries}, read)
+
+    def demand_progress(self, read: int) -> None:
+        """This reader has read ``read`` samples (moves its published demand along; no system call)."""
+        self._space.demand.progress(read)
 
     def withdraw_demand(self) -> None:
         """This reader reads nothing more for now: delete its demand board."""

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 # re-exported: the streaming modules' one liveness probe
 from stackbase.process import pid_alive
+from streaming.cache.demand import RELIST_S as DEMAND_RELIST_S
 from streaming.cache.demand import DemandBoard
 from streaming.cache.locks import file_lock, lock_dir, open_lock, prep_lock, use_lock
 from streaming.util.safepath import refuse_links
@@ -416,12 +417,19 @@ class SpaceKeeper:
         start = last_note = time.monotonic()
         delay = 0.005
         while True:
+            # advice, read before the cache lock: its system calls would lengthen every holder's turn
+            others = self.demand.others(relist=DEMAND_RELIST_S)
             with self._lock.hold():
                 usage, used = self._measure()
                 if used + need > limit:
                     horizon = next_use(k) if ahead and next_use is not None else math.inf
                     used -= self._evict_down(
-                        used + need - limit, usage, exclude=k, next_use=next_use, horizon=horizon
+                        used + need - limit,
+                        usage,
+                        exclude=k,
+                        next_use=next_use,
+                        horizon=horizon,
+                        others=others,
                     )
                 if used + need <= limit:
                     token = add_reservation(self._lock_dir, need, targets, checked=self._checked)
@@ -456,11 +464,13 @@ class SpaceKeeper:
         exclude: int | None,
         next_use: Callable[[int], float] | None,
         horizon: float = math.inf,
+        others: Mapping[int, int] | None = None,
     ) -> int:
         """Evict idle shards (under the cache lock) until ``excess`` bytes are freed; returns bytes freed.
 
         Farthest next use first, by this reader's plan (``next_use``) and every other reader's demand board
-        (``streaming.cache.demand``): a shard another job is about to open is kept over one nobody needs.
+        (``others``, read by ``streaming.cache.demand``): a shard another job is about to open is kept over
+        one nobody needs.
         With a finite ``horizon`` (the next use of a shard prepared ahead), only shards needed by no one
         before it: a prefetch never evicts what a reader needs first (it gives up instead)."""
         # the shards with files on disk (what the scan found, not every shard of the dataset)
@@ -469,7 +479,7 @@ class SpaceKeeper:
         # oldest first; the sort by next use below is stable, so among shards needed equally late the oldest
         # still go first
         candidates.sort(key=lambda k: usage.mtimes.get(self.entries[k].paths[0], 0.0))
-        others = self.demand.others() if candidates else {}
+        others = others or {}
         if next_use is not None or others:
             own = next_use or (lambda k: math.inf)
             uses = {k: min(own(k), others.get(k, math.inf)) for k in candidates}

@@ -45,24 +45,27 @@ from streaming.storage.ranged import RangeBudget
 from streaming.storage.transfer import DEFAULT_RANGED
 from streaming.storage.url import join_url
 
-__all__ = ["ShardAccess", "plan_uses"]
+__all__ = ["ShardAccess", "plan_spans"]
 
 _DIRECT_THREADS = 16
 """Range requests in flight at once for an iteration's directly read samples (two round trips for a batch)."""
 
-_DEMAND_CHUNKS = 8
-"""With a ``cache_limit``, how many chunks past the current one the plan is looked at: their shards' next uses
-order eviction here and are published to the other readers of the cache (``streaming.cache.demand``)."""
+_DEMAND_SAMPLES = 1024
+"""With a ``cache_limit``, how many samples past the current chunk (a batch) the plan is looked at: their
+shards' next uses order eviction here and are published to the other readers of the cache
+(``streaming.cache.demand``)."""
 
 
-def plan_uses(shard_ends: np.ndarray, chunks: Sequence[np.ndarray]) -> dict[int, int]:
-    """Each shard's first position in the samples of ``chunks`` (sample ids, in order), counted from the start
-    of the first chunk (``shard_ends``: cumulative samples at the end of each shard)."""
+def plan_spans(shard_ends: np.ndarray, chunks: Sequence[np.ndarray]) -> dict[int, tuple[int, int]]:
+    """Each shard's first and last position in the samples of ``chunks`` (sample ids, in order), counted from
+    the start of the first chunk (``shard_ends``: cumulative samples at the end of each shard)."""
     if not chunks:
         return {}
     per_sample = np.searchsorted(shard_ends, np.concatenate(chunks), side="right")
     shards, first = np.unique(per_sample, return_index=True)
-    return dict(zip(shards.tolist(), first.tolist()))
+    _, from_end = np.unique(per_sample[::-1], return_index=True)
+    last = len(per_sample) - 1 - from_end
+    return dict(zip(shards.tolist(), zip(first.tolist(), last.tolist())))
 
 
 class ShardAccess:
@@ -172,7 +175,7 @@ class ShardAccess:
 
     def _next_use(self, k: int) -> float:
         """Eviction order for this worker's view of the plan: the position of shard ``k``'s next sample from
-        the start of the chunk being read (up to ``_DEMAND_CHUNKS`` chunks after it); shards needed by no
+        the start of the chunk being read (up to ``_DEMAND_SAMPLES`` samples after it); shards needed by no
         reader go first (least recently used first). A prefetch evicts only shards needed later than the one
         it fetches."""
         return self._uses.get(k, float("inf"))
@@ -267,16 +270,22 @@ class ShardAccess:
         direct: dict[int, Future[bytes | None]] = {}
         reads: DirectReads | None = None
         # the chunks after the current one this process has looked at (one, or with a cache_limit, once the
-        # first sample is out, up to _DEMAND_CHUNKS)
+        # first sample is out, those of the next _DEMAND_SAMPLES samples)
         window: deque[np.ndarray] = deque()
+        ahead_samples = 0
         demand = self.cache_limit is not None and any(s.is_remote for s in self.streams)
         later = False  # past the first chunk
+        done = 0  # samples of the chunks before the current one
+        published: int | None = None  # `done` when the demand board was last published (None: not yet)
         try:
             current = next(chunks, None)
             while current is not None:
-                depth = _DEMAND_CHUNKS if self.cache_limit is not None and later else 1
-                while len(window) < depth and (got := next(chunks, None)) is not None:
+                deep = self.cache_limit is not None and later
+                while (not window or (deep and ahead_samples < _DEMAND_SAMPLES)) and (
+                    got := next(chunks, None)
+                ) is not None:
                     window.append(got)
+                    ahead_samples += len(got)
                 upcoming = window[0] if window else None
                 per_sample = np.searchsorted(self.shard_ends, current, side="right")
                 shards = list(dict.fromkeys(per_sample.tolist()))  # in order of first use
@@ -286,9 +295,16 @@ class ShardAccess:
                 nxt = set(per_next)
                 self.active_shards = set(shards)
                 if self.cache_limit is not None:
-                    self._uses = plan_uses(self.shard_ends, [current, *window])
-                    if demand:
-                        self.shard_cache().publish_demand(self._uses)
+                    spans = plan_spans(self.shard_ends, [current, *window])
+                    self._uses = {k: first for k, (first, _) in spans.items()}
+                    if demand and later:
+                        # the board (of the deep window) every quarter window, moved along by the progress
+                        # in between
+                        if published is None or done - published >= _DEMAND_SAMPLES // 4:
+                            self.shard_cache().publish_demand(spans, done)
+                            published = done
+                        else:
+                            self.shard_cache().demand_progress(done)
                     self.release(self.active_shards)
                 if pool is None:  # local raw shards: a cheap check each
                     for shard in shards:
@@ -326,7 +342,9 @@ class ShardAccess:
                             started = True
                             self._prepare_ahead(pool, pending, ahead)
                 later = True
+                done += len(current)
                 current = window.popleft() if window else None
+                ahead_samples -= 0 if current is None else len(current)
         finally:
             if demand and self.cache is not None:
                 self.cache.withdraw_demand()

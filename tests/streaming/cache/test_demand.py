@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streaming.cache import space
-from streaming.cache.demand import DEMAND, MAX_SHARDS, DemandBoard, merge_demand
+from streaming.cache.demand import DEMAND, MAX_SHARDS, DemandBoard, merge_demand, parse_board, shifted
 from streaming.cache.locks import lock_dir
 
 
@@ -23,27 +23,53 @@ def test_merge_takes_each_shards_nearest_use(boards):
         assert position == min(b[k] for b in boards if k in b)
 
 
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 100), st.integers(0, 100)), max_size=10),
+    st.integers(0, 120),
+)
+def test_a_board_moves_along_with_its_reader(triples, behind):
+    uses = [(shard, min(a, b), max(a, b)) for shard, a, b in triples]
+    got = shifted(uses, behind)
+    for shard, first, last in uses:
+        if last < behind:
+            continue  # read past: no claim
+        assert got[shard] <= max(0, first - behind)
+    assert set(got) == {shard for shard, _, last in uses if last >= behind}
+    assert shifted(uses, 0) == merge_demand({str(i): {s: f} for i, (s, f, _) in enumerate(uses)})
+
+
+def spans(d: dict[int, int]) -> dict[int, tuple[int, int]]:
+    return {k: (v, v + 10) for k, v in d.items()}
+
+
 def test_a_reader_sees_the_other_boards_not_its_own(tmp_path):
     locks = lock_dir(str(tmp_path))
     mine, theirs, third = DemandBoard(locks), DemandBoard(locks), DemandBoard(locks)
-    mine.publish({1: 0, 2: 5})
-    theirs.publish({2: 3, 3: 9})
-    third.publish({3: 4})
+    mine.publish(spans({1: 0, 2: 5}), 0)
+    theirs.publish(spans({2: 3, 3: 9}), 100)
+    third.publish(spans({3: 4}), 0)
     assert mine.others() == {2: 3, 3: 4}
     assert theirs.others() == {1: 0, 2: 5, 3: 4}
-    theirs.publish({7: 1})  # republished: read again
-    assert mine.others() == {7: 1, 3: 4}
+    theirs.progress(105)  # 5 samples on: shard 2's first sample (3) is behind it, its last (13) is not
+    assert mine.others() == {2: 0, 3: 4}
+    theirs.progress(114)  # past shard 2 (3..13); shard 3 (9..19) in use
+    assert mine.others() == {3: 0}
+    theirs.publish(spans({7: 1}), 200)  # republished: read again
+    assert mine.others(relist=60) == {7: 1, 3: 4}
+    later = DemandBoard(locks)
+    later.publish(spans({8: 0}), 0)
+    assert mine.others(relist=60) == {7: 1, 3: 4}, "a new reader is seen at the next listing"
+    assert mine.others() == {7: 1, 3: 4, 8: 0}
     theirs.close()
-    assert mine.others() == {3: 4}
-    assert sorted(os.listdir(mine.folder)) == sorted(
-        n for n in os.listdir(mine.folder) if not n.endswith(".part")
-    )
+    assert mine.others(relist=60) == {3: 4, 8: 0}, "a reader that stops withdraws at once"
+    assert mine.others() == {3: 4, 8: 0}
+    assert not [n for n in os.listdir(mine.folder) if n.endswith(".part")]
 
 
 def test_a_board_names_only_the_nearest_shards(tmp_path):
     locks = lock_dir(str(tmp_path))
     mine, other = DemandBoard(locks), DemandBoard(locks)
-    other.publish({k: 10 * (2 * MAX_SHARDS - k) for k in range(2 * MAX_SHARDS)})
+    other.publish(spans({k: 10 * (2 * MAX_SHARDS - k) for k in range(2 * MAX_SHARDS)}), 0)
     seen = mine.others()
     assert len(seen) == MAX_SHARDS and min(seen) == MAX_SHARDS and seen[2 * MAX_SHARDS - 1] == 10
 
@@ -51,49 +77,56 @@ def test_a_board_names_only_the_nearest_shards(tmp_path):
 def test_boards_of_dead_processes_are_deleted_and_bad_ones_skipped(tmp_path):
     locks = lock_dir(str(tmp_path))
     board = DemandBoard(locks)
-    board.publish({0: 0})
+    board.publish(spans({0: 0}), 0)
     folder = board.folder
     proc = multiprocessing.get_context("fork").Process(target=os.getpid)
     proc.start()
     proc.join()
-    dead = os.path.join(folder, f"{proc.pid}-x.json")
-    with open(dead, "w") as f:
-        json.dump({"uses": [5, 0]}, f)
+    dead = [os.path.join(folder, f"{proc.pid}-x.{suffix}") for suffix in ("json", "pos")]
+    with open(dead[0], "w") as f:
+        json.dump({"base": 0, "uses": [5, 0, 0]}, f)
+    with open(dead[1], "wb") as f:
+        f.write(bytes(8))
     alive = os.getpid()
     bad = {
         "not-json": "{",
-        "odd": json.dumps({"uses": [1, 2, 3]}),
-        "negative": json.dumps({"uses": [1, -2]}),
-        "floats": json.dumps({"uses": [1.0, 2]}),
-        "no-uses": json.dumps({"other": []}),
-        "huge": json.dumps({"uses": [1, 2], "pad": "x" * 70_000}),
+        "short": json.dumps({"base": 0, "uses": [1, 2]}),
+        "negative": json.dumps({"base": 0, "uses": [1, -2, 3]}),
+        "reversed": json.dumps({"base": 0, "uses": [1, 5, 3]}),
+        "floats": json.dumps({"base": 0, "uses": [1.0, 2, 3]}),
+        "no-base": json.dumps({"uses": [1, 2, 3]}),
+        "huge": json.dumps({"base": 0, "uses": [1, 2, 3], "pad": "x" * 70_000}),
     }
     for name, text in bad.items():
         with open(os.path.join(folder, f"{alive}-{name}.json"), "w") as f:
             f.write(text)
     target = os.path.join(str(tmp_path), "elsewhere.json")
     with open(target, "w") as f:
-        json.dump({"uses": [9, 0]}, f)
+        json.dump({"base": 0, "uses": [9, 0, 0]}, f)
     os.symlink(target, os.path.join(folder, f"{alive}-link.json"))
     assert DemandBoard(locks).others() == {0: 0}
-    assert not os.path.exists(dead)
+    assert not any(os.path.exists(p) for p in dead)
+    assert parse_board(b'{"base": 3, "uses": [4, 1, 2]}').uses == ((4, 1, 2),)
 
 
 def _child(board: DemandBoard, conn) -> None:
-    board.publish({2: 0})
+    board.publish(spans({2: 0}), 0)
     conn.send(sorted(os.listdir(board.folder)))
 
 
 def test_a_forked_child_publishes_its_own_board(tmp_path):
     board = DemandBoard(lock_dir(str(tmp_path)))
-    board.publish({1: 5})
+    board.publish(spans({1: 5}), 0)
     parent, child = multiprocessing.get_context("fork").Pipe()
     proc = multiprocessing.get_context("fork").Process(target=_child, args=(board, child))
     proc.start()
     names = parent.recv()
     proc.join()
-    assert len(names) == 2, "the child wrote beside the parent's board, not over it"
-    assert json.load(open(os.path.join(board.folder, board._own_name())))["uses"] == [1, 5]
+    assert len([n for n in names if n.endswith(".json")]) == 2, "the child wrote beside the parent's board"
+    own = os.path.join(board.folder, f"{board._own_name()}.json")
+    assert json.load(open(own))["uses"] == [1, 5, 15]
+    board.close()
+    assert not [n for n in os.listdir(board.folder) if n.startswith(f"{os.getpid()}-")]
 
 
 def test_eviction_keeps_what_another_reader_opens_next(tmp_path):
@@ -110,7 +143,7 @@ def test_eviction_keeps_what_another_reader_opens_next(tmp_path):
     }
     keeper = space.SpaceKeeper(folder, entries, 2000, 1.0)
     other_job = DemandBoard(lock_dir(folder))
-    other_job.publish({1: 3})
+    other_job.publish(spans({1: 3}), 0)
     token = keeper.reserve(2, 1000, [paths[2]], name="shard 2", next_use=lambda k: float("inf"), patience=0)
     assert token is not None
     assert os.path.exists(paths[1]) and not os.path.exists(paths[0])
@@ -129,7 +162,7 @@ def test_a_prefetch_evicts_nothing_another_reader_needs_sooner(tmp_path):
         for k, p in enumerate(paths)
     }
     keeper = space.SpaceKeeper(folder, entries, 2000, 1.0)
-    DemandBoard(lock_dir(folder)).publish({0: 2, 1: 4})
+    DemandBoard(lock_dir(folder)).publish(spans({0: 2, 1: 4}), 0)
     own = {0: 50, 1: 60, 2: 5}
     kwargs = dict(name="shard 2", next_use=own.__getitem__, patience=0, ahead=True)
     assert keeper.reserve(2, 1000, [paths[2]], **kwargs) is None, "both are needed (elsewhere) before 5"

@@ -28,7 +28,7 @@ from streaming.cache import CachedShard, ShardCache
 from streaming.cache.space import SpaceEntry, SpaceKeeper
 from streaming.format.index import load_index
 from streaming.format.reader import open_shard
-from streaming.reader.shard_access import plan_uses
+from streaming.reader.shard_access import plan_spans
 
 _JOB = """
 import json, sys
@@ -318,20 +318,21 @@ def _evictor(remote: str, local: str) -> SpaceKeeper:
     return SpaceKeeper(local, entries, None, 1.0)
 
 
-def test_plan_uses_is_each_shards_first_position_across_chunks():
+def test_plan_spans_are_each_shards_first_and_last_position_across_chunks():
     ends = np.array([2, 5, 9])  # shard 0: samples 0-1, shard 1: 2-4, shard 2: 5-8
-    assert plan_uses(ends, [np.array([6, 6, 0]), np.array([3, 7, 1])]) == {2: 0, 0: 2, 1: 3}
-    assert plan_uses(ends, []) == {}
+    got = plan_spans(ends, [np.array([6, 6, 0]), np.array([3, 7, 1])])
+    assert got == {2: (0, 4), 0: (2, 5), 1: (3, 3)}
+    assert plan_spans(ends, []) == {}
 
 
 @given(st.lists(st.lists(st.integers(0, 99), max_size=20), max_size=5))
-def test_plan_uses_equals_a_first_seen_scan(chunks):
+def test_plan_spans_equal_a_scan(chunks):
     ends = np.arange(10, 101, 10)
     ids = [i for chunk in chunks for i in chunk]
-    expected: dict[int, int] = {}
+    expected: dict[int, tuple[int, int]] = {}
     for position, i in enumerate(ids):
-        expected.setdefault(i // 10, position)
-    assert plan_uses(ends, [np.array(c, dtype=np.int64) for c in chunks]) == expected
+        expected[i // 10] = (expected.get(i // 10, (position, 0))[0], position)
+    assert plan_spans(ends, [np.array(c, dtype=np.int64) for c in chunks]) == expected
 
 
 def test_a_limit_too_small_is_refused_at_start_with_the_minimum(tmp_path):
