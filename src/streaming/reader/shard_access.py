@@ -282,10 +282,10 @@ class ShardAccess:
             while current is not None:
                 deep = self.cache_limit is not None and later
                 while (not window or (deep and ahead_samples < _DEMAND_SAMPLES)) and (
-                    got := next(chunks, None)
+                    seen := next(chunks, None)
                 ) is not None:
-                    window.append(got)
-                    ahead_samples += len(got)
+                    window.append(seen)
+                    ahead_samples += len(seen)
                 upcoming = window[0] if window else None
                 per_sample = np.searchsorted(self.shard_ends, current, side="right")
                 shards = list(dict.fromkeys(per_sample.tolist()))  # in order of first use
