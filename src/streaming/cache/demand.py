@@ -18,11 +18,11 @@ renamed (a reader never sees half a board), and ``<pid>-<token>.pos``, 16 bytes 
 version of the board last published; little-endian; 0: none), mapped by its writer. No lock is needed: one
 writer per file, and a board is advice (a stale, torn or missing one makes eviction less informed, never wrong
 about what is on disk). A follower keeps each other reader's ``.pos`` open and reads its 16 bytes at each
-eviction (one system call), the board only when its version changed, and lists the folder every
-``RELIST_S`` seconds (new readers; the files of a dead pid are deleted then). A reader that stops zeroes its
-``.pos`` and deletes both files (``close``). A board that cannot be parsed (or is over ``MAX_BYTES``) is
-skipped: the lock folder is this user's (``streaming.cache.locks``), but nothing read from it is trusted to
-be well formed.
+eviction (one system call), the board only when its version changed, and lists the folder again when it
+changed (one ``stat``; new readers, and the files of a dead pid are deleted then). A reader that stops zeroes
+its ``.pos`` and deletes both files (``close``). A board that cannot be parsed (or is over ``MAX_BYTES``) is
+skipped: the lock folder is this user's (``streaming.cache.locks``), but nothing read from it is trusted to be
+well formed.
 
 Concurrency: a ``DemandBoard`` is used by one process; publishing takes no lock (one writer per file, an
 atomic rename), and readers read the boards before taking the cache lock, so this adds no wait to the
@@ -54,9 +54,9 @@ MAX_SHARDS = 512
 MAX_BYTES = 64 * 1024
 """A board larger than this is not read (``MAX_SHARDS`` pairs take under 16 KiB)."""
 
-RELIST_S = 0.5
-"""How often the folder of boards is listed again (readers come and go rarely; their progress is read at
-every eviction)."""
+RELIST_S = 1.0
+"""The folder of boards is listed again when its modification time changed, and at least this often (a
+change within one tick of the file system's clock can leave the time as it was)."""
 
 
 def merge_demand(boards: Mapping[str, Mapping[int, int]]) -> dict[int, int]:
@@ -132,6 +132,7 @@ class DemandBoard:
         # the other readers by file stem, and when (time.monotonic) the folder was last listed
         self._others: dict[str, _Other] = {}
         self._listed_at = -float("inf")
+        self._listed_stamp = -1  # the folder's modification time at that listing
 
     def _own_name(self) -> str:
         """This process's board name, without its suffix (a forked child takes a new one)."""
@@ -175,15 +176,20 @@ class DemandBoard:
         if self._progress is not None and self._pid == os.getpid():
             struct.pack_into("<Q", self._progress, 0, read)
 
-    def others(self, alive: Callable[[int], bool] = pid_alive, *, relist: float = 0.0) -> dict[int, int]:
+    def others(self, alive: Callable[[int], bool] = pid_alive, *, relist: float = RELIST_S) -> dict[int, int]:
         """Each shard's nearest use on the other live boards, from where their readers are now. The folder is
-        listed again (and the files of dead processes deleted) when the last listing is ``relist`` seconds
+        listed again (and the files of dead processes deleted) when it changed since the last listing (its
+        modification time: a board published, a reader come or gone) or that listing is ``relist`` seconds
         old; in between, each known reader costs one ``pread`` of its progress, and its board is read again
         only when it published a new one."""
         own = self._own_name()
         now = time.monotonic()
-        if now - self._listed_at >= relist:
-            self._listed_at = now
+        try:
+            stamp = os.stat(self.folder).st_mtime_ns
+        except OSError:
+            stamp = -1
+        if stamp != self._listed_stamp or now - self._listed_at >= relist:
+            self._listed_at, self._listed_stamp = now, stamp
             self._relist(own, alive)
         boards: dict[str, dict[int, int]] = {}
         for stem, other in self._others.items():

@@ -18,7 +18,8 @@ work): the threads of one process queue on an in-process lock before the ``flock
 one thread per process waits on or holds the file lock; the lock order is in-process lock, then cache lock,
 and nothing is taken under them but the shard locks eviction only tries), the lock file is opened once per
 process, reservation files are parsed once (they never change) and each pid probed once per measure, and the
-victims' ages come from the scan's own ``stat``.
+victims' ages come from the scan's own ``stat``. The other readers' demand boards (``streaming.cache.demand``), which order the victims,
+are read before the lock is taken.
 
 Limitation: pid liveness is local to this machine and pid namespace, so the cache folder must be node-local
 (as the cache design assumes anyway) and not shared between containers with separate pid namespaces.
@@ -42,7 +43,6 @@ from dataclasses import dataclass, field
 
 # re-exported: the streaming modules' one liveness probe
 from stackbase.process import pid_alive
-from streaming.cache.demand import RELIST_S as DEMAND_RELIST_S
 from streaming.cache.demand import DemandBoard
 from streaming.cache.locks import file_lock, lock_dir, open_lock, prep_lock, use_lock
 from streaming.util.safepath import refuse_links
@@ -418,7 +418,7 @@ class SpaceKeeper:
         delay = 0.005
         while True:
             # advice, read before the cache lock: its system calls would lengthen every holder's turn
-            others = self.demand.others(relist=DEMAND_RELIST_S)
+            others = self.demand.others()
             with self._lock.hold():
                 usage, used = self._measure()
                 if used + need > limit:

@@ -58,11 +58,10 @@ def test_a_reader_sees_the_other_boards_not_its_own(tmp_path):
     assert mine.others(relist=60) == {7: 1, 3: 4}
     later = DemandBoard(locks)
     later.publish(spans({8: 0}), 0)
-    assert mine.others(relist=60) == {7: 1, 3: 4}, "a new reader is seen at the next listing"
-    assert mine.others() == {7: 1, 3: 4, 8: 0}
+    assert mine.others(relist=60) == {7: 1, 3: 4, 8: 0}, "a new reader is seen (the folder changed)"
     theirs.close()
     assert mine.others(relist=60) == {3: 4, 8: 0}, "a reader that stops withdraws at once"
-    assert mine.others() == {3: 4, 8: 0}
+    assert mine.others(relist=0) == {3: 4, 8: 0}
     assert not [n for n in os.listdir(mine.folder) if n.endswith(".part")]
 
 
@@ -129,21 +128,25 @@ def test_a_forked_child_publishes_its_own_board(tmp_path):
     assert not [n for n in os.listdir(board.folder) if n.startswith(f"{os.getpid()}-")]
 
 
-def test_eviction_keeps_what_another_reader_opens_next(tmp_path):
-    """The shard this reader will not use again but another job opens next stays; one nobody wants goes."""
-    folder = str(tmp_path)
+def full_cache(folder: str) -> tuple[space.SpaceKeeper, list[str]]:
+    """A 2000-byte cache holding shards 0 and 1 (1000 bytes each); shard 2 is not on disk."""
     paths = [os.path.join(folder, f"shard.{k:05d}.mds") for k in range(3)]
     for path in paths[:2]:
         with open(path, "wb") as f:
             f.write(b"x" * 1000)
-    os.utime(paths[1], (1, 1))  # shard 1 is the older: least recently used would evict it
     entries = {
         k: space.SpaceEntry(local=folder, lock_name=os.path.basename(p), paths=(p,))
         for k, p in enumerate(paths)
     }
-    keeper = space.SpaceKeeper(folder, entries, 2000, 1.0)
-    other_job = DemandBoard(lock_dir(folder))
-    other_job.publish(spans({1: 3}), 0)
+    return space.SpaceKeeper(folder, entries, 2000, 1.0), paths
+
+
+def test_eviction_keeps_what_another_reader_opens_next(tmp_path):
+    """The shard this reader will not use again but another job opens next stays; one nobody wants goes."""
+    folder = str(tmp_path)
+    keeper, paths = full_cache(folder)
+    os.utime(paths[1], (1, 1))  # shard 1 is the older: least recently used would evict it
+    DemandBoard(lock_dir(folder)).publish(spans({1: 3}), 0)
     token = keeper.reserve(2, 1000, [paths[2]], name="shard 2", next_use=lambda k: float("inf"), patience=0)
     assert token is not None
     assert os.path.exists(paths[1]) and not os.path.exists(paths[0])
@@ -153,15 +156,7 @@ def test_eviction_keeps_what_another_reader_opens_next(tmp_path):
 
 def test_a_prefetch_evicts_nothing_another_reader_needs_sooner(tmp_path):
     folder = str(tmp_path)
-    paths = [os.path.join(folder, f"shard.{k:05d}.mds") for k in range(3)]
-    for path in paths[:2]:
-        with open(path, "wb") as f:
-            f.write(b"x" * 1000)
-    entries = {
-        k: space.SpaceEntry(local=folder, lock_name=os.path.basename(p), paths=(p,))
-        for k, p in enumerate(paths)
-    }
-    keeper = space.SpaceKeeper(folder, entries, 2000, 1.0)
+    keeper, paths = full_cache(folder)
     DemandBoard(lock_dir(folder)).publish(spans({0: 2, 1: 4}), 0)
     own = {0: 50, 1: 60, 2: 5}
     kwargs = dict(name="shard 2", next_use=own.__getitem__, patience=0, ahead=True)
@@ -169,3 +164,37 @@ def test_a_prefetch_evicts_nothing_another_reader_needs_sooner(tmp_path):
     own[2] = 3
     assert keeper.reserve(2, 1000, [paths[2]], **kwargs) is not None
     assert os.path.exists(paths[0]) and not os.path.exists(paths[1]), "shard 1 (needed at 4) went"
+
+
+def _trailing_jobs(tmp_path, *, boards: bool) -> int:
+    """Two jobs read one remote in the same order through one cache with room for 12 of its 80 shards, the
+    second 8 shards behind the first (a sweep with one seed, one job started later); the shard downloads they
+    made between them. Least recently used eviction deletes exactly the shard the second job needs next."""
+    from streaming import MDSWriter, StreamingDataset
+
+    remote = tmp_path / "remote"
+    if not remote.exists():
+        with MDSWriter(out=str(remote), columns={"x": "int", "pad": "bytes"}, size_limit=16_000) as w:
+            for i in range(1200):
+                w.write({"x": i, "pad": bytes(1000)})
+    shard = max(f.stat().st_size for f in remote.iterdir() if f.name != "index.json")
+    jobs = [
+        StreamingDataset(
+            remote=str(remote), local=str(tmp_path / f"cache-{boards}"), batch_size=8, cache_limit=12 * shard
+        )
+        for _ in range(2)
+    ]
+    first, second = iter(jobs[0]), iter(jobs[1])
+    got = [int(next(first)["x"]) for _ in range(120)]
+    for a, b in zip(first, second):
+        got += [int(a["x"]), int(b["x"])]
+    got += [int(b["x"]) for b in second]
+    assert sorted(got) == sorted(list(range(1200)) * 2)
+    return sum(job._shards_access().shard_cache().downloads for job in jobs)
+
+
+def test_a_trailing_job_finds_its_shards_kept(tmp_path, monkeypatch):
+    with_boards = _trailing_jobs(tmp_path, boards=True)
+    monkeypatch.setattr(DemandBoard, "others", lambda self, *args, **kwargs: {})
+    without = _trailing_jobs(tmp_path, boards=False)
+    assert with_boards < 0.75 * without, (with_boards, without)
