@@ -18,8 +18,8 @@ work): the threads of one process queue on an in-process lock before the ``flock
 one thread per process waits on or holds the file lock; the lock order is in-process lock, then cache lock,
 and nothing is taken under them but the shard locks eviction only tries), the lock file is opened once per
 process, reservation files are parsed once (they never change) and each pid probed once per measure, and the
-victims' ages come from the scan's own ``stat``. The other readers' demand boards (``streaming.cache.demand``), which order the victims,
-are read before the lock is taken.
+victims' ages come from the scan's own ``stat``. The other readers' demand boards
+(``streaming.cache.demand``), which order the victims, are read before the lock is taken.
 
 Limitation: pid liveness is local to this machine and pid namespace, so the cache folder must be node-local
 (as the cache design assumes anyway) and not shared between containers with separate pid namespaces.
