@@ -28,7 +28,11 @@ The jobs reach the store through the benchmark's proxy (`_shaping_proxy`), which
 uploaded objects from memory, as a real store costs this machine no CPU per request (moto, on the same two
 cores, took ~5 ms of CPU a GET); `--latency-ms` and `--mb-per-s` add a round trip per request and a
 bandwidth cap per connection (the remote benchmark's conditions: `--latency-ms 30 --mb-per-s 50`).
-`--repeats N` runs the passes N times, alternating, and the summary takes each pass's medians.
+`--repeats N` runs the passes N times, alternating, and the summary takes each pass's medians. The summary
+also gives, for each limited pass, the fewest shard downloads an eviction policy could make for these jobs'
+plans (`best_possible_downloads`, `_cache_bound`: Belady's rule with the readers in step), to set the
+measured GETs against (those also count ~6 per reader that are not whole-shard downloads: index.json and
+the first batch's direct range reads; the unlimited pass shows them above its one download per shard).
 
 Usage: `python scripts/bench/cache_pressure.py [--jobs 3] [--workers 2] [--samples 6000] [--epochs 2]
 [--latency-ms 0] [--mb-per-s 0] [--repeats 1]`. Prints one JSON line per pass and round, and a summary line with
@@ -52,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _cache_bound import best_possible_downloads, reader_batches
 from _common import machine
 from _shaping_proxy import ShapingProxy
 from streaming_remote import start_moto
@@ -327,6 +332,17 @@ def main() -> None:
         index = json.loads(s3.get_object(Bucket="bench", Key="pressure/index.json")["Body"].read())
         shard = max(s["raw_data"]["bytes"] for s in index["shards"])
         per_batch = max(1, math.ceil(args.batch_size * SAMPLE_BYTES / shard))  # refined by the unlimited pass
+        copy = os.path.join(scratch, "plans")  # the same shards, read locally for the jobs' plans
+        write_dataset(copy, args.samples, args.shard_bytes)
+        readers = reader_batches(
+            copy,
+            seeds=[1000 + j for j in range(args.jobs)],
+            workers=args.workers,
+            batch_size=args.batch_size,
+            block=args.shuffle_block_size,
+            epochs=args.epochs,
+        )
+        best: dict[str, int] = {}
         with ShapingProxy(endpoint, latency_s=args.latency_ms / 1e3, mb_per_s=args.mb_per_s) as proxy:
             for name in ["index.json", *(s["raw_data"]["basename"] for s in index["shards"])]:
                 got = s3.get_object(Bucket="bench", Key=f"pressure/{name}")
@@ -348,6 +364,8 @@ def main() -> None:
                         raise SystemExit(f"error: unknown pass {name!r}")
                     row = run_pass(name, args, remote, scratch, limit, proxy)
                     row["round"] = round_
+                    if limit and name not in best:  # readers keep their chunk: predownload = 8 batches
+                        best[name] = best_possible_downloads(readers, limit // shard, chunk=8)
                     if name == "unlimited":
                         per_batch = max(per_batch, row["max_shards_per_batch"])
                     rows.append(row)
@@ -356,6 +374,7 @@ def main() -> None:
         moto.kill()
         shutil.rmtree(scratch, ignore_errors=True)
     summary = summarize(rows, shard=shard, shards=len(index["shards"]))
+    summary["best_possible_downloads"] = best
     summary["latency_ms"], summary["mb_per_s"] = args.latency_ms, args.mb_per_s
     summary["load_avg"] = [round(x, 2) for x in os.getloadavg()]
     summary["machine"] = machine()
