@@ -34,6 +34,8 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
+import stat
 import struct
 import time
 import uuid
@@ -107,6 +109,9 @@ def parse_board(raw: bytes) -> Board | None:
     return Board(base, uses, version)
 
 
+_FILE = re.compile(r"^(?P<stem>(?P<pid>\d+)-[0-9a-f]{32})\.(?P<suffix>json|pos|part)$")
+"""The names of a reader's files (``<pid>-<token>`` and a suffix); nothing else in the folder is touched."""
+
 _POS = struct.Struct("<QQ")
 """A ``.pos`` file: samples read, then the version of the board last published."""
 
@@ -147,7 +152,11 @@ class DemandBoard:
     def publish(self, spans: Mapping[int, tuple[int, int]], read: int) -> None:
         """Publish ``spans`` (shard -> positions of its first and last upcoming sample, counted from ``read``,
         the samples this reader has read) as this process's board: the ``MAX_SHARDS`` nearest. Best effort:
-        a board that cannot be written only makes eviction less informed."""
+        a board that cannot be written only makes eviction less informed.
+
+        Raises:
+            UnsafePathError: The board folder is a symbolic link (as for a reservation).
+        """
         path = os.path.join(self.folder, self._own_name())
         nearest = sorted(spans.items(), key=lambda item: item[1][0])[:MAX_SHARDS]
         flat = [int(x) for shard, (first, last) in nearest for x in (shard, first, last)]
@@ -209,19 +218,24 @@ class DemandBoard:
         return merge_demand(boards)
 
     def _relist(self, own: str, alive: Callable[[int], bool]) -> None:
-        """List the folder: follow new readers' ``.pos`` files, forget gone ones, delete dead ones' files."""
+        """List the folder: follow new readers' ``.pos`` files, forget gone ones, delete dead ones' files
+        (only files named as boards are, and only in a folder that is no link)."""
         try:
+            if stat.S_ISLNK(os.lstat(self.folder).st_mode):
+                return
             names = os.listdir(self.folder)
         except OSError:
             names = []
         live: set[str] = set()
         for name in names:
-            stem, _, suffix = name.rpartition(".")
-            head = stem.split("-", 1)[0]
-            if not head.isdigit() or not alive(int(head)):
+            match = _FILE.match(name)
+            if match is None:
+                continue
+            stem = match["stem"]
+            if not alive(int(match["pid"])):
                 _remove(os.path.join(self.folder, name))
                 continue
-            if stem != own and suffix == "pos":
+            if stem != own and match["suffix"] == "pos":
                 live.add(stem)
         for stem in set(self._others) - live:
             _close(self._others.pop(stem).fd)

@@ -7,12 +7,14 @@ import json
 import multiprocessing
 import os
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from streaming.cache import space
 from streaming.cache.demand import DEMAND, MAX_SHARDS, DemandBoard, merge_demand, parse_board, shifted
 from streaming.cache.locks import lock_dir
+from streaming.util.safepath import UnsafePathError
 
 
 @given(st.lists(st.dictionaries(st.integers(0, 20), st.integers(0, 1000), max_size=8), max_size=4))
@@ -81,7 +83,8 @@ def test_boards_of_dead_processes_are_deleted_and_bad_ones_skipped(tmp_path):
     proc = multiprocessing.get_context("fork").Process(target=os.getpid)
     proc.start()
     proc.join()
-    dead = [os.path.join(folder, f"{proc.pid}-x.{suffix}") for suffix in ("json", "pos")]
+    token = "0" * 32
+    dead = [os.path.join(folder, f"{proc.pid}-{token}.{suffix}") for suffix in ("json", "pos")]
     with open(dead[0], "w") as f:
         json.dump({"base": 0, "uses": [5, 0, 0]}, f)
     with open(dead[1], "wb") as f:
@@ -96,15 +99,41 @@ def test_boards_of_dead_processes_are_deleted_and_bad_ones_skipped(tmp_path):
         "no-base": json.dumps({"uses": [1, 2, 3]}),
         "huge": json.dumps({"base": 0, "uses": [1, 2, 3], "pad": "x" * 70_000}),
     }
-    for name, text in bad.items():
-        with open(os.path.join(folder, f"{alive}-{name}.json"), "w") as f:
+    for i, text in enumerate(bad.values()):
+        with open(os.path.join(folder, f"{alive}-{i:032x}.json"), "w") as f:
             f.write(text)
+        with open(os.path.join(folder, f"{alive}-{i:032x}.pos"), "wb") as f:
+            f.write((0).to_bytes(8, "little") + (1).to_bytes(8, "little"))
+    strangers = [os.path.join(folder, name) for name in ("notes.txt", f"{proc.pid}-x.json")]
+    for path in strangers:
+        open(path, "w").close()
     target = os.path.join(str(tmp_path), "elsewhere.json")
     with open(target, "w") as f:
         json.dump({"base": 0, "uses": [9, 0, 0]}, f)
-    os.symlink(target, os.path.join(folder, f"{alive}-link.json"))
+    os.symlink(target, os.path.join(folder, f"{alive}-{'f' * 32}.json"))
+    with open(os.path.join(folder, f"{alive}-{'f' * 32}.pos"), "wb") as f:
+        f.write((0).to_bytes(8, "little") + (1).to_bytes(8, "little"))
     assert DemandBoard(locks).others() == {0: 0}
     assert not any(os.path.exists(p) for p in dead)
+    assert all(os.path.exists(p) for p in strangers), "only files named as boards are deleted"
+
+
+def test_nothing_is_deleted_through_a_linked_demand_folder(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = multiprocessing.get_context("fork").Process(target=os.getpid)
+    proc.start()
+    proc.join()
+    victim = elsewhere / f"{proc.pid}-{'0' * 32}.json"
+    victim.write_text("{}")
+    locks = lock_dir(str(tmp_path / "cache"))
+    os.symlink(elsewhere, os.path.join(locks, DEMAND))
+    board = DemandBoard(locks)
+    assert board.others() == {}
+    assert victim.exists()
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        board.publish(spans({1: 0}), 0)  # refused, as a reservation would be
+    assert sorted(p.name for p in elsewhere.iterdir()) == [victim.name]
     assert parse_board(b'{"base": 3, "uses": [4, 1, 2]}').uses == ((4, 1, 2),)
 
 
@@ -198,3 +227,20 @@ def test_a_trailing_job_finds_its_shards_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(DemandBoard, "others", lambda self, *args, **kwargs: {})
     without = _trailing_jobs(tmp_path, boards=False)
     assert with_boards < 0.75 * without, (with_boards, without)
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.recursive(
+            st.integers() | st.text(max_size=5) | st.none(),
+            lambda c: (
+                st.lists(c, max_size=6)
+                | st.dictionaries(st.sampled_from(["base", "uses", "version", "x"]), c, max_size=4)
+            ),
+        ).map(lambda v: json.dumps(v).encode()),
+    )
+)
+def test_any_board_content_parses_or_is_skipped(raw):
+    board = parse_board(raw)
+    assert board is None or all(0 <= first <= last for _, first, last in board.uses)
