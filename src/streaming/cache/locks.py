@@ -8,7 +8,7 @@ exists owned by another user than us and the cache folder's owner (a shared pare
 folder is ``streaming-locks/<sha256 of the real path>`` under the per-user runtime folder
 (``$XDG_RUNTIME_DIR``, else ``<tmp>/streaming-locks-<uid>``): still one folder per cache folder, shared by
 that user's jobs on this host. The lock folder also holds the cache's small bookkeeping files (source marker,
-hash verdicts, reservations).
+hash verdicts, reservations, demand boards).
 
 The kernel drops a flock when its process dies (even by ``kill -9``), so no lock outlives its holder and
 nothing needs cleaning after a crash. Each ``open`` is its own lock owner, so two threads of one process
