@@ -470,9 +470,9 @@ class SpaceKeeper:
 
         Farthest next use first, by this reader's plan (``next_use``) and every other reader's demand board
         (``others``, read by ``streaming.cache.demand``): a shard another job is about to open is kept over
-        one nobody needs.
-        With a finite ``horizon`` (the next use of a shard prepared ahead), only shards needed by no one
-        before it: a prefetch never evicts what a reader needs first (it gives up instead)."""
+        one nobody needs. With a finite ``horizon`` (the next use of a shard prepared ahead), only shards
+        needed by no one before it: a prefetch never evicts what a reader needs first (it gives up
+        instead)."""
         # the shards with files on disk (what the scan found, not every shard of the dataset)
         held = {self._owner[p] for p in (*usage.files, *usage.temps) if p in self._owner}
         candidates = [k for k in sorted(held) if k != exclude]

@@ -157,23 +157,10 @@ def test_a_forked_child_publishes_its_own_board(tmp_path):
     assert not [n for n in os.listdir(board.folder) if n.startswith(f"{os.getpid()}-")]
 
 
-def full_cache(folder: str) -> tuple[space.SpaceKeeper, list[str]]:
-    """A 2000-byte cache holding shards 0 and 1 (1000 bytes each); shard 2 is not on disk."""
-    paths = [os.path.join(folder, f"shard.{k:05d}.mds") for k in range(3)]
-    for path in paths[:2]:
-        with open(path, "wb") as f:
-            f.write(b"x" * 1000)
-    entries = {
-        k: space.SpaceEntry(local=folder, lock_name=os.path.basename(p), paths=(p,))
-        for k, p in enumerate(paths)
-    }
-    return space.SpaceKeeper(folder, entries, 2000, 1.0), paths
-
-
-def test_eviction_keeps_what_another_reader_opens_next(tmp_path):
+def test_eviction_keeps_what_another_reader_opens_next(tmp_path, two_of_three_cached):
     """The shard this reader will not use again but another job opens next stays; one nobody wants goes."""
     folder = str(tmp_path)
-    keeper, paths = full_cache(folder)
+    keeper, paths = two_of_three_cached
     os.utime(paths[1], (1, 1))  # shard 1 is the older: least recently used would evict it
     DemandBoard(lock_dir(folder)).publish(spans({1: 3}), 0)
     token = keeper.reserve(2, 1000, [paths[2]], name="shard 2", next_use=lambda k: float("inf"), patience=0)
@@ -183,9 +170,9 @@ def test_eviction_keeps_what_another_reader_opens_next(tmp_path):
     assert os.listdir(os.path.join(lock_dir(folder), DEMAND)) != []
 
 
-def test_a_prefetch_evicts_nothing_another_reader_needs_sooner(tmp_path):
+def test_a_prefetch_evicts_nothing_another_reader_needs_sooner(tmp_path, two_of_three_cached):
     folder = str(tmp_path)
-    keeper, paths = full_cache(folder)
+    keeper, paths = two_of_three_cached
     DemandBoard(lock_dir(folder)).publish(spans({0: 2, 1: 4}), 0)
     own = {0: 50, 1: 60, 2: 5}
     kwargs = dict(name="shard 2", next_use=own.__getitem__, patience=0, ahead=True)

@@ -204,21 +204,10 @@ def test_a_file_renamed_into_place_during_the_scan_is_still_counted(tmp_path, mo
     assert granted is None, "1000 bytes on disk + 1000 more > cache_limit=1500"
 
 
-def test_room_is_made_only_from_shards_needed_later(tmp_path):
+def test_room_is_made_only_from_shards_needed_later(two_of_three_cached):
     """Farthest next use goes first, and never a shard needed sooner than the one room is made for: a prefetch
     gives up rather than evict what the reader needs first."""
-    from streaming.cache import space
-
-    folder = str(tmp_path)
-    paths = [os.path.join(folder, f"shard.{k:05d}.mds") for k in range(3)]
-    for path in paths[:2]:
-        with open(path, "wb") as f:
-            f.write(b"x" * 1000)
-    entries = {
-        k: space.SpaceEntry(local=folder, lock_name=os.path.basename(p), paths=(p,))
-        for k, p in enumerate(paths)
-    }
-    keeper = space.SpaceKeeper(folder, entries, 2000, 1.0)
+    keeper, paths = two_of_three_cached
 
     def reserve(k: int, uses: dict[int, float]) -> str | None:
         return keeper.reserve(
