@@ -84,6 +84,28 @@ def test_proxy_forwards_and_counts_body_bytes(tmp_path):
         m.ShapingProxy("http://example.com:80")
 
 
+def test_the_proxy_sends_without_waiting_for_acks(tmp_path):
+    """The proxy's client sockets have TCP_NODELAY: with Nagle's rule a small body written after its headers
+    waited for the client's delayed ACK, ~40 ms a request on Linux loopback that no object store adds (it was
+    in every figure before: 44 ms a 31 KB GET, 2.5 ms without)."""
+    import socket
+
+    m = _proxy_module()
+    with m.ShapingProxy("http://127.0.0.1:9", latency_s=0.0, mb_per_s=0) as proxy:
+        proxy.hold("/blob", b"x" * 1000, [("Content-Type", "application/octet-stream")])
+        handler = proxy._server.RequestHandlerClass
+        setup, nodelay = handler.setup, []
+
+        def recording_setup(self):
+            setup(self)
+            nodelay.append(self.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        handler.setup = recording_setup
+        with urllib.request.urlopen(f"{proxy.url}/blob", timeout=10) as resp:
+            assert resp.read() == b"x" * 1000
+    assert nodelay and all(nodelay)
+
+
 def test_byte_range_reads_single_ranges_as_http_does():
     m = _proxy_module()
     assert m.byte_range(None, 100) is None

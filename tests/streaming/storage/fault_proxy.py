@@ -52,6 +52,7 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else a small body waits ~40 ms for the client's delayed ACK
 
             def log_message(self, *args: object) -> None:
                 pass
