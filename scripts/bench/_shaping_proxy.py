@@ -6,8 +6,14 @@ connection cap, as object stores and long links behave: more connections, more b
 pure function (``pace_delay``: how long to hold the next chunk so that the bytes sent so far never run ahead
 of the cap), tested without a clock. The proxy counts requests, GETs and the response-body bytes it sends
 (``stats``), so a benchmark reports what each library fetched, range requests and retries included. Client
-connections are kept alive (HTTP/1.1), so a library that reuses connections pays the connect cost once; each
+connections are kept alive (HTTP/1.1), so a library that reuses connections pays the connect cost once: a new
+connection waits one more ``latency_s`` (the handshake's round trip) before its first request is read. Each
 handler thread keeps its own upstream connection. Loopback only; one thread per client connection.
+
+Two things a loopback server does that no object store does were in every figure before 2026-11-28 and are
+off: Nagle's rule held a small body written after its headers until the client's delayed ACK (~40 ms a
+request; ``disable_nagle_algorithm``), and socketserver's listen backlog of 5 dropped the SYNs of a burst of
+new connections, whose clients retried after 1 s (``_Server.request_queue_size``).
 
 Held objects (``hold``): moto, the loopback S3 server, copies a whole object to answer any range of it (a 64 MiB
 object: 0.17 s whole, 0.5 s as eight 8 MiB ranges, parallel or not), so a library that reads in ranges paid the
@@ -109,6 +115,14 @@ class ProxyStats:
     """Requests answered from a held object (see ``ShapingProxy.hold``)."""
 
 
+class _Server(ThreadingHTTPServer):
+    # an object store takes a burst of connections at once: with socketserver's default backlog of 5, the
+    # SYNs past it were dropped and their clients retried after 1 s (a client opening 100 connections at
+    # start, as eight DataLoader workers reading ranges do, waited 1 s for its first batch)
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class ShapingProxy:
     """``with ShapingProxy("http://127.0.0.1:port", latency_s=0.03, mb_per_s=50) as p:`` forward ``p.url``.
 
@@ -128,8 +142,7 @@ class ShapingProxy:
         self.stats = ProxyStats()
         self._lock = threading.Lock()
         self._held: dict[str, Held] = {}
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -181,6 +194,8 @@ class ShapingProxy:
             def setup(self) -> None:
                 super().setup()
                 proxy._count(connections=1)
+                if proxy.latency_s > 0:  # the TCP handshake: one more round trip before the first request
+                    time.sleep(proxy.latency_s)
 
             def log_message(self, *args: Any) -> None:
                 pass
