@@ -32,6 +32,7 @@ Concurrency: one handler thread per client connection; the counters and the held
 from __future__ import annotations
 
 import http.client
+import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -121,6 +122,11 @@ class _Server(ThreadingHTTPServer):
     # start, as eight DataLoader workers reading ranges do, waited 1 s for its first batch)
     request_queue_size = 1024
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed its connection (a worker that exited, a cancelled read) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)
 
 
 class ShapingProxy:
