@@ -127,3 +127,19 @@ def test_retries_exhausted_names_the_status(s3_bucket, s3_env, tmp_path, monkeyp
         with pytest.raises(TransientStorageError, match="HTTP 503"):
             download_file(f"{s3_bucket}/k.bin", str(tmp_path / "k.bin"), policy=FAST)
     assert proxy.count == 3
+
+
+def test_a_presigned_url_follows_the_endpoint(s3_bucket, s3_env, tmp_path, monkeypatch):
+    """The same URL read through another endpoint (the environment changed) is presigned for that endpoint,
+    not served from the previous one's cached URL."""
+    from streaming.storage.backends.s3 import S3Backend
+
+    _put(s3_bucket, "e.bin", b"e" * 500, s3_env)
+    backend = S3Backend()
+    backend.download(f"{s3_bucket}/e.bin", str(tmp_path / "direct.bin"), timeout=5)
+    seen: list[str] = []
+    with FaultProxy(s3_env, lambda n, m, p: seen.append(p)) as proxy:
+        monkeypatch.setenv("S3_ENDPOINT_URL", proxy.url)
+        backend.download(f"{s3_bucket}/e.bin", str(tmp_path / "proxied.bin"), timeout=5)
+    assert (tmp_path / "proxied.bin").read_bytes() == b"e" * 500
+    assert len(seen) == 1 and _presigned(seen[0])

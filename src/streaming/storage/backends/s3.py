@@ -84,7 +84,7 @@ class S3Backend(Backend):
         self._boto3, self._unsigned, self._config = boto3, UNSIGNED, Config
         self._clients: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()  # one build per key when parallel range reads ask at once
-        self._presigned: dict[tuple[str, float], tuple[str, float]] = {}
+        self._presigned: dict[tuple[str, float, StorageProfile], tuple[str, float]] = {}
         self._http: Any = None  # the urllib3 pool of quick_reader and downloads, built on first use
         self._quick_refused: set[str] = set()  # buckets whose downloads go through botocore (_quick_download)
 
@@ -308,7 +308,8 @@ class S3Backend(Backend):
         return read
 
     def _presign(self, url: str, timeout: float) -> str:
-        key, now = (url, timeout), time.monotonic()
+        # the profile too: a URL's endpoint or credentials may change (STREAMING_STORAGE_PROFILES, the env)
+        key, now = (url, timeout, profile_for(url)), time.monotonic()
         with self._lock:
             got = self._presigned.get(key)
         if got is not None and now - got[1] < _PRESIGN_REUSE_S:
