@@ -32,7 +32,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from typing import Any
@@ -187,15 +187,9 @@ class S3Backend(Backend):
         def get() -> None:
             obj = client.get_object(Bucket=bucket, Key=key)
             try:
-                check_stated_size(url, obj.get("ContentLength"), max_bytes)
-                with open(path, "wb") as f:
-                    out = BoundedWriter(f, max_bytes, url)
-                    for chunk in obj["Body"].iter_chunks(1 << 20):
-                        out.write(chunk)
+                _write_body(url, path, obj["Body"].iter_chunks(1 << 20), obj.get("ContentLength"), max_bytes)
             finally:
                 obj["Body"].close()  # a refused body is not read to its end
-            if obj.get("ContentLength") is not None and os.path.getsize(path) != obj["ContentLength"]:
-                raise TransientStorageError(f"{redact(url)}: body shorter than Content-Length")
 
         self._call(url, get)
 
@@ -209,7 +203,7 @@ class S3Backend(Backend):
         (``streaming.storage.transfer`` retries).
         The bytes are written as stored (no content decoding), as botocore does."""
         bucket = split_bucket(url)[0]
-        if bucket in self._quick_refused or any(os.environ.get(k) for k in _PROXY_VARS):
+        if bucket in self._quick_refused or _proxy_set():
             return False
         try:
             presigned, http = self._presign(url, timeout), self._pool()
@@ -238,12 +232,8 @@ class S3Backend(Backend):
                 return False
             stated = resp.headers.get("Content-Length")
             size = int(stated) if stated is not None and stated.isdigit() else None
-            check_stated_size(url, size, max_bytes)
             try:
-                with open(path, "wb") as f:
-                    out = BoundedWriter(f, max_bytes, url)
-                    for chunk in resp.stream(1 << 20, decode_content=False):
-                        out.write(chunk)
+                _write_body(url, path, resp.stream(1 << 20, decode_content=False), size, max_bytes)
             except urllib3.exceptions.HTTPError as err:  # reset, timed out or cut short mid-body
                 raise TransientStorageError(f"{redact(url)}: {type(err).__name__}") from None
             whole = True
@@ -252,8 +242,6 @@ class S3Backend(Backend):
                 resp.release_conn()
             else:  # an error answer or a body not read to its end: the connection is not reused
                 resp.close()
-        if size is not None and os.path.getsize(path) != size:
-            raise TransientStorageError(f"{redact(url)}: body shorter than Content-Length")
         return True
 
     def read_range(
@@ -285,7 +273,7 @@ class S3Backend(Backend):
         return result
 
     def quick_reader(self, url: str, *, timeout: float) -> Callable[[int, int], bytes | None] | None:
-        if any(os.environ.get(k) for k in _PROXY_VARS):
+        if _proxy_set():
             return None
         try:
             presigned, http = self._presign(url, timeout), self._pool()
@@ -351,6 +339,26 @@ class S3Backend(Backend):
         bucket, key = split_bucket(url)
         client = self._client(url, 60.0, write=True)
         self._call(url, lambda: client.delete_object(Bucket=bucket, Key=key))
+
+
+def _proxy_set() -> bool:
+    """Whether the environment names an HTTP proxy (botocore routes through it; the plain pool would not)."""
+    return any(os.environ.get(k) for k in _PROXY_VARS)
+
+
+def _write_body(
+    url: str, path: str, chunks: Iterable[bytes], size: int | None, max_bytes: int | None
+) -> None:
+    """Write a whole object's body (``chunks``, read lazily; ``size``: its stated length, None if unstated) to
+    ``path``: refused before any byte where ``size`` is past ``max_bytes``, and at the first byte past it
+    otherwise; ``TransientStorageError`` when the body ends short of ``size``."""
+    check_stated_size(url, size, max_bytes)
+    with open(path, "wb") as f:
+        out = BoundedWriter(f, max_bytes, url)
+        for chunk in chunks:
+            out.write(chunk)
+    if size is not None and os.path.getsize(path) != size:
+        raise TransientStorageError(f"{redact(url)}: body shorter than Content-Length")
 
 
 def _client_error(err: Any, url: str) -> Exception:
