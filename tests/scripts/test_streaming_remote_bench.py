@@ -84,7 +84,7 @@ def test_proxy_forwards_and_counts_body_bytes(tmp_path):
         m.ShapingProxy("http://example.com:80")
 
 
-def test_the_proxy_sends_without_waiting_for_acks(tmp_path):
+def test_the_proxy_sends_without_waiting_for_acks():
     """The proxy's client sockets have TCP_NODELAY: with Nagle's rule a small body written after its headers
     waited for the client's delayed ACK, ~40 ms a request on Linux loopback that no object store adds (it was
     in every figure before: 44 ms a 31 KB GET, 2.5 ms without)."""
