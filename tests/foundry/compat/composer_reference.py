@@ -1,11 +1,13 @@
 """Writes real Composer checkpoints of a tiny llm-foundry MPT, for `test_composer_*.py` (llm-foundry's venv).
 
-    /tmp/ref/venv-llmfoundry/bin/python composer_reference.py OUT_DIR [--sharded]
+    /tmp/ref/venv-llmfoundry/bin/python composer_reference.py OUT_DIR [--sharded | --data-only]
 
 Trains a tiny `ComposerMPTCausalLM` (CPU, fp32, torch attention) with Composer's `DecoupledAdamW`, the
 cosine-with-warmup schedule and gradient clipping on a small local MDS set of pre-tokenised rows (shuffled,
 so the dataset state is non-trivial) for 6 batches, saving `ep0-ba3-rank0.pt` and `ep0-ba6-rank0.pt`
-(with `--sharded`: torch.distributed.checkpoint folders `ep0-ba3/`, under FSDP on one gloo process). Writes
+(with `--sharded`: torch.distributed.checkpoint folders `ep0-ba3/`, under FSDP on every gloo rank it is launched
+with; `--data-only` writes the MDS set and stops, so that ranks never write it at once). A rank still running after
+`COMPOSER_REF_WATCHDOG_S` seconds (default 420) prints every thread's stack to stderr and exits. Writes
 `OUT_DIR/reference.pt` (plain tensors and numbers; readable with `torch.load(weights_only=True)`):
 
 - `input_ids` (1, S) and `logits_ba3`/`logits_ba6` (1, S, V): the model's logits at each checkpoint;
@@ -16,6 +18,7 @@ so the dataset state is non-trivial) for 6 batches, saving `ep0-ba3-rank0.pt` an
 and `OUT_DIR/objects.pt`: Composer's `Timestamp`, `Time`, `TimeUnit` and `Precision` objects pickled as such.
 """
 
+import faulthandler
 import os
 import sys
 import tempfile
@@ -23,8 +26,10 @@ from pathlib import Path
 
 from llmfoundry_ref import NEOX_TOKENIZER, mds_loader, neox_tokenizer, offline, tiny_mpt
 
+faulthandler.dump_traceback_later(float(os.environ.get("COMPOSER_REF_WATCHDOG_S", "420")), exit=True)
 OUT = Path(sys.argv[1]).resolve()
 SHARDED = "--sharded" in sys.argv
+DATA_ONLY = "--data-only" in sys.argv
 if SHARDED:
     os.environ["FSDP_VERSION"] = (
         "2"  # Composer's FSDP1 path needs CUDA; FSDP2 (fully_shard) runs on CPU + gloo
@@ -63,10 +68,14 @@ SCHED = {"t_warmup": "2ba", "alpha_f": 0.1}
 
 data = OUT / "mds"
 if not (data / "train" / "index.json").exists():
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # every rank would write the same files at once
+        sys.exit(f"{data} is not written: run this script with --data-only first")
     rng = np.random.default_rng(0)
     with MDSWriter(out=str(data / "train"), columns={"tokens": "bytes"}, size_limit=1 << 12) as w:
         for _ in range(ROWS):
             w.write({"tokens": rng.integers(1, VOCAB, SEQ, dtype=np.int64).tobytes()})
+if DATA_ONLY:
+    sys.exit(0)
 
 tok = neox_tokenizer(TOKENIZER)
 input_ids = torch.randint(1, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(1))

@@ -6,6 +6,7 @@ the llm-foundry venv."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -36,13 +37,38 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+def _tail(path: Path, lines: int = 40) -> str:
+    text = path.read_text(errors="replace").splitlines() if path.exists() else ["(none)"]
+    return "\n".join(text[-lines:])
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs the reference script under `composer -n 2` (the MDS set written first, by one process). Each rank logs to
+    its own file; a rank still running after 420 s dumps its threads' stacks there and exits (the script's
+    watchdog), so a hang fails here, inside pytest-timeout's 600 s, with both ranks' logs in the message."""
     out = tmp_path_factory.mktemp("composer-2ranks")
     subprocess.run(
-        [str(LAUNCHER), "-n", "2", "--master_port", str(_port()), str(SCRIPT), str(out / "out"), "--sharded"],
-        cwd=out, check=True, timeout=900, capture_output=True,
-    )  # fmt: skip
+        [str(REF_PYTHON), str(SCRIPT), str(out / "out"), "--data-only"], cwd=out, check=True, timeout=300
+    )
+    logs = [out / f"rank{{rank}}.{stream}.txt" for stream in ("stdout", "stderr")]
+    command = [str(LAUNCHER), "-n", "2", "--master_port", str(_port()), "--stdout", str(logs[0])]
+    command += ["--stderr", str(logs[1]), str(SCRIPT), str(out / "out"), "--sharded"]
+    env = {"COMPOSER_REF_WATCHDOG_S": "420", **os.environ}
+    with subprocess.Popen(command, cwd=out, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as launcher:  # fmt: skip
+        try:
+            printed, _ = launcher.communicate(timeout=540)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            printed, _ = launcher.communicate()
+    if launcher.returncode != 0:
+        ranks = "\n".join(
+            f"--- rank {rank} {stream} ---\n{_tail(out / f'rank{rank}.{stream}.txt')}"
+            for rank in (0, 1)
+            for stream in ("stdout", "stderr")
+        )
+        pytest.fail(f"composer -n 2 exited {launcher.returncode}\n{printed[-4000:]}\n{ranks}")
     return out / "out"
 
 
