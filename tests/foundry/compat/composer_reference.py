@@ -77,6 +77,15 @@ if not (data / "train" / "index.json").exists():
 if DATA_ONLY:
     sys.exit(0)
 
+if SHARDED:
+    # as llm-foundry's train.py: the process group first, then the loaders. mosaicml-streaming sets up its
+    # shared memory (the prefix, the barrier's counters) with a dist barrier only when one is initialized;
+    # without it the ranks race there, and 1 run in 4 hung both ranks in its SharedBarrier at the first batch.
+    from composer.utils import dist, get_device
+
+    dist.initialize_dist(get_device("cpu"), timeout=120)
+    dist.barrier()
+
 tok = neox_tokenizer(TOKENIZER)
 input_ids = torch.randint(1, VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(1))
 logits: dict[str, torch.Tensor] = {}
