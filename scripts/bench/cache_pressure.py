@@ -45,6 +45,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -203,6 +204,11 @@ class Sampler(threading.Thread):
 # ---- one pass: N jobs on one cache ----
 
 
+def _cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_pass(
     name: str, args: argparse.Namespace, remote: str, scratch: str, limit: int | None, proxy: ShapingProxy
 ) -> dict[str, Any]:
@@ -211,6 +217,7 @@ def run_pass(
     private = name == "unlimited_private"  # each job its own folder under `cache` (lock folders skipped too)
     procs, outs = [], []
     proxy.reset()
+    jobs_cpu, bench_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN), _cpu_seconds(resource.RUSAGE_SELF)
     start = time.perf_counter()
     for j in range(args.jobs):
         out = os.path.join(scratch, f"{name}-{j}.json")
@@ -242,6 +249,8 @@ def run_pass(
             crashes += 1
             errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}")
     wall = time.perf_counter() - start
+    jobs_cpu = _cpu_seconds(resource.RUSAGE_CHILDREN) - jobs_cpu  # the jobs and their (joined) workers
+    bench_cpu = _cpu_seconds(resource.RUSAGE_SELF) - bench_cpu  # this process: the proxy and the disk sampler
     seen = proxy.reset()
     sampler.stop.set()
     sampler.join()
@@ -258,6 +267,9 @@ def run_pass(
         "samples_per_s": round(samples / wall, 1),
         "iter_samples_per_s": round(samples / max((r["seconds"] for r in results), default=math.inf), 1),
         "wall_s": round(wall, 2),
+        "jobs_cpu_s": round(jobs_cpu, 2),
+        "bench_cpu_s": round(bench_cpu, 2),
+        "cpus_busy": round((jobs_cpu + bench_cpu) / wall, 2),
         "max_disk_bytes": sampler.max_bytes,
         "max_disk_over_limit": round(sampler.max_bytes / limit, 3) if limit else None,
         "disk_samples": sampler.samples,

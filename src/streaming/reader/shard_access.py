@@ -56,6 +56,12 @@ shards' next uses order eviction here and are published to the other readers of 
 (``streaming.cache.demand``)."""
 
 
+_PLAN_EVERY = 64
+"""With a ``cache_limit``, how many samples a reader goes between two looks at its plan (``plan_spans`` over
+the chunks of the next ``_DEMAND_SAMPLES`` samples, ~0.3 ms): the next uses in between are the last look's,
+moved along by the samples read since (``_next_use``)."""
+
+
 def plan_spans(shard_ends: np.ndarray, chunks: Sequence[np.ndarray]) -> dict[int, tuple[int, int]]:
     """Each shard's first and last position in the samples of ``chunks`` (sample ids, in order), counted from
     the start of the first chunk (``shard_ends``: cumulative samples at the end of each shard)."""
@@ -111,7 +117,10 @@ class ShardAccess:
         self.cache: ShardCache | None = None
         self.active_shards: set[int] = set()
         # shard -> position of its first sample in the chunk being read and the chunks looked at after it
-        self._uses: dict[int, int] = {}
+        # with a cache_limit: each shard's first and last position in the plan as last looked at, and the
+        # samples read since that look
+        self._spans: dict[int, tuple[int, int]] = {}
+        self._read_since_plan = 0
         self._ends: list[int] | None = None
 
     def shard_cache(self) -> ShardCache:
@@ -175,10 +184,15 @@ class ShardAccess:
 
     def _next_use(self, k: int) -> float:
         """Eviction order for this worker's view of the plan: the position of shard ``k``'s next sample from
-        the start of the chunk being read (up to ``_DEMAND_SAMPLES`` samples after it); shards needed by no
-        reader go first (least recently used first). A prefetch evicts only shards needed later than the one
-        it fetches."""
-        return self._uses.get(k, float("inf"))
+        the start of the chunk being read (up to ``_DEMAND_SAMPLES`` samples after it; 0 for a shard between
+        its first and last use, as the plan was last looked at ``_PLAN_EVERY`` samples or less ago); shards
+        needed by no reader go first (least recently used first). A prefetch evicts only shards needed later
+        than the one it fetches. Read by pool threads while the iterating thread moves the plan along: an
+        order for eviction, so a look that mixes the old plan with the new count is harmless."""
+        span = self._spans.get(k)
+        if span is None or span[1] < self._read_since_plan:
+            return float("inf")
+        return max(span[0] - self._read_since_plan, 0)
 
     def _on_full(self, reader: bool) -> Callable[[], None] | None:
         return (lambda: self.release(set())) if reader else None
@@ -277,6 +291,7 @@ class ShardAccess:
         later = False  # past the first chunk
         done = 0  # samples of the chunks before the current one
         published: int | None = None  # `done` when the demand board was last published (None: not yet)
+        planned: int | None = None  # `done` at the last look at the plan (None: none yet, or not deep)
         try:
             current = next(chunks, None)
             while current is not None:
@@ -295,16 +310,18 @@ class ShardAccess:
                 nxt = set(per_next)
                 self.active_shards = set(shards)
                 if self.cache_limit is not None:
-                    spans = plan_spans(self.shard_ends, [current, *window])
-                    self._uses = {k: first for k, (first, _) in spans.items()}
-                    if demand and later:
-                        # the board (of the deep window) every quarter window, moved along by the progress
-                        # in between
-                        if published is None or done - published >= _DEMAND_SAMPLES // 4:
-                            self.shard_cache().publish_demand(spans, done)
-                            published = done
-                        else:
-                            self.shard_cache().demand_progress(done)
+                    publish = (
+                        demand and later and (published is None or done - published >= _DEMAND_SAMPLES // 4)
+                    )
+                    if planned is None or publish or done - planned >= _PLAN_EVERY:
+                        self._spans = plan_spans(self.shard_ends, [current, *window])
+                        planned = done if later else None  # the first chunk's look is shallow: look again
+                    self._read_since_plan = 0 if planned is None else done - planned
+                    if publish:  # the board (of the deep window) every quarter window
+                        self.shard_cache().publish_demand(self._spans, done)
+                        published = done
+                    elif demand and later:  # moved along by the progress in between
+                        self.shard_cache().demand_progress(done)
                     self.release(self.active_shards)
                 if pool is None:  # local raw shards: a cheap check each
                     for shard in shards:
