@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from streaming import MDSWriter, StreamingDataset
 from streaming.cache.locks import file_lock, lock_dir, try_lock
+from streaming.util.safepath import UnsafePathError
 
 
 def _write(out: Path, n: int = 40) -> None:
@@ -73,3 +75,25 @@ def test_a_lock_folder_planted_by_another_user_is_not_used(tmp_path: Path, monke
     (tmp_path / "runtime").mkdir()
     assert lock_dir(str(local)) != str(planted)
     assert lock_dir(str(local)).startswith(str(tmp_path / "runtime"))
+
+
+def test_the_lock_folder_is_resolved_once_and_again_when_it_changes(tmp_path: Path, monkeypatch) -> None:
+    """Each lock a preparation, pin or eviction takes asked for the lock folder (~70 us: real path, link check,
+    makedirs, owner); it is resolved once per process now, and again when the folder is not the one resolved."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    folder = lock_dir(str(cache))
+    resolved: list[str] = []
+    real_realpath = os.path.realpath
+    monkeypatch.setattr(os.path, "realpath", lambda p, **kw: resolved.append(p) or real_realpath(p, **kw))
+    for _ in range(3):
+        with file_lock(str(cache), "shard.00000.mds"):
+            pass
+    assert lock_dir(str(cache)) == folder and resolved == []
+    shutil.rmtree(folder)  # removed (the cache cleared by hand): made again, found again
+    assert lock_dir(str(cache)) == folder and os.path.isdir(folder) and resolved == [str(cache)]
+    shutil.rmtree(folder)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", folder)  # a link planted in its place is refused, as on first use
+    with pytest.raises(UnsafePathError, match="is a symbolic link"):
+        lock_dir(str(cache))
