@@ -32,7 +32,10 @@ bandwidth cap per connection (the remote benchmark's conditions: `--latency-ms 3
 also gives, for each limited pass, the fewest shard downloads an eviction policy could make for these jobs'
 plans (`best_possible_downloads`, `_cache_bound`: Belady's rule with the readers in step), to set the
 measured GETs against (those also count ~6 per reader that are not whole-shard downloads: index.json and
-the first batch's direct range reads; the unlimited pass shows them above its one download per shard).
+the first batch's direct range reads; the unlimited pass shows them above its one download per shard), and
+`two_batches_floor_cost`: the cost those fewest downloads would bring on their own at what a download costs
+this machine without a limit (the cache-per-job pass's extra seconds over its extra GETs), the floor under
+which no cache's bookkeeping could bring the two-batches cost on these cores.
 
 Usage: `python scripts/bench/cache_pressure.py [--jobs 3] [--workers 2] [--samples 6000] [--epochs 2]
 [--latency-ms 0] [--mb-per-s 0] [--repeats 1]`. Prints one JSON line per pass and round, and a summary line with
@@ -387,10 +390,30 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     summary = summarize(rows, shard=shard, shards=len(index["shards"]))
     summary["best_possible_downloads"] = best
+    if "two_batches" in best:
+        summary["two_batches_floor_cost"] = floor_cost(
+            summary["medians"], best=best["two_batches"], shards=len(index["shards"])
+        )
     summary["latency_ms"], summary["mb_per_s"] = args.latency_ms, args.mb_per_s
     summary["load_avg"] = [round(x, 2) for x in os.getloadavg()]
     summary["machine"] = machine()
     print(json.dumps(summary), flush=True)
+
+
+def floor_cost(medians: dict[str, dict[str, float]], *, best: int, shards: int) -> float | None:
+    """The two-batches cost that the downloads a limit forces would bring on their own: the unlimited pass
+    plus ``best - shards`` more downloads (the fewest any eviction policy makes, less the one per shard the
+    unlimited pass makes), each at what a download costs this machine with no limit at all, measured by the
+    cache-per-job pass against the shared one (its extra GETs, its extra seconds; the proxy's CPU, on the
+    same cores, included). None without both baselines or when the cache per job made no extra GETs."""
+    unlimited, private = medians.get("unlimited"), medians.get("unlimited_private")
+    if not unlimited or not private or private["gets"] <= unlimited["gets"]:
+        return None
+    # seconds per sample of each pass (the samples are the same): the time per extra download in those units
+    per_sample = {name: 1 / m["samples_per_s"] for name, m in (("u", unlimited), ("p", private))}
+    per_download = (per_sample["p"] - per_sample["u"]) / (private["gets"] - unlimited["gets"])
+    floor = per_sample["u"] + max(0, best - shards) * max(per_download, 0.0)
+    return round(1 - per_sample["u"] / floor, 3)
 
 
 def summarize(rows: list[dict[str, Any]], *, shard: int, shards: int) -> dict[str, Any]:

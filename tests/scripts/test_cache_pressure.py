@@ -34,3 +34,17 @@ def test_short_pressure_run_holds_the_ceiling_with_no_hang_crash_or_wrong_sample
         assert summary[key] == 0, (key, rows)
     assert summary["max_disk_over_limit"] <= 1.0, rows
     assert summary["machine"]["cores"] and len(summary["load_avg"]) == 3
+
+
+def test_the_floor_is_the_fewest_downloads_at_the_unlimited_cost_of_one():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from cache_pressure import floor_cost
+
+    medians = {
+        "unlimited": {"samples_per_s": 1000.0, "gets": 100},  # 1 ms a sample
+        "unlimited_private": {"samples_per_s": 500.0, "gets": 300},  # +1 ms a sample for 200 more GETs
+    }
+    # 100 shards, 500 downloads at best: 400 more, 2 ms more a sample: 1 - 1/3
+    assert floor_cost(medians, best=500, shards=100) == 0.667
+    assert floor_cost(medians, best=100, shards=100) == 0.0
+    assert floor_cost({"unlimited": medians["unlimited"]}, best=500, shards=100) is None
