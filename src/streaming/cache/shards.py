@@ -47,7 +47,8 @@ itself waiting for anything that may not end:
 1. use lock, shared (``pin``, ``held_while_prepared``): conflicts only with an eviction, which holds it for a
    few unlinks. A first-sample reader holding it waits for the shard's preparer (2), which waits on no reader.
 2. prepare lock: its holder waits only for (1), for the network (bounded by the download timeout and
-   retries) and for its own CPU work; never for space, for the cache lock or for another shard's lock.
+   retries), for its own CPU work and, in a prefetch, for the cache lock (3: a prefetch claims its shard
+   before it reserves, and its reservation never waits for space); never for space or another shard's lock.
 3. cache lock (and the in-process lock before it): its holder only *tries* shard locks (never waits) and
    reads, writes and deletes small files.
 4. space (``SpaceKeeper.reserve``), the one wait on readers: a shard's space is freed when its pins go. It
@@ -65,8 +66,9 @@ evictions only try, and the wait for space (4) is bounded. Every other wait is o
 holder that waits for nothing. So no cycle of waits can form, the DataLoader's in-order wait on its workers
 included, and no thread waits for ever. Apart from a reader's own pins (``held_while_prepared`` included),
 the only locks ever taken while holding another are the use lock under the prepare lock, in that order
-everywhere (eviction tries them in the same order), and the cache lock under its process's in-process lock
-(always that order; the file lock is never taken without it).
+everywhere (eviction tries them in the same order), the cache lock under its process's in-process lock
+(always that order; the file lock is never taken without it), and those two under a prefetch's prepare lock
+(a holder of the cache lock only tries shard locks, so it never waits for that prefetch).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from stackbase.bounded import json_max_bytes
@@ -522,32 +524,45 @@ class ShardCache:
                 continue
             need, targets = self._to_create(k)
             token = None
-            # the one wait on readers: holding no lock but this thread's own pins
-            if tracked and need:
-                token = self._space.reserve(
-                    k,
-                    need,
-                    targets,
-                    name=name,
-                    next_use=next_use,
-                    on_full=on_full,
-                    patience=patience,
-                    ahead=ahead,
-                )
-                if token is None:
-                    return False
-            on_full = None
-            try:
-                with file_lock(shard.local, prep_lock(name)):
+            with ExitStack() as claim:
+                # A prefetch (it never waits for space) claims the shard before reserving: otherwise two
+                # jobs fetching it at once both reserve room and evict for it, and the second finds it done
+                # (measured: 3 reservations in 10 under cache pressure). A reservation that waits for space
+                # does so holding no lock (protocol, 4).
+                claimed = tracked and bool(need) and ahead and patience == 0
+                if claimed:
+                    if not claim.enter_context(try_lock(shard.local, prep_lock(name))):
+                        continue  # being prepared: wait for its preparer, then look again
+                    need, targets = self._to_create(k)
+                    if self._ready(k) or not need:
+                        continue  # prepared since the look
+                # the one wait on readers: holding no lock but this thread's own pins
+                if tracked and need:
+                    token = self._space.reserve(
+                        k,
+                        need,
+                        targets,
+                        name=name,
+                        next_use=next_use,
+                        on_full=on_full,
+                        patience=patience,
+                        ahead=ahead,
+                    )
+                    if token is None:
+                        return False
+                on_full = None
+                try:
+                    if not claimed:
+                        claim.enter_context(file_lock(shard.local, prep_lock(name)))
                     if not self._fill(k, reserved=need if tracked else None, on_tmp=on_tmp):
                         # files vanished meanwhile (evicted): reserve again
                         continue
                     # under the prepare lock: no eviction can come first
                     if not pin or self.pin(k):
                         return True
-            finally:
-                if token is not None:
-                    release_reservation(token)
+                finally:
+                    if token is not None:
+                        release_reservation(token)
 
     def _fill(self, k: int, *, reserved: int | None, on_tmp: Callable[[str], None] | None) -> bool:
         """Holding shard ``k``'s prepare lock: make its files present and verified (a cached file that fails

@@ -363,3 +363,35 @@ def test_a_limit_too_small_is_refused_at_start_with_the_minimum(tmp_path):
     assert not (tmp_path / "cache" / "shard.00000.mds").exists()  # refused before any shard was fetched
     ds = StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=2, cache_limit=minimum)
     assert sorted(int(s["x"]) for s in ds) == list(range(60))
+
+
+def test_a_prefetch_reserves_nothing_for_a_shard_another_job_prepared_since_it_looked(tmp_path, monkeypatch):
+    """Two jobs prefetching one shard at once both reserved room (evicting for it) and the second found it done
+    (3 reservations in 10 under cache pressure); a prefetch now claims the shard (its prepare lock) before it
+    reserves, and looks again once it holds it."""
+    remote, local = _id_samples(tmp_path / "remote", 200), str(tmp_path / "local")
+    shards = _cached_shards(remote, local)
+    limit = 6 * max(s.peak_bytes for s in shards)
+    mine, other = (ShardCache(shards=shards, cache_limit=limit, concurrent=1) for _ in range(2))
+    reserved: list[int] = []
+    real_reserve = SpaceKeeper.reserve
+    monkeypatch.setattr(
+        SpaceKeeper,
+        "reserve",
+        lambda self, k, *a, **kw: reserved.append(k) or real_reserve(self, k, *a, **kw),
+    )
+    real_to_create = ShardCache._to_create
+    done: list[int] = []
+
+    def look(self: ShardCache, k: int):  # the other job prepares the shard right after this one looked
+        got = real_to_create(self, k)
+        if self is mine and not done:
+            done.append(k)
+            assert other.prepare(k)
+        return got
+
+    monkeypatch.setattr(ShardCache, "_to_create", look)
+    reserved.clear()
+    assert mine.prepare(2, wait=False)
+    assert done == [2] and reserved == [2], "only the other job's reservation"
+    assert mine.downloads == 0 and other.downloads == 1
