@@ -116,7 +116,6 @@ class ShardAccess:
         self.prepared: set[int] = set()
         self.cache: ShardCache | None = None
         self.active_shards: set[int] = set()
-        # shard -> position of its first sample in the chunk being read and the chunks looked at after it
         # with a cache_limit: each shard's first and last position in the plan as last looked at, and the
         # samples read since that look
         self._spans: dict[int, tuple[int, int]] = {}
