@@ -409,11 +409,10 @@ def floor_cost(medians: dict[str, dict[str, float]], *, best: int, shards: int) 
     unlimited, private = medians.get("unlimited"), medians.get("unlimited_private")
     if not unlimited or not private or private["gets"] <= unlimited["gets"]:
         return None
-    # seconds per sample of each pass (the samples are the same): the time per extra download in those units
-    per_sample = {name: 1 / m["samples_per_s"] for name, m in (("u", unlimited), ("p", private))}
-    per_download = (per_sample["p"] - per_sample["u"]) / (private["gets"] - unlimited["gets"])
-    floor = per_sample["u"] + max(0, best - shards) * max(per_download, 0.0)
-    return round(1 - per_sample["u"] / floor, 3)
+    # in seconds per sample (both passes read the same samples)
+    shared, own = 1 / unlimited["samples_per_s"], 1 / private["samples_per_s"]
+    per_download = max(own - shared, 0.0) / (private["gets"] - unlimited["gets"])
+    return round(1 - shared / (shared + max(0, best - shards) * per_download), 3)
 
 
 def summarize(rows: list[dict[str, Any]], *, shard: int, shards: int) -> dict[str, Any]:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "cache_pressure.py"
 
 
+@pytest.mark.slow
 def test_short_pressure_run_holds_the_ceiling_with_no_hang_crash_or_wrong_sample():
     pytest.importorskip("moto")
     proc = subprocess.run(
@@ -36,8 +35,8 @@ def test_short_pressure_run_holds_the_ceiling_with_no_hang_crash_or_wrong_sample
     assert summary["machine"]["cores"] and len(summary["load_avg"]) == 3
 
 
-def test_the_floor_is_the_fewest_downloads_at_the_unlimited_cost_of_one():
-    sys.path.insert(0, str(SCRIPT.parent))
+def test_the_floor_is_the_fewest_downloads_at_the_unlimited_cost_of_one(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
     from cache_pressure import floor_cost
 
     medians = {
