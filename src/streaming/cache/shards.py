@@ -327,6 +327,11 @@ class ShardCache:
         shard = self.shards[k]
         return hash_to_check(shard.validate_hash or self.validate_hash, recorded_digests(shard.info))
 
+    def ready(self, shard_id: int) -> bool:
+        """Whether shard ``shard_id`` is readable as it is now: its files on disk and verified by this process
+        where they are checked (no pin: another job may evict it the next moment)."""
+        return self._ready(shard_id) and self._trusted(shard_id)
+
     def _ready(self, k: int) -> bool:
         return all(os.path.exists(self._path(k, f)) for f in self.shards[k].resident_files())
 

@@ -355,6 +355,57 @@ def test_a_reader_looks_at_its_plan_every_64_samples_and_moves_the_next_uses_alo
     assert [access._next_use(k) for k in (0, 1, 2, 3)] == [float("inf"), 0, 30, float("inf")]
 
 
+def _alternating_chunks(ds: StreamingDataset, rounds: int) -> list[np.ndarray]:
+    """Chunks reading shard 0, then 1, then 0 again... (two samples of each), as a worker's chunks of a block
+    shuffle come back to the shards of their block."""
+    ends = ds._shard_ends
+    first = [0, int(ends[0])]
+    return [np.array([first[r % 2], first[r % 2] + 1]) for r in range(rounds)]
+
+
+def test_a_reader_keeps_the_shards_its_next_chunk_reads(tmp_path, monkeypatch):
+    """With a cache_limit a reader let go, at each chunk, of every shard the chunk did not read, and opened
+    (acquire, pin, map) the same shards again a chunk later: 3.3 opens a shard per worker and epoch at 250
+    samples a shard in the cache-pressure benchmark (1.0 without a limit). It now keeps those its next chunk
+    reads (1.14 opens a shard there)."""
+    from streaming.reader import shard_access
+
+    remote = _id_samples(tmp_path / "remote", 200, compression=None)
+    ds = StreamingDataset(
+        remote=remote, local=str(tmp_path / "cache"), batch_size=2, cache_limit=10 * _minimum_limit(remote)
+    )
+    opened: list[int] = []
+    real = shard_access.open_shard
+    monkeypatch.setattr(
+        shard_access, "open_shard", lambda d, info, **kw: opened.append(1) or real(d, info, **kw)
+    )
+    access = ds._shards_access()
+    got = [int(s["x"]) for s in access.iter_chunks(iter(_alternating_chunks(ds, 8)))]
+    first = [0, int(ds._shard_ends[0])]
+    assert got == [first[r % 2] + i for r in range(8) for i in range(2)]
+    assert len(opened) == 2  # was 8: one open per chunk
+
+
+def test_a_reader_does_not_prefetch_a_shard_still_in_the_cache(tmp_path, monkeypatch):
+    """A shard a reader released and needs again was sent to the prefetch pool every time, to find it on disk:
+    a pool task (~2 ms of CPU under load) per chunk and shard in the cache-pressure benchmark. A reader now looks
+    at the disk first."""
+    remote = _id_samples(tmp_path / "remote", 200, compression=None)
+    ds = StreamingDataset(
+        remote=remote, local=str(tmp_path / "cache"), batch_size=2, cache_limit=10 * _minimum_limit(remote)
+    )
+    access = ds._shards_access()
+    for k in range(4):
+        access.prepare(k)  # all four on disk
+    prefetched: list[int] = []
+    real = access._prefetch
+    monkeypatch.setattr(access, "_prefetch", lambda k: prefetched.append(k) or real(k))
+    ends = ds._shard_ends
+    chunks = [np.array([int(ends[k - 1]) if k else 0]) for k in (0, 1, 2, 3, 0, 2, 1, 3)]
+    assert [int(s["x"]) for s in access.iter_chunks(iter(chunks))] == [int(c[0]) for c in chunks]
+    assert prefetched == []  # was [0, 2, 1, 3]: the shards of the next chunk that were released
+
+
 def test_a_limit_too_small_is_refused_at_start_with_the_minimum(tmp_path):
     remote = _id_samples(tmp_path / "remote", 60)
     minimum = _minimum_limit(remote)
