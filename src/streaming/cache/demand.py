@@ -18,8 +18,10 @@ renamed (a reader never sees half a board), and ``<pid>-<token>.pos``, 16 bytes 
 version of the board last published; little-endian; 0: none), mapped by its writer. No lock is needed: one
 writer per file, and a board is advice (a stale, torn or missing one makes eviction less informed, never wrong
 about what is on disk). A follower keeps each other reader's ``.pos`` open and reads its 16 bytes at each
-eviction (one system call), the board only when its version changed, and lists the folder again when it
-changed (one ``stat``; new readers, and the files of a dead pid are deleted then). A reader that stops zeroes
+eviction (one system call), the board only when its version changed, and lists the folder again when a reader
+came or went (``roster``: a reader appends one byte to it when it starts publishing and when it stops, so one
+``stat`` of its size tells; a publish, which renames a board into the folder, does not), and at least every
+``RELIST_S`` (the files of a dead pid are deleted then). A reader that stops zeroes
 its ``.pos`` and deletes both files (``close``). A board that cannot be parsed (or is over ``MAX_BYTES``) is
 skipped: the lock folder is this user's (``streaming.cache.locks``), but nothing read from it is trusted to be
 well formed.
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from stackbase.process import pid_alive
 from streaming.util.safepath import refuse_links
 
-__all__ = ["DEMAND", "MAX_SHARDS", "Board", "DemandBoard", "merge_demand", "parse_board", "shifted"]
+__all__ = ["DEMAND", "MAX_SHARDS", "ROSTER", "Board", "DemandBoard", "merge_demand", "parse_board", "shifted"]
 
 DEMAND = "demand"
 """The folder of the boards, in the cache's lock folder."""
@@ -57,8 +59,13 @@ MAX_BYTES = 64 * 1024
 """A board larger than this is not read (``MAX_SHARDS`` pairs take under 16 KiB)."""
 
 RELIST_S = 1.0
-"""The folder of boards is listed again when its modification time changed, and at least this often (a
-change within one tick of the file system's clock can leave the time as it was)."""
+"""The folder of boards is listed again when a reader came or went (``ROSTER``), and at least this often (a
+reader that died without a word)."""
+
+ROSTER = "roster"
+"""In the folder of boards: one byte appended by each reader when it starts publishing and when it stops, so
+its size changes exactly when the readers do (its modification time would not within one tick of the clock;
+the folder's changes at every publish, and relisting it at every eviction cost ~0.2 ms)."""
 
 
 def merge_demand(boards: Mapping[str, Mapping[int, int]]) -> dict[int, int]:
@@ -171,9 +178,15 @@ class DemandBoard:
                     self._progress = mmap.mmap(fd, _POS.size)
                 finally:
                     os.close(fd)
+                self._announce()
             version = self._published + 1
-            with open(f"{path}.part", "w") as f:
-                json.dump({"base": int(read), "uses": flat, "version": version}, f, separators=(",", ":"))
+            # one write of the whole text (json.dump to a text file wrote it in pieces: 120 us, this 70 us)
+            raw = json.dumps({"base": int(read), "uses": flat, "version": version}, separators=(",", ":"))
+            fd = os.open(f"{path}.part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, raw.encode())
+            finally:
+                os.close(fd)
             os.replace(f"{path}.part", f"{path}.json")
             self._published = version
             _POS.pack_into(self._progress, 0, int(read), version)
@@ -187,14 +200,13 @@ class DemandBoard:
 
     def others(self, alive: Callable[[int], bool] = pid_alive, *, relist: float = RELIST_S) -> dict[int, int]:
         """Each shard's nearest use on the other live boards, from where their readers are now. The folder is
-        listed again (and the files of dead processes deleted) when it changed since the last listing (its
-        modification time: a board published, a reader come or gone) or that listing is ``relist`` seconds
-        old; in between, each known reader costs one ``pread`` of its progress, and its board is read again
-        only when it published a new one."""
+        listed again (and the files of dead processes deleted) when a reader came or went since the last
+        listing (``ROSTER``) or that listing is ``relist`` seconds old; in between, each known reader costs
+        one ``pread`` of its progress, and its board is read again only when it published a new one."""
         own = self._own_name()
         now = time.monotonic()
         try:
-            stamp = os.stat(self.folder).st_mtime_ns
+            stamp = os.lstat(os.path.join(self.folder, ROSTER)).st_size
         except OSError:
             stamp = -1
         if stamp != self._listed_stamp or now - self._listed_at >= relist:
@@ -246,6 +258,21 @@ class DemandBoard:
                 continue
             self._others[stem] = _Other(fd)
 
+    def _announce(self) -> None:
+        """Tell the other readers to list the folder again (a reader came or went): one byte onto ``ROSTER``.
+        Best effort, as a board is."""
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+            fd = os.open(os.path.join(self.folder, ROSTER), flags, 0o600)
+        except OSError:
+            return
+        try:
+            os.write(fd, b".")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     @staticmethod
     def _read(path: str) -> Board | None:
         try:
@@ -267,6 +294,7 @@ class DemandBoard:
             self._progress = None
             for suffix in ("json", "pos"):
                 _remove(os.path.join(self.folder, f"{self._name}.{suffix}"))
+            self._announce()
         for other in self._others.values():
             _close(other.fd)
         self._others, self._listed_at = {}, -float("inf")
