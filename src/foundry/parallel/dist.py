@@ -10,6 +10,14 @@ DDP/FSDP config run as a plain `python train.py` gets a 1-rank group on an in-me
 also runs without torchrun. A group that already exists (a test harness made it) is used and left alone at
 teardown. The collective helpers are no-ops without a group, so the trainer calls them unconditionally.
 
+Teardown frees what still holds the group before destroying it: a `DistributedDataParallel` left in a
+reference cycle was collected after `destroy_process_group` (at exit, by a collection inside an atexit hook),
+so its reducer dropped the last reference to the gloo group, whose destructor, holding the GIL, waited for a
+worker thread that needed the GIL to free a finished broadcast's tensors: a 2-rank DDP run hung after training
+(seen once in the dist tier, 2026-11-29). `teardown` collects such cycles while the group is still registered;
+`quiesce` (the end of a run that succeeded on every rank) also waits at a barrier, whose wait lets the group's
+worker threads finish with the GIL released.
+
 Group keys across torchrun restarts: by default torchrun shares its agent's TCPStore with the workers
 (`TORCHELASTIC_USE_AGENT_STORE=True`); that server outlives a group restart, so the default group's keys are
 prefixed with `TORCHELASTIC_RESTART_COUNT` (else restarted gloo ranks read the dead group's addresses). The
@@ -21,6 +29,7 @@ torchrun with restarts and the shared store gets a warning naming that variable.
 
 from __future__ import annotations
 
+import gc
 import os
 import warnings
 from collections.abc import Mapping
@@ -43,6 +52,7 @@ __all__ = [
     "broadcast_object",
     "init_distributed",
     "process_world",
+    "quiesce",
     "resolve_backend",
     "resolve_device",
     "teardown",
@@ -206,9 +216,19 @@ def init_distributed(
     )
 
 
+def quiesce() -> None:
+    """At the end of a run every rank finished: free the unreachable objects that hold the group (a DDP model
+    in a reference cycle) and wait for every rank, so that no collective is still being wound down when the
+    group goes (see the module note). Never call it on a path only some ranks take."""
+    gc.collect()
+    barrier()
+
+
 def teardown(ctx: DistContext) -> None:
-    """Destroys the process group if `init_distributed` created it."""
+    """Destroys the process group if `init_distributed` created it, after collecting the unreachable objects
+    that still hold it (see the module note)."""
     if ctx.owns_group and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -40,6 +40,7 @@ from foundry.parallel.dist import (
     broadcast_object,
     init_distributed,
     process_world,
+    quiesce,
     resolve_device,
     teardown,
 )
@@ -120,9 +121,11 @@ def pretrain(
     try:
         cfg = _expand_run_dir(cfg, Path(run_dir))
         record = record or RunRecord(Path(run_dir), is_main=ctx.is_main)
-        return _pretrain(
+        metrics = _pretrain(
             cfg, run_dir=Path(run_dir), ctx=ctx, data_builder=data_builder or build_data, record=record
         )
+        quiesce()  # every rank got here: nothing of the run holds the group, no collective winding down
+        return metrics
     finally:
         teardown(ctx)
 

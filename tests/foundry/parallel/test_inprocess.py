@@ -6,6 +6,8 @@ numerics are in `test_torchrun.py` (dist tier).
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -176,3 +178,30 @@ def test_any_transformers_causal_lm_is_sharded_per_block(group):
     model = wrap_model(gpt2(), cfg=_cfg(), ctx=group, precision="fp32")
     assert [type(b).__name__ for b in transformer_blocks(model)] == ["FSDPGPT2Block"] * 2
     assert _steps(model) == pytest.approx(ref, abs=1e-6)
+
+
+def test_teardown_frees_a_ddp_model_in_a_cycle_before_it_destroys_the_group(monkeypatch):
+    """A 2-rank DDP finetune hung after training: its DistributedDataParallel, left in a reference cycle, was
+    collected after the group was destroyed (by a collection inside an atexit hook), so its reducer dropped the
+    last reference to the gloo group, whose destructor, holding the GIL, waited for a worker thread that needed
+    the GIL. `teardown` now collects such cycles while the group is still registered."""
+    ctx = init_distributed(ParallelismConfig(strategy="ddp"), device=CPU, env={})
+    holder: dict[str, object] = {}
+    holder["model"] = wrap_model(_model(), cfg=ParallelismConfig(strategy="ddp"), ctx=ctx, precision="fp32")
+    holder["self"] = holder  # a cycle, as a trainer's hooks and callbacks make
+    del holder
+    alive: list[int] = []
+    real = dist.destroy_process_group
+
+    def destroy(*args, **kwargs):
+        alive.append(sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "destroy_process_group", destroy)
+    gc.disable()  # no collection but teardown's own between here and the group's end
+    try:
+        teardown(ctx)
+    finally:
+        gc.enable()
+    assert alive == [0]  # was [1]
+    assert not dist.is_initialized()
