@@ -1,4 +1,6 @@
-"""The fewest shard downloads an eviction policy could make in `cache_pressure.py`'s limited passes.
+"""Shard downloads under Belady's rule in `cache_pressure.py`'s limited passes (a reference: the fewest possible
+when each batch reads one shard; with batches of several shards, which must be resident together, a plan can do
+better, see tests/scripts/test_cache_bound.py).
 
 Design note: a lower bound to set a measured download count against. The jobs' readers (every DataLoader
 worker of every job) advance in step, one batch each per tick; a reader keeps the shards of its current chunk

@@ -29,11 +29,11 @@ uploaded objects from memory, as a real store costs this machine no CPU per requ
 cores, took ~5 ms of CPU a GET); `--latency-ms` and `--mb-per-s` add a round trip per request and a
 bandwidth cap per connection (the remote benchmark's conditions: `--latency-ms 30 --mb-per-s 50`).
 `--repeats N` runs the passes N times, alternating, and the summary takes each pass's medians. The summary
-also gives, for each limited pass, the fewest shard downloads an eviction policy could make for these jobs'
+also gives, for each limited pass, the shard downloads Belady's rule makes for these jobs'
 plans (`best_possible_downloads`, `_cache_bound`: Belady's rule with the readers in step), to set the
 measured GETs against (those also count ~6 per reader that are not whole-shard downloads: index.json and
 the first batch's direct range reads; the unlimited pass shows them above its one download per shard), and
-`two_batches_floor_cost`: the cost those fewest downloads would bring on their own at what a download costs
+`two_batches_floor_cost`: the cost those downloads would bring on their own at what a download costs
 this machine without a limit (the cache-per-job pass's extra seconds over its extra GETs), the floor under
 which no cache's bookkeeping could bring the two-batches cost on these cores.
 
