@@ -17,7 +17,6 @@ _LAZY = {
     "barrier": "dist",
     "broadcast_object": "dist",
     "init_distributed": "dist",
-    "quiesce": "dist",
     "resolve_backend": "dist",
     "teardown": "dist",
     "world_size": "dist",

@@ -14,9 +14,9 @@ Teardown frees what still holds the group before destroying it: a `DistributedDa
 reference cycle was collected after `destroy_process_group` (at exit, by a collection inside an atexit hook),
 so its reducer dropped the last reference to the gloo group, whose destructor, holding the GIL, waited for a
 worker thread that needed the GIL to free a finished broadcast's tensors: a 2-rank DDP run hung after training
-(seen once in the dist tier, 2026-11-29). `teardown` collects such cycles while the group is still registered;
-`quiesce` (the end of a run that succeeded on every rank) also waits at a barrier, whose wait lets the group's
-worker threads finish with the GIL released.
+(seen once in the dist tier, 2026-11-29). `teardown` collects such cycles while the group is still registered,
+and a run that every rank finished ends at a barrier first (`foundry.tasks.pretrain`), whose wait lets the
+group's worker threads finish with the GIL released.
 
 Group keys across torchrun restarts: by default torchrun shares its agent's TCPStore with the workers
 (`TORCHELASTIC_USE_AGENT_STORE=True`); that server outlives a group restart, so the default group's keys are
@@ -52,7 +52,6 @@ __all__ = [
     "broadcast_object",
     "init_distributed",
     "process_world",
-    "quiesce",
     "resolve_backend",
     "resolve_device",
     "teardown",
@@ -214,14 +213,6 @@ def init_distributed(
         device=device,
         owns_group=True,
     )
-
-
-def quiesce() -> None:
-    """At the end of a run every rank finished: free the unreachable objects that hold the group (a DDP model
-    in a reference cycle) and wait for every rank, so that no collective is still being wound down when the
-    group goes (see the module note). Never call it on a path only some ranks take."""
-    gc.collect()
-    barrier()
 
 
 def teardown(ctx: DistContext) -> None:

@@ -40,7 +40,6 @@ from foundry.parallel.dist import (
     broadcast_object,
     init_distributed,
     process_world,
-    quiesce,
     resolve_device,
     teardown,
 )
@@ -124,7 +123,7 @@ def pretrain(
         metrics = _pretrain(
             cfg, run_dir=Path(run_dir), ctx=ctx, data_builder=data_builder or build_data, record=record
         )
-        quiesce()  # every rank got here: nothing of the run holds the group, no collective winding down
+        barrier()  # every rank got here: no collective still winding down when teardown destroys the group
         return metrics
     finally:
         teardown(ctx)

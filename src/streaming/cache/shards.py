@@ -522,7 +522,7 @@ class ShardCache:
         tracked = shard.evictable and self.cache_limit is not None
         while True:
             # a failed pin: evicted since the look; prepare it again
-            if self._ready(k) and self._trusted(k) and (not pin or self.pin(k)):
+            if self.ready(k) and (not pin or self.pin(k)):
                 return True
             if self._await_preparer(k):
                 # someone else prepared it meanwhile (or failed): look again
