@@ -305,7 +305,7 @@ class StreamingDataLoader(DataLoader):
             ds._check_iterable()  # world detection and argument checks in the rank process
             reuse = self.persistent_workers and getattr(self, "_iterator", None) is not None
             if self._forks_workers() and not reuse:
-                ds._warm_plan(self.num_workers)  # forked workers inherit the first window
+                ds._warm_for_fork(self.num_workers)  # forked workers inherit the first window, client models
             # worker seeds depend on (seed, epoch) only: the same after a resume
             if self._own_generator:
                 self.generator.manual_seed(iteration_seed(ds.shuffle_seed, ds._next()[0]))

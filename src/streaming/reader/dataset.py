@@ -55,6 +55,7 @@ from streaming.reader.resume_state import (
 from streaming.reader.shard_access import ShardAccess
 from streaming.reader.stream import Stream
 from streaming.reader.world import World
+from streaming.storage.backends import get_backend
 from streaming.storage.url import redact
 from streaming.util.sizes import parse_bytes, parse_count
 
@@ -409,8 +410,12 @@ class StreamingDataset(IterableDataset):
         for item in self._shards_access().iter_chunks(recorded(), refs=refs):
             yield item, streams.popleft()
 
-    def _warm_plan(self, num_workers: int) -> None:
+    def _warm_for_fork(self, num_workers: int) -> None:
+        """Work forked DataLoader workers inherit instead of each doing it: the plan's first window, and the
+        storage clients' shared models of each remote stream (``Backend.warm``)."""
         self._plan.warm(num_workers)
+        for url in dict.fromkeys(s.remote_dirname for s in self.streams if s.is_remote and s.remote_dirname):
+            get_backend(url).warm(url)
 
     def _drop_plan_caches(self) -> None:
         self._plan.orders.clear()

@@ -60,6 +60,23 @@ def test_remote_equals_local_with_shuffle_and_workers(s3_bucket, s3_env, tmp_pat
     )
 
 
+def test_a_loader_warms_the_storage_clients_before_its_workers_fork(s3_bucket, s3_env, tmp_path, monkeypatch):
+    """Workers fork from a process that has loaded its store's client models (``Backend.warm``), even where
+    that process read nothing remote itself (the index already cached)."""
+    from streaming.storage.backends.s3 import S3Backend
+
+    remote = f"{s3_bucket}/ds"
+    _write(remote)
+    StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=8)  # caches the index
+    warmed: list[tuple[int, str]] = []
+    monkeypatch.setattr(S3Backend, "warm", lambda self, url: warmed.append((os.getpid(), url)))
+    ds = StreamingDataset(remote=remote, local=str(tmp_path / "cache"), batch_size=8)
+    assert sorted(
+        _ids(StreamingDataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context="fork"))
+    ) == (list(range(N)))
+    assert warmed == [(os.getpid(), remote)]
+
+
 def _shard_bytes(cache) -> int:
     """Bytes of shard files in ``cache``; the prefetch thread may evict one between listing and stat."""
     used = 0

@@ -93,6 +93,12 @@ class Backend(ABC):
         those bytes or None (any error); None where this backend has none (use ``read_range``)."""
         return None
 
+    def warm(self, url: str) -> None:
+        """Load what this process's clients for ``url``'s store share (parsed SDK models), before DataLoader
+        workers fork from it: each worker builds its own client (``get_backend`` is per process) and inherits
+        what is loaded here. Best effort; nothing by default."""
+        return None
+
     def upload(self, path: str, url: str, *, timeout: float) -> None:
         raise PermissionError(f"{redact(url)}: this backend is read-only")
 

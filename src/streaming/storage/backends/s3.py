@@ -24,6 +24,9 @@ downloads go through botocore for the backend's life.
 Every client's session shares one botocore data loader (``_data_loader``: the parsed service model, endpoint
 rules and partitions, read-only once loaded). Building a client from a fresh session parses them again (~0.1 s
 of CPU); a forked DataLoader worker inherits the parent's loaded copy, so its clients cost ~0.02 s each.
+``warm`` builds the parent's client before its workers fork (``StreamingDataLoader``), even where the parent
+itself reads nothing remote (an index already cached): measured 0.12 -> 0.024 s of CPU for a worker's first
+presigned read, which a limited cache pays in every worker of every epoch (its first batch is read remotely).
 """
 
 from __future__ import annotations
@@ -294,6 +297,12 @@ class S3Backend(Backend):
             return resp.data if resp.status == 206 and len(resp.data) == end - start else None
 
         return read
+
+    def warm(self, url: str) -> None:
+        try:
+            self._client(url, 60.0, write=False)  # parses the models into the shared loader
+        except Exception:  # a bad profile, no botocore data...: the first real request names it
+            pass
 
     def _presign(self, url: str, timeout: float) -> str:
         # the profile too: a URL's endpoint or credentials may change (STREAMING_STORAGE_PROFILES, the env)
