@@ -386,6 +386,37 @@ def test_a_reader_keeps_the_shards_its_next_chunk_reads(tmp_path, monkeypatch):
     assert len(opened) == 2  # was 8: one open per chunk
 
 
+def test_a_reader_keeps_the_shards_its_plan_reads_soon(tmp_path, monkeypatch):
+    """A shard a block shuffle comes back to two chunks later was let go and opened again (3.9 opens a shard and
+    epoch on a warm cache at 250 samples a shard, batches of 8); a reader now keeps the shards its plan reads
+    within ``_KEEP_AHEAD`` samples or again within the window it looks at, and still lets go of one read later
+    than that."""
+    from streaming.reader import shard_access
+
+    remote = _id_samples(tmp_path / "remote", 200, compression=None)
+    ds = StreamingDataset(
+        remote=remote, local=str(tmp_path / "cache"), batch_size=2, cache_limit=10 * _minimum_limit(remote)
+    )
+    opened: list[int] = []
+    real = shard_access.open_shard
+    monkeypatch.setattr(
+        shard_access,
+        "open_shard",
+        lambda d, info, **kw: opened.append(info.raw_data.basename) or real(d, info, **kw),
+    )
+    ends = ds._shard_ends
+    first = [0, int(ends[0]), int(ends[1])]
+    cycle = [np.array([first[r % 3], first[r % 3] + 1]) for r in range(9)]  # shards 0, 1, 2, 0, 1, 2...
+    # chunks of 2 samples of shard 1, then shard 0 again: past the window the plan looks at
+    far = shard_access._DEMAND_SAMPLES // 2 + 2
+    chunks = [*cycle, *[np.array([first[1], first[1] + 1])] * far, cycle[0]]
+    got = [int(s["x"]) for s in ds._shards_access().iter_chunks(iter(chunks))]
+    assert got == [int(i) for c in chunks for i in c]
+    names = [ds.shards[k].raw_data.basename for k in range(3)]
+    assert opened.count(names[1]) == 1 and opened.count(names[2]) == 1  # were 3 each: one open per cycle
+    assert opened.count(names[0]) == 2  # kept through the cycles, let go while not read within the window
+
+
 def test_a_reader_does_not_prefetch_a_shard_still_in_the_cache(tmp_path, monkeypatch):
     """A shard a reader released and needs again was sent to the prefetch pool every time, to find it on disk:
     a pool task (~2 ms of CPU under load) per chunk and shard in the cache-pressure benchmark. A reader now looks
