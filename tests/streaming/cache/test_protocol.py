@@ -363,22 +363,31 @@ def _alternating_chunks(ds: StreamingDataset, rounds: int) -> list[np.ndarray]:
     return [np.array([first[r % 2], first[r % 2] + 1]) for r in range(rounds)]
 
 
-def test_a_reader_keeps_the_shards_its_next_chunk_reads(tmp_path, monkeypatch):
-    """With a cache_limit a reader let go, at each chunk, of every shard the chunk did not read, and opened
-    (acquire, pin, map) the same shards again a chunk later: 3.3 opens a shard per worker and epoch at 250
-    samples a shard in the cache-pressure benchmark (1.0 without a limit). It now keeps those its next chunk
-    reads (1.14 opens a shard there)."""
+def _limited_with_opens(tmp_path, monkeypatch) -> tuple[StreamingDataset, list[str]]:
+    """A dataset of 200 samples under a roomy cache_limit, and the list of the shard files it opens (in order)."""
     from streaming.reader import shard_access
 
     remote = _id_samples(tmp_path / "remote", 200, compression=None)
     ds = StreamingDataset(
         remote=remote, local=str(tmp_path / "cache"), batch_size=2, cache_limit=10 * _minimum_limit(remote)
     )
-    opened: list[int] = []
+    opened: list[str] = []
     real = shard_access.open_shard
-    monkeypatch.setattr(
-        shard_access, "open_shard", lambda d, info, **kw: opened.append(1) or real(d, info, **kw)
-    )
+
+    def counted(d, info, **kw):
+        opened.append(info.raw_data.basename)
+        return real(d, info, **kw)
+
+    monkeypatch.setattr(shard_access, "open_shard", counted)
+    return ds, opened
+
+
+def test_a_reader_keeps_the_shards_its_next_chunk_reads(tmp_path, monkeypatch):
+    """With a cache_limit a reader let go, at each chunk, of every shard the chunk did not read, and opened
+    (acquire, pin, map) the same shards again a chunk later: 3.3 opens a shard per worker and epoch at 250
+    samples a shard in the cache-pressure benchmark (1.0 without a limit). It now keeps those its next chunk
+    reads (1.14 opens a shard there)."""
+    ds, opened = _limited_with_opens(tmp_path, monkeypatch)
     access = ds._shards_access()
     got = [int(s["x"]) for s in access.iter_chunks(iter(_alternating_chunks(ds, 8)))]
     first = [0, int(ds._shard_ends[0])]
@@ -393,17 +402,7 @@ def test_a_reader_keeps_the_shards_its_plan_reads_soon(tmp_path, monkeypatch):
     than that."""
     from streaming.reader import shard_access
 
-    remote = _id_samples(tmp_path / "remote", 200, compression=None)
-    ds = StreamingDataset(
-        remote=remote, local=str(tmp_path / "cache"), batch_size=2, cache_limit=10 * _minimum_limit(remote)
-    )
-    opened: list[int] = []
-    real = shard_access.open_shard
-    monkeypatch.setattr(
-        shard_access,
-        "open_shard",
-        lambda d, info, **kw: opened.append(info.raw_data.basename) or real(d, info, **kw),
-    )
+    ds, opened = _limited_with_opens(tmp_path, monkeypatch)
     ends = ds._shard_ends
     first = [0, int(ends[0]), int(ends[1])]
     cycle = [np.array([first[r % 3], first[r % 3] + 1]) for r in range(9)]  # shards 0, 1, 2, 0, 1, 2...
