@@ -67,9 +67,11 @@ moved along by the samples read since (``_next_use``)."""
 _KEEP_AHEAD = _PLAN_EVERY
 """With a ``cache_limit``, a reader keeps (and pins) the shards its plan reads within this many samples of its
 current chunk or again in the plan's window (``_used_soon``), not only the current and next chunk's: a shuffle
-block's shards come back within a few chunks,
-and a shard let go is opened, pinned and mapped again (a warm cache: 3.9 -> 1.0 opens a shard and epoch, 0.54
--> 0.46 s of CPU for 24,000 samples in batches of 8). Eviction order keeps them anyway (``_next_use``)."""
+block's shards come back within a few chunks, and a shard let go is opened, pinned and mapped again (a warm
+cache: 3.9 -> 1.0 opens a shard and epoch, 0.54 -> 0.44 s of CPU for 24,000 samples in batches of 8).
+Eviction order keeps them anyway (``_next_use``). Not for a plan window after the reader found the cache full
+(``_on_full``): extra pins there keep the other readers waiting for room (3 jobs on a tiny cache ran 2-4x
+slower)."""
 
 
 def plan_spans(shard_ends: np.ndarray, chunks: Sequence[np.ndarray]) -> dict[int, tuple[int, int]]:
@@ -351,11 +353,7 @@ class ShardAccess:
                         published = done
                     elif demand and later:  # moved along by the progress in between
                         self.shard_cache().demand_progress(done)
-                    # and the shards the plan reads within _KEEP_AHEAD samples: a block shuffle comes back to
-                    # them (measured at 250 samples a shard: 3.3 opens a shard per worker and epoch with none
-                    # kept, 1.14 with the next chunk's, 1.0 with these)
-                    # (not for a window after this reader found the cache full: extra pins there keep the
-                    # other readers waiting for room; a tiny cache shared by 3 jobs ran 2-4x slower)
+                    # keep this chunk's and the next one's shards, and those read again soon (_KEEP_AHEAD)
                     if self._crowded:
                         self._crowded, keep_soon_from = False, done + _DEMAND_SAMPLES
                     soon = self._used_soon() if done >= keep_soon_from else set()
